@@ -1,0 +1,115 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// \file
+/// The facts a cache needs about a model (bytes per KV block, bytes per snapshot, the alignment unit) and
+/// the rules that make a layer mix valid. One `constexpr` accumulator computes them for both the
+/// compile-time `hybrid_model` and the runtime `model_config`, so both apply the very same checks.
+
+#include <reprise/state/shapes.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <numeric>
+
+namespace reprise {
+
+/// Why a layer mix is not a valid model. `none` when it is.
+enum class model_error : std::uint8_t {
+  none,
+  empty,               ///< no layer, or a layer group with count 0
+  invalid_shape,       ///< a layer shape fails its own `validate()`
+  block_sizes_differ,  ///< two attention layers use different block sizes
+  alignment_too_coarse ///< lcm(B, every Q) is not the largest of them: some size does not divide another
+};
+
+constexpr errc to_errc(model_error e) noexcept {
+  switch (e) {
+  case model_error::none: return errc{};
+  case model_error::empty: return errc::invalid_argument;
+  case model_error::invalid_shape: return errc::unsupported_config;
+  case model_error::block_sizes_differ: return errc::invalid_argument;
+  case model_error::alignment_too_coarse: return errc::misaligned;
+  }
+  return errc::invalid_argument;
+}
+
+/// Facts about a model, accumulated layer group by layer group.
+///
+/// Alignment rule (DESIGN.md invariant 2): snapshots sit at multiples of lcm(B, every Q). Reprise further
+/// requires that every one of those sizes divides the largest, so that the unit is max(B, Q...). A block size
+/// of 528 with Q = 256 (a real engine default) would otherwise make the unit 8448 tokens and most prompts
+/// could never hit; that mix is refused instead of silently caching nothing.
+struct model_facts {
+  std::uint32_t block_size = 0;      ///< tokens per KV block (and per key block when no attention layer)
+  std::uint32_t max_chunk = 0;       ///< the largest chunk size of any recurrent layer
+  std::uint32_t alignment = 0;       ///< lcm(B, every Q): positions a snapshot may sit at are its multiples
+  std::uint32_t attention_layers = 0;
+  std::uint32_t mamba2_layers = 0;
+  std::uint32_t gated_delta_layers = 0;
+  std::size_t bytes_per_kv_block = 0; ///< one block id covers this many bytes over all attention layers
+  std::size_t bytes_per_snapshot = 0; ///< conv + matrix state of every recurrent layer
+  std::uint32_t lcm_of_chunks = 1;
+  model_error error = model_error::none;
+  errc shape_error{}; ///< with `invalid_shape`: what the offending shape's `validate()` said
+
+  /// The `errc` a runtime caller gets for `error`.
+  constexpr errc to_errc() const noexcept {
+    return error == model_error::invalid_shape ? shape_error : reprise::to_errc(error);
+  }
+
+  constexpr std::uint32_t recurrent_layers() const noexcept { return mamba2_layers + gated_delta_layers; }
+  constexpr bool has_recurrent() const noexcept { return recurrent_layers() != 0; }
+  constexpr bool has_attention() const noexcept { return attention_layers != 0; }
+
+  constexpr void add(const kv_shape& s, std::uint32_t count) noexcept {
+    if (!check_group(s.validate(), count)) return;
+    if (block_size != 0 && block_size != s.block_size) fail(model_error::block_sizes_differ);
+    block_size = s.block_size;
+    attention_layers += count;
+    bytes_per_kv_block += std::size_t{count} * s.bytes_per_block();
+  }
+  constexpr void add(const mamba2_shape& s, std::uint32_t count) noexcept {
+    if (!check_group(s.validate(), count)) return;
+    mamba2_layers += count;
+    add_recurrent(s.chunk, std::size_t{count} * s.state_bytes());
+  }
+  constexpr void add(const gated_delta_shape& s, std::uint32_t count) noexcept {
+    if (!check_group(s.validate(), count)) return;
+    gated_delta_layers += count;
+    add_recurrent(s.chunk, std::size_t{count} * s.state_bytes());
+  }
+
+  /// Derives the alignment unit once every group is added; records an error if the mix is invalid.
+  constexpr void finish() noexcept {
+    if (attention_layers + recurrent_layers() == 0) fail(model_error::empty);
+    if (error != model_error::none) return;
+    if (block_size == 0) block_size = max_chunk; // attention-free model: key blocks of one chunk
+    const std::uint64_t unit = std::lcm(std::uint64_t{block_size}, std::uint64_t{lcm_of_chunks});
+    const std::uint32_t largest = block_size > max_chunk ? block_size : max_chunk;
+    if (unit != largest) {
+      fail(model_error::alignment_too_coarse);
+      return;
+    }
+    alignment = largest;
+  }
+
+private:
+  constexpr void fail(model_error e) noexcept {
+    if (error == model_error::none) error = e;
+  }
+  constexpr bool check_group(errc shape_error, std::uint32_t count) noexcept {
+    if (count == 0) fail(model_error::empty);
+    else if (shape_error != errc{} && error == model_error::none) {
+      fail(model_error::invalid_shape);
+      this->shape_error = shape_error;
+    }
+    return error == model_error::none;
+  }
+  constexpr void add_recurrent(std::uint32_t chunk, std::size_t bytes) noexcept {
+    bytes_per_snapshot += bytes;
+    max_chunk = chunk > max_chunk ? chunk : max_chunk;
+    lcm_of_chunks = std::lcm(lcm_of_chunks, chunk);
+  }
+};
+
+} // namespace reprise

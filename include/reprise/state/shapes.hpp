@@ -1,0 +1,135 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// \file
+/// Shapes of the three layer state kinds, as plain structural aggregates.
+///
+/// One shape type serves both worlds: as a C++20 non-type template argument it configures the compile-time
+/// kinds (`kv_block<kv_shape{...}>`) and the kernels; as a runtime value it describes a layer that an engine
+/// learns from a checkpoint's config (`model_config`). Every byte figure and every validity rule is a
+/// `constexpr` member here, so the two worlds can never disagree.
+
+#include <reprise/dtype.hpp>
+#include <reprise/errc.hpp>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace reprise {
+
+/// The three families of per-layer state that Reprise knows how to cache.
+enum class state_family : std::uint8_t {
+  kv_block,    ///< attention KV cache in fixed-size token blocks: truncatable, shareable
+  mamba2,      ///< Mamba2 SSM: conv window + [H, P, N] state; fixed size, not truncatable
+  gated_delta, ///< gated delta rule: conv window + [HV, K, V] delta-rule matrix; not truncatable
+};
+
+constexpr std::string_view to_string(state_family f) noexcept {
+  switch (f) {
+  case state_family::kv_block: return "kv_block";
+  case state_family::mamba2: return "mamba2";
+  case state_family::gated_delta: return "gated_delta";
+  }
+  return "?";
+}
+
+/// Chunk sizes the chunked prefill kernels are instantiated for (DESIGN.md section 6).
+constexpr bool is_supported_chunk(std::uint32_t q) noexcept { return q == 64 || q == 128 || q == 256; }
+/// Gated-delta chunked prefill uses the WY form at Q = 64 (32 allowed for small shapes).
+constexpr bool is_supported_delta_chunk(std::uint32_t q) noexcept { return q == 32 || q == 64; }
+/// Causal conv1d widths the kernels support.
+constexpr bool is_supported_conv_width(std::uint32_t w) noexcept { return w >= 2 && w <= 4; }
+constexpr bool is_power_of_two(std::uint32_t v) noexcept { return v != 0 && (v & (v - 1)) == 0; }
+
+/// Attention KV cache of one layer: K and V for `kv_heads` heads of `head_dim`, in blocks of `block_size`
+/// tokens.
+struct kv_shape {
+  std::uint32_t kv_heads = 0;
+  std::uint32_t head_dim = 0;
+  std::uint32_t block_size = 16;
+  dtype type = dtype::bf16;
+
+  /// Bytes one token occupies in this layer (K and V).
+  constexpr std::size_t bytes_per_token() const noexcept {
+    return std::size_t{2} * kv_heads * head_dim * size_of(type);
+  }
+  /// Bytes of one block of this layer.
+  constexpr std::size_t bytes_per_block() const noexcept { return bytes_per_token() * block_size; }
+
+  /// `errc{}` when the shape is usable, else why not.
+  constexpr errc validate() const noexcept {
+    if (kv_heads == 0 || head_dim == 0 || block_size == 0) return errc::invalid_argument;
+    return errc{};
+  }
+  friend constexpr bool operator==(const kv_shape&, const kv_shape&) = default;
+};
+
+/// Mamba2 mixer state of one layer: a causal-conv window over the x, B and C channels and an SSM state
+/// [heads, head_dim P, state_dim N].
+struct mamba2_shape {
+  std::uint32_t heads = 0;
+  std::uint32_t head_dim = 0;  ///< P
+  std::uint32_t state_dim = 0; ///< N
+  std::uint32_t groups = 1;    ///< B/C groups G (heads share B and C within a group)
+  std::uint32_t conv_width = 4;
+  std::uint32_t chunk = 256;
+  dtype state_type = dtype::f32; ///< SSM state; fp32 keeps restores bit-exact
+  dtype conv_type = dtype::bf16; ///< conv window holds pre-conv activations in the model's dtype
+
+  /// Channels that pass through the causal conv: x (H*P) plus B and C (G*N each).
+  constexpr std::size_t conv_channels() const noexcept {
+    return std::size_t{heads} * head_dim + std::size_t{2} * groups * state_dim;
+  }
+  /// The conv state at position p holds the last W-1 pre-conv inputs.
+  constexpr std::size_t conv_state_bytes() const noexcept {
+    return std::size_t{conv_width - 1} * conv_channels() * size_of(conv_type);
+  }
+  constexpr std::size_t matrix_state_bytes() const noexcept {
+    return std::size_t{heads} * head_dim * state_dim * size_of(state_type);
+  }
+  constexpr std::size_t state_bytes() const noexcept { return conv_state_bytes() + matrix_state_bytes(); }
+
+  constexpr errc validate() const noexcept {
+    if (heads == 0 || head_dim == 0 || state_dim == 0 || groups == 0) return errc::invalid_argument;
+    if (heads % groups != 0) return errc::invalid_argument;
+    if (!is_supported_conv_width(conv_width)) return errc::unsupported_config;
+    if (!is_supported_chunk(chunk)) return errc::unsupported_config;
+    return errc{};
+  }
+  friend constexpr bool operator==(const mamba2_shape&, const mamba2_shape&) = default;
+};
+
+/// Gated delta rule state of one layer (Qwen3-Next, Kimi-Linear): a causal-conv window over q, k and v and a
+/// delta-rule matrix [value_heads HV, key_dim K, value_dim V]. Value heads are grouped over key heads.
+struct gated_delta_shape {
+  std::uint32_t key_heads = 0;   ///< H
+  std::uint32_t value_heads = 0; ///< HV >= H, a multiple of H
+  std::uint32_t key_dim = 0;     ///< K
+  std::uint32_t value_dim = 0;   ///< V
+  std::uint32_t conv_width = 4;
+  std::uint32_t chunk = 64;
+  dtype state_type = dtype::f32;
+  dtype conv_type = dtype::bf16;
+
+  /// Channels that pass through the causal conv: q and k (H*K each) plus v (HV*V).
+  constexpr std::size_t conv_channels() const noexcept {
+    return std::size_t{2} * key_heads * key_dim + std::size_t{value_heads} * value_dim;
+  }
+  constexpr std::size_t conv_state_bytes() const noexcept {
+    return std::size_t{conv_width - 1} * conv_channels() * size_of(conv_type);
+  }
+  constexpr std::size_t matrix_state_bytes() const noexcept {
+    return std::size_t{value_heads} * key_dim * value_dim * size_of(state_type);
+  }
+  constexpr std::size_t state_bytes() const noexcept { return conv_state_bytes() + matrix_state_bytes(); }
+
+  constexpr errc validate() const noexcept {
+    if (key_heads == 0 || value_heads == 0 || key_dim == 0 || value_dim == 0) return errc::invalid_argument;
+    if (value_heads % key_heads != 0) return errc::invalid_argument;
+    if (!is_supported_conv_width(conv_width)) return errc::unsupported_config;
+    if (!is_supported_delta_chunk(chunk)) return errc::unsupported_config;
+    return errc{};
+  }
+  friend constexpr bool operator==(const gated_delta_shape&, const gated_delta_shape&) = default;
+};
+
+} // namespace reprise
