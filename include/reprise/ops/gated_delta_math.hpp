@@ -1,0 +1,185 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// \file
+/// Building blocks of the gated delta rule, shared by the host implementation
+/// (`reprise/ops/gated_delta.hpp`) and the CUDA kernels (`kernels/gated_delta.cuh`).
+///
+/// The recurrence, per value head, with state S [K, V] (fp32), key k_t and query q_t [K], value v_t [V],
+/// log-decay g_t <= 0 and write strength beta_t in (0, 1):
+///
+///     S   <- exp(g_t) S
+///     v'  =  beta_t (v_t - S^T k_t)
+///     S   <- S + k_t v'^T
+///     o_t =  scale S^T q_t
+///
+/// The chunked (WY) form over a chunk of n <= Q tokens, with the in-chunk cumulative gate G_i = g_0 + ... + g_i
+/// (restarted at every chunk start, so a chunk's arithmetic never depends on where the sequence began):
+///
+///     A  = strict_lower(diag(beta) K K^T * exp(G_i - G_j)),   T = (I + A)^-1   (forward substitution)
+///     W  = T diag(beta exp(G)) K,   U = T diag(beta) V,        V_new = U - W S_0
+///     O  = scale (diag(exp(G)) Q S_0 + lower(Q K^T * exp(G_i - G_j)) V_new)
+///     S_n = exp(G_{n-1}) S_0 + (K * exp(G_{n-1} - G_j))^T V_new
+///
+/// Every function below computes ONE entry of one of these matrices with a fixed, sequential order of
+/// floating-point operations over plain row-major buffers. The host implementation loops over all entries;
+/// a CUDA thread block assigns entries to threads. Either way the arithmetic of a chunk is a pure function
+/// of (S_0, the chunk's inputs), which is what makes a resume from a captured fp32 state at a chunk boundary
+/// bitwise equal to the uninterrupted run on the same implementation.
+///
+/// All buffers here are fp32; the callers convert inputs and states at load and store time.
+
+#include <reprise/config.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+namespace reprise::ops::gdn {
+
+// ---------------------------------------------------------------------------------------------------------
+// Element types
+
+/// bfloat16 storage (the upper half of an IEEE-754 binary32). Layout-compatible with `__nv_bfloat16`, so a
+/// device buffer of either type can be passed to the kernels; arithmetic always happens in fp32.
+struct bf16 {
+  std::uint16_t bits;
+};
+static_assert(sizeof(bf16) == 2 && std::is_trivially_copyable_v<bf16>);
+
+REPRISE_HOST_DEVICE float to_float(float x) { return x; }
+REPRISE_HOST_DEVICE float to_float(bf16 x) {
+  const std::uint32_t u = static_cast<std::uint32_t>(x.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/// fp32 -> bf16 with round-to-nearest-even (NaN stays a quiet NaN), as `__float2bfloat16_rn` does.
+REPRISE_HOST_DEVICE bf16 to_bf16(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0)
+    return bf16{static_cast<std::uint16_t>((u >> 16) | 0x0040u)};
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return bf16{static_cast<std::uint16_t>(u >> 16)};
+}
+
+REPRISE_HOST_DEVICE void store(float* dst, float x) { *dst = x; }
+REPRISE_HOST_DEVICE void store(bf16* dst, float x) { *dst = to_bf16(x); }
+
+// ---------------------------------------------------------------------------------------------------------
+// Scalars and dot products
+
+/// exp(a - b) for a later gate a and an earlier gate b of the same chunk (the argument is <= 0, so no
+/// overflow whatever the chunk length or the decay strength).
+REPRISE_HOST_DEVICE float pair_decay(float gi, float gj) { return ::expf(gi - gj); }
+
+/// sum_d a[d * sa] * b[d * sb], accumulated in index order.
+REPRISE_HOST_DEVICE float dot(const float* a, int sa, const float* b, int sb, int n) {
+  float acc = 0.0f;
+  for (int d = 0; d < n; ++d) acc += a[d * sa] * b[d * sb];
+  return acc;
+}
+
+/// 1 / sqrt(sum x^2 + eps): the L2 normalization factor of a query or key row (eps as in the reference
+/// implementations, 1e-6), accumulated in index order.
+REPRISE_HOST_DEVICE float l2_inv_norm(const float* x, int n, float eps) {
+  float ss = 0.0f;
+  for (int d = 0; d < n; ++d) ss += x[d] * x[d];
+  return 1.0f / ::sqrtf(ss + eps);
+}
+
+/// Inclusive cumulative sum of the log-decays of one chunk (`g` with stride `sg`), restarted at 0 at the
+/// chunk start. O(n), sequential on purpose: 64 additions are cheaper than any parallel scan's barriers and
+/// the order is the same on host and device.
+REPRISE_HOST_DEVICE void chunk_gate_cumsum(const float* g, int sg, int n, float* gcum) {
+  float acc = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    acc += g[i * sg];
+    gcum[i] = acc;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// WY representation of one chunk. `k`, `q` are [n, K] with leading dimension ldk, `t` is [n, n] (ld ldt).
+
+/// Entry (i, j), j < i, of -A: -(beta_i k_i . k_j) exp(G_i - G_j).
+REPRISE_HOST_DEVICE float wy_neg_a(const float* k, int ldk, int kdim, const float* gcum, const float* beta, int i,
+                                   int j) {
+  return -(beta[i] * dot(k + i * ldk, 1, k + j * ldk, 1, kdim)) * pair_decay(gcum[i], gcum[j]);
+}
+
+/// Forward substitution for T = (I + A)^-1, entry (i, c) with c < i:
+///     T_ic = N_ic + sum_{c<j<i} N_ij T_jc,   N = -A.
+/// Reads row i of N (entries j > c, not yet overwritten when a row is solved in increasing c or into a
+/// separate register) and the finished rows j < i of T. The diagonal of T is 1 and is not stored.
+REPRISE_HOST_DEVICE float wy_solve(const float* t, int ldt, int i, int c) {
+  float acc = t[i * ldt + c];
+  for (int j = c + 1; j < i; ++j) acc += t[i * ldt + j] * t[j * ldt + c];
+  return acc;
+}
+
+/// Entry (i, col) of (I + strict_lower(T)) diag(coef) X:
+///     coef_i x_i,col + sum_{j<i} T_ij (coef_j x_j,col).
+/// With coef = beta exp(G) and X = K this is W; with coef = beta and X = V it is U.
+REPRISE_HOST_DEVICE float wy_apply(const float* t, int ldt, const float* coef, const float* x, int ldx, int i,
+                                   int col) {
+  float acc = coef[i] * x[i * ldx + col];
+  for (int j = 0; j < i; ++j) acc += t[i * ldt + j] * (coef[j] * x[j * ldx + col]);
+  return acc;
+}
+
+/// Entry (i, c) of V_new = U - W S_0, S_0 [K, *] with leading dimension lds.
+REPRISE_HOST_DEVICE float wy_new_value(float u_ic, const float* w_row, const float* s, int lds, int c, int kdim) {
+  return u_ic - dot(w_row, 1, s + c, lds, kdim);
+}
+
+/// Entry (i, j), j <= i, of the causal in-chunk score matrix (q_i . k_j) exp(G_i - G_j).
+REPRISE_HOST_DEVICE float causal_score(const float* q_row, const float* k_row, int kdim, float gi, float gj) {
+  return dot(q_row, 1, k_row, 1, kdim) * pair_decay(gi, gj);
+}
+
+/// Entry (i, c) of the chunk output before `scale`:
+///     exp(G_i) (q_i . S_0[:, c]) + sum_{j<=i} P_ij V_new[j, c]
+/// (`p_row` holds the causal scores of row i).
+REPRISE_HOST_DEVICE float chunk_output(const float* q_row, const float* s, int lds, int c, int kdim, float gi,
+                                       const float* p_row, const float* vnew, int ldv, int i) {
+  float acc = dot(q_row, 1, s + c, lds, kdim) * ::expf(gi);
+  for (int j = 0; j <= i; ++j) acc += p_row[j] * vnew[j * ldv + c];
+  return acc;
+}
+
+/// Entry (d, c) of the end-of-chunk state:
+///     exp(G_{n-1}) S_0[d, c] + sum_j (k_j,d exp(G_{n-1} - G_j)) V_new[j, c]
+/// (`kdecay[j]` = exp(G_{n-1} - G_j), `decay_last` = exp(G_{n-1})).
+REPRISE_HOST_DEVICE float chunk_state(float s_dc, float decay_last, const float* k, int ldk, int d,
+                                      const float* kdecay, const float* vnew, int ldv, int c, int n) {
+  float acc = decay_last * s_dc;
+  for (int j = 0; j < n; ++j) acc += (k[j * ldk + d] * kdecay[j]) * vnew[j * ldv + c];
+  return acc;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Recurrent form (decode and short verification), one state column at a time.
+
+/// S[:, c] <- decay S[:, c] followed by the delta-rule update for one token; returns S_new[:, c] . q (before
+/// `scale`). `s_col` has stride `ss`. Two passes over the column: the projection S^T k needs the decayed
+/// column before the write, the output needs the column after it.
+REPRISE_HOST_DEVICE float recurrent_column(float* s_col, int ss, const float* k, const float* q, int kdim,
+                                           float decay, float beta, float v_c) {
+  float kv = 0.0f;
+  for (int d = 0; d < kdim; ++d) {
+    s_col[d * ss] *= decay;
+    kv += s_col[d * ss] * k[d];
+  }
+  const float u = beta * (v_c - kv);
+  float o = 0.0f;
+  for (int d = 0; d < kdim; ++d) {
+    s_col[d * ss] += k[d] * u;
+    o += s_col[d * ss] * q[d];
+  }
+  return o;
+}
+
+} // namespace reprise::ops::gdn
