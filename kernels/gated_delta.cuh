@@ -15,17 +15,30 @@
 // Recurrent step: one CTA per (V tile, value head, sequence); lane = column, warp = slice of K rows, the
 // state slice in registers across the tokens of the sequence; slice partial sums meet in shared memory and
 // are added in slice order.
-#include <reprise/ops/gated_delta_math.hpp>
+#include "common.cuh"
+
+#include <reprise/ops/gated_delta.hpp>
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
-namespace reprise::device {
+REPRISE_DEVICE_NAMESPACE_BEGIN
 
 namespace gdn = ::reprise::ops::gdn;
+using ::reprise::ops::from_float;
+using ::reprise::ops::to_float;
 
-/// A capture as the kernels read it (the launcher uploads the validated list sorted by (seq, position)).
+/// A sequence as the gated-delta kernels see it (built from the validated host metadata).
+struct gd_seq {
+  std::int64_t row0;   ///< first row in the packed tensors
+  std::int64_t length; ///< tokens
+  std::int64_t start;  ///< absolute position of the first token
+  std::int32_t first;  ///< prefill: initial slot (< 0: zero state); step: source slot (< 0: padding)
+  std::int32_t last;   ///< prefill: final slot (< 0: none); step: destination slot (< 0: padding)
+};
+
+/// A capture as the prefill kernel reads it: sorted by (sequence, position), indexed per sequence.
 struct gd_capture {
   std::int64_t position;
   std::int32_t slot;
@@ -41,15 +54,11 @@ struct gd_prefill_params {
   const float* g;
   const float* beta;
   In* o;
-  const std::int32_t* cu_seqlens;   // [S + 1]
-  const std::int64_t* start_pos;    // [S]
-  const std::int32_t* initial_slot; // [S]
-  const std::int32_t* final_slot;   // [S]
-  const gd_capture* captures;       // sorted by (seq, position)
-  const std::int32_t* capture_begin; // [S + 1]: captures of sequence s are [capture_begin[s], capture_begin[s+1])
+  const gd_seq* seqs;                 // [S]
+  const gd_capture* captures;         // sorted by (seq, position)
+  const std::int32_t* capture_begin;  // [S + 1]: sequence s owns [capture_begin[s], capture_begin[s + 1])
   State* states;
   std::int32_t num_slots;
-  std::int64_t slot_stride;
   std::int32_t key_heads;
   std::int32_t value_heads;
   float scale;
@@ -101,27 +110,28 @@ __global__ void __launch_bounds__(gd_prefill_threads) gd_chunked_prefill_kernel(
   float* s_kdecay = smem + L::kdecay;
 
   const int tid = threadIdx.x;
-  const int c0 = blockIdx.x * BV;
+  const int seq = blockIdx.x;
   const int hv = blockIdx.y;
-  const int seq = blockIdx.z;
+  const int c0 = blockIdx.z * BV;
   const int H = p.key_heads, HV = p.value_heads;
   const int h = hv / (HV / H);
-  const std::int64_t row0 = p.cu_seqlens[seq];
-  const std::int64_t start = p.start_pos[seq];
-  const std::int64_t end = start + (p.cu_seqlens[seq + 1] - row0);
+  const gd_seq sq = p.seqs[seq];
+  const std::int64_t row0 = sq.row0, start = sq.start, end = sq.start + sq.length;
+  constexpr std::int64_t slot_stride = std::int64_t{K} * V; // per value head; slots are [HV, K, V]
   const std::int64_t head_off = std::int64_t{hv} * K * V + c0;
 
-  const std::int32_t init = p.initial_slot[seq];
-  const bool has_init = init >= 0 && init < p.num_slots;
+  const bool has_init = sq.first >= 0 && sq.first < p.num_slots;
+  const State* init = p.states + (has_init ? sq.first : 0) * (slot_stride * HV) + head_off;
   for (int e = tid; e < K * BV; e += NT) {
     const int d = e / BV, c = e % BV;
-    s_state[e] = has_init ? gdn::to_float(p.states[init * p.slot_stride + head_off + std::int64_t{d} * V + c]) : 0.0f;
+    s_state[e] = has_init ? to_float(init[std::int64_t{d} * V + c]) : 0.0f;
   }
   auto store_state = [&](std::int32_t slot) {
     if (slot < 0 || slot >= p.num_slots) return; // validated on the host; never write out of bounds
+    State* dst = p.states + slot * (slot_stride * HV) + head_off;
     for (int e = tid; e < K * BV; e += NT) {
       const int d = e / BV, c = e % BV;
-      gdn::store(p.states + slot * p.slot_stride + head_off + std::int64_t{d} * V + c, s_state[e]);
+      dst[std::int64_t{d} * V + c] = from_float<State>(s_state[e]);
     }
   };
 
@@ -137,12 +147,12 @@ __global__ void __launch_bounds__(gd_prefill_threads) gd_chunked_prefill_kernel(
     for (int e = tid; e < n * K; e += NT) {
       const int i = e / K, d = e % K;
       const std::int64_t src = ((r0 + i) * H + h) * K + d;
-      s_k[i * ldk + d] = gdn::to_float(p.k[src]);
-      s_q[i * ldk + d] = gdn::to_float(p.q[src]);
+      s_k[i * ldk + d] = to_float(p.k[src]);
+      s_q[i * ldk + d] = to_float(p.q[src]);
     }
     for (int e = tid; e < n * BV; e += NT) {
       const int i = e / BV, c = e % BV;
-      s_v[i * BV + c] = gdn::to_float(p.v[((r0 + i) * HV + hv) * V + c0 + c]);
+      s_v[i * BV + c] = to_float(p.v[((r0 + i) * HV + hv) * V + c0 + c]);
     }
     if (tid < n) {
       s_g[tid] = p.g[(r0 + tid) * HV + hv];
@@ -216,7 +226,7 @@ __global__ void __launch_bounds__(gd_prefill_threads) gd_chunked_prefill_kernel(
     for (int e = tid; e < n * BV; e += NT) {
       const int i = e / BV, c = e % BV;
       const float out = p.scale * gdn::chunk_output(s_q + i * ldk, s_state, BV, c, K, s_gcum[i], s_t + i * ldt, s_u, BV, i);
-      gdn::store(p.o + ((r0 + i) * HV + hv) * V + c0 + c, out);
+      p.o[((r0 + i) * HV + hv) * V + c0 + c] = from_float<In>(out);
     }
     __syncthreads(); // outputs read S_0
     const float decay_last = ::expf(glast);
@@ -232,7 +242,7 @@ __global__ void __launch_bounds__(gd_prefill_threads) gd_chunked_prefill_kernel(
     }
   }
   __syncthreads();
-  store_state(p.final_slot[seq]);
+  store_state(sq.last);
 }
 
 /// Operands of the recurrent step kernel.
@@ -244,15 +254,11 @@ struct gd_step_params {
   const float* g;
   const float* beta;
   In* o;
-  const std::int32_t* cu_seqlens; // [S + 1]
-  const std::int64_t* start_pos;  // [S] (read only with a ring)
-  const std::int32_t* src_slot;   // [S]; < 0: padding
-  const std::int32_t* dst_slot;   // [S]; < 0: not written
+  const gd_seq* seqs;             // [S]; first = src, last = dst, either < 0: padding
   const std::int32_t* ring_slots; // [S, ring_size] or null
   std::int32_t ring_size;
   State* states;
   std::int32_t num_slots;
-  std::int64_t slot_stride;
   std::int32_t key_heads;
   std::int32_t value_heads;
   float scale;
@@ -277,33 +283,37 @@ __global__ void __launch_bounds__(gd_step_config<K, BV>::threads) gd_recurrent_s
 
   const int tid = threadIdx.x;
   const int c = tid % BV, slice = tid / BV;
-  const int c0 = blockIdx.x * BV;
+  const int seq = blockIdx.x;
   const int hv = blockIdx.y;
-  const int seq = blockIdx.z;
-  const std::int32_t src = p.src_slot[seq];
-  if (src < 0 || src >= p.num_slots) return; // padding row: nothing read, nothing written
+  const int c0 = blockIdx.z * BV;
+  const gd_seq sq = p.seqs[seq];
+  // Padding row (either index negative; out-of-pool indices were refused on the host and are skipped here
+  // rather than trusted): nothing read, nothing written.
+  if (sq.first < 0 || sq.last < 0 || sq.first >= p.num_slots || sq.last >= p.num_slots) return;
   const int H = p.key_heads, HV = p.value_heads;
   const int h = hv / (HV / H);
-  const std::int64_t row0 = p.cu_seqlens ? p.cu_seqlens[seq] : seq;
-  const std::int64_t len = p.cu_seqlens ? p.cu_seqlens[seq + 1] - row0 : 1;
+  const std::int64_t row0 = sq.row0, len = sq.length;
+  const std::int64_t slot_elems = std::int64_t{HV} * K * V;
   const std::int64_t head_off = std::int64_t{hv} * K * V + c0 + c;
   const int d0 = slice * R;
 
   // The slice of column c in registers: each load instruction of a warp reads BV consecutive elements.
   float s[R];
+  const State* src = p.states + sq.first * slot_elems + head_off;
 #pragma unroll
-  for (int r = 0; r < R; ++r) s[r] = gdn::to_float(p.states[src * p.slot_stride + head_off + std::int64_t{d0 + r} * V]);
+  for (int r = 0; r < R; ++r) s[r] = to_float(src[std::int64_t{d0 + r} * V]);
   auto store_state = [&](std::int32_t slot) {
     if (slot < 0 || slot >= p.num_slots) return;
+    State* dst = p.states + slot * slot_elems + head_off;
 #pragma unroll
-    for (int r = 0; r < R; ++r) gdn::store(p.states + slot * p.slot_stride + head_off + std::int64_t{d0 + r} * V, s[r]);
+    for (int r = 0; r < R; ++r) dst[std::int64_t{d0 + r} * V] = from_float<State>(s[r]);
   };
 
   for (std::int64_t i = 0; i < len; ++i) {
     const std::int64_t row = row0 + i;
     for (int d = tid; d < K; d += NT) {
-      s_k[d] = gdn::to_float(p.k[(row * H + h) * K + d]);
-      s_q[d] = gdn::to_float(p.q[(row * H + h) * K + d]);
+      s_k[d] = to_float(p.k[(row * H + h) * K + d]);
+      s_q[d] = to_float(p.q[(row * H + h) * K + d]);
     }
     __syncthreads();
     if (p.l2norm) {
@@ -317,7 +327,7 @@ __global__ void __launch_bounds__(gd_step_config<K, BV>::threads) gd_recurrent_s
     }
     const float decay = ::expf(p.g[row * HV + hv]);
     const float beta = p.beta[row * HV + hv];
-    const float v_c = gdn::to_float(p.v[(row * HV + hv) * V + c0 + c]);
+    const float v_c = to_float(p.v[(row * HV + hv) * V + c0 + c]);
 
     s_part[slice][c] = gdn::recurrent_decay_project(s, 1, s_k + d0, R, decay);
     __syncthreads();
@@ -332,15 +342,56 @@ __global__ void __launch_bounds__(gd_step_config<K, BV>::threads) gd_recurrent_s
       float o = 0.0f;
 #pragma unroll
       for (int w = 0; w < NS; ++w) o += s_part[w][c];
-      gdn::store(p.o + (row * HV + hv) * V + c0 + c, p.scale * o);
+      p.o[(row * HV + hv) * V + c0 + c] = from_float<In>(p.scale * o);
     }
     if (p.ring_slots) {
-      const std::int64_t pos = p.start_pos[seq] + i + 1;
+      const std::int64_t pos = sq.start + i + 1;
       store_state(p.ring_slots[std::int64_t{seq} * p.ring_size + pos % p.ring_size]);
     }
     __syncthreads(); // s_k, s_q and s_part are reused by the next token
   }
-  store_state(p.dst_slot[seq]);
+  store_state(sq.last);
 }
 
-} // namespace reprise::device
+/// Launches the prefill kernel: grid (sequences, value heads, V / BV), the shared-memory plan above.
+template <int Q, int K, int V, int BV, class In>
+result<void> gd_launch_prefill(const gd_prefill_params<In, float>& p, std::int32_t num_seqs, ops::stream_handle stream) {
+  using L = gd_prefill_smem<Q, K, BV>;
+  auto* kernel = gd_chunked_prefill_kernel<Q, K, V, BV, In, float>;
+  // Above 48 KiB a kernel must opt into its dynamic shared memory (Qwen3-Next: ~146 KiB of 227 KiB).
+  REPRISE_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(L::bytes)));
+  kernel<<<dim3(static_cast<unsigned>(num_seqs), static_cast<unsigned>(p.value_heads), V / BV), gd_prefill_threads,
+           L::bytes, stream>>>(p);
+  return device_runtime::launch_status();
+}
+
+/// Launches the recurrent step kernel: grid (sequences, value heads, V / BV).
+template <int K, int V, int BV, class In>
+result<void> gd_launch_step(const gd_step_params<In, float>& p, std::int32_t num_seqs, ops::stream_handle stream) {
+  gd_recurrent_step_kernel<K, V, BV, In, float>
+      <<<dim3(static_cast<unsigned>(num_seqs), static_cast<unsigned>(p.value_heads), V / BV),
+         gd_step_config<K, BV>::threads, 0, stream>>>(p);
+  return device_runtime::launch_status();
+}
+
+REPRISE_DEVICE_NAMESPACE_END
+
+// The (Q, K, V, BV) shapes reprise::kernels instantiates, one family per file so that compile time stays
+// bounded and visible: the small test shape in gated_delta_small.cu (every build), Qwen3-Next (H16 HV32 K128
+// V128 Q64) in gated_delta_qwen3_next.full.cu (full build only). The dispatch in gated_delta.cu lists them.
+#define REPRISE_GD_SMALL_SHAPES(X) X(64, 32, 16, 16)
+#define REPRISE_GD_QWEN3_NEXT_SHAPES(X) X(64, 128, 128, 32)
+
+// Explicit instantiation definitions (PREFIX empty) or declarations (PREFIX extern) of one shape's launchers
+// for fp32 and bf16 activations, fp32 states. Expand inside REPRISE_DEVICE_NAMESPACE_BEGIN / _END.
+#define REPRISE_GD_LAUNCHERS(PREFIX, Q_, K_, V_, BV_)                                                              \
+  PREFIX template result<void> gd_launch_prefill<Q_, K_, V_, BV_, float>(const gd_prefill_params<float, float>&,  \
+                                                                         std::int32_t, ops::stream_handle);       \
+  PREFIX template result<void> gd_launch_prefill<Q_, K_, V_, BV_, ops::bfloat16>(                                 \
+      const gd_prefill_params<ops::bfloat16, float>&, std::int32_t, ops::stream_handle);                          \
+  PREFIX template result<void> gd_launch_step<K_, V_, BV_, float>(const gd_step_params<float, float>&,            \
+                                                                  std::int32_t, ops::stream_handle);              \
+  PREFIX template result<void> gd_launch_step<K_, V_, BV_, ops::bfloat16>(                                        \
+      const gd_step_params<ops::bfloat16, float>&, std::int32_t, ops::stream_handle);
+#define REPRISE_GD_INSTANTIATE(Q_, K_, V_, BV_) REPRISE_GD_LAUNCHERS(, Q_, K_, V_, BV_)
+#define REPRISE_GD_DECLARE(Q_, K_, V_, BV_) REPRISE_GD_LAUNCHERS(extern, Q_, K_, V_, BV_)
