@@ -91,7 +91,7 @@ struct gd_prefill_smem {
 inline constexpr int gd_prefill_threads = 256;
 
 template <int Q, int K, int V, int BV, class In, class State>
-__global__ void __launch_bounds__(gd_prefill_threads) gd_chunked_prefill_kernel(gd_prefill_params<In, State> p) {
+__global__ void __launch_bounds__(gd_prefill_threads, 1) gd_chunked_prefill_kernel(gd_prefill_params<In, State> p) {
   static_assert(V % BV == 0 && Q % gdn::wy_block == 0);
   using L = gd_prefill_smem<Q, K, BV>;
   constexpr int ldk = L::ldk, ldt = L::ldt, B = gdn::wy_block, NT = gd_prefill_threads;
