@@ -19,6 +19,7 @@
 
 #include <reprise/ops/gated_delta.hpp>
 
+#include <cub/warp/warp_reduce.cuh>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -273,13 +274,16 @@ struct gd_step_config {
   static constexpr int rows = K / slices;
   static constexpr int threads = BV * slices;
   static_assert(K % slices == 0);
+  static_assert(threads >= 64, "two warps reduce the q and k norms");
 };
 
 template <int K, int V, int BV, class In, class State>
 __global__ void __launch_bounds__(gd_step_config<K, BV>::threads) gd_recurrent_step_kernel(gd_step_params<In, State> p) {
   using C = gd_step_config<K, BV>;
   constexpr int R = C::rows, NS = C::slices, NT = C::threads;
+  using warp_reduce = cub::WarpReduce<float>;
   __shared__ float s_k[K], s_q[K], s_part[NS][BV], s_norm[2];
+  __shared__ typename warp_reduce::TempStorage s_reduce[2];
 
   const int tid = threadIdx.x;
   const int c = tid % BV, slice = tid / BV;
@@ -317,7 +321,16 @@ __global__ void __launch_bounds__(gd_step_config<K, BV>::threads) gd_recurrent_s
     }
     __syncthreads();
     if (p.l2norm) {
-      if (tid < 2) s_norm[tid] = gdn::l2_inv_norm(tid == 0 ? s_k : s_q, K, p.l2norm_eps);
+      // Warp 0 reduces the squares of k, warp 1 those of q: a one-thread walk over K would put ~K dependent
+      // shared-memory loads on the critical path of every token.
+      const int warp = tid / 32, lane = tid % 32;
+      if (warp < 2) {
+        const float* x = warp == 0 ? s_k : s_q;
+        float ss = 0.0f;
+        for (int d = lane; d < K; d += 32) ss += x[d] * x[d];
+        ss = warp_reduce(s_reduce[warp]).Sum(ss);
+        if (lane == 0) s_norm[warp] = 1.0f / ::sqrtf(ss + p.l2norm_eps);
+      }
       __syncthreads();
       for (int d = tid; d < K; d += NT) {
         s_k[d] *= s_norm[0];
