@@ -96,6 +96,10 @@ __global__ void __launch_bounds__(gd_prefill_threads, 1) gd_chunked_prefill_kern
   static_assert(V % BV == 0 && Q % gdn::wy_block == 0);
   using L = gd_prefill_smem<Q, K, BV>;
   constexpr int ldk = L::ldk, ldt = L::ldt, B = gdn::wy_block, NT = gd_prefill_threads;
+  // Entries per thread of the blocked products: QR of a Q x Q score matrix, VR of a Q x BV tile, SR of the
+  // K x BV state tile; the thread grid must tile each matrix exactly.
+  static_assert(NT % Q == 0 && Q % (NT / Q) == 0 && NT % BV == 0 && Q % (NT / BV) == 0 && K % (NT / BV) == 0);
+  constexpr int QR = Q / (NT / Q), VR = Q / (NT / BV), SR = K / (NT / BV);
   extern __shared__ float smem[];
   float* s_state = smem + L::state;
   float* s_k = smem + L::k;
@@ -172,11 +176,10 @@ __global__ void __launch_bounds__(gd_prefill_threads, 1) gd_chunked_prefill_kern
       s_coef[tid] = s_beta[tid] * ::expf(s_gcum[tid]);
       s_kdecay[tid] = gdn::pair_decay(glast, s_gcum[tid]);
     }
-    // -A (strict lower, zero elsewhere so the padded rows of a short chunk solve to identity rows).
-    for (int e = tid; e < Q * Q; e += NT) {
-      const int i = e % Q, j = e / Q;
-      s_t[i * ldt + j] = (i < n && j < i) ? gdn::wy_neg_a(s_k, ldk, K, s_gcum, s_beta, i, j) : 0.0f;
-    }
+    // -A (strict lower, zero elsewhere so the padded rows of a short chunk solve to identity rows). Lane = row
+    // i (distinct banks thanks to the K + 1 stride), the R columns j of a thread are uniform across its warp
+    // (broadcast loads).
+    gdn::wy_neg_a<QR>(s_t, ldt, s_k, ldk, K, s_gcum, s_beta, tid % Q, tid / Q, NT / Q, n);
     __syncthreads();
 
     // T = (I + A)^-1, blocked: the diagonal blocks row by row (all blocks at once) ...
@@ -214,27 +217,23 @@ __global__ void __launch_bounds__(gd_prefill_threads, 1) gd_chunked_prefill_kern
       s_u[i * BV + c] = gdn::wy_apply(s_t, ldt, s_beta, s_v, BV, i, c);
     }
     __syncthreads();
-    // V_new = U - W S_0 (each entry read and written by one thread); causal scores over T, now free.
-    for (int e = tid; e < n * BV; e += NT) {
-      const int i = e / BV, c = e % BV;
-      s_u[e] = gdn::wy_new_value(s_u[e], s_w + i * ldk, s_state, BV, c, K);
-    }
-    for (int e = tid; e < Q * Q; e += NT) {
-      const int i = e % Q, j = e / Q;
-      if (i < n && j <= i) s_t[i * ldt + j] = gdn::causal_score(s_q + i * ldk, s_k + j * ldk, K, s_gcum[i], s_gcum[j]);
-    }
+    // V_new = U - W S_0 in place (lane = column c, the thread's R rows share its column of S_0); causal scores
+    // over T, now free.
+    gdn::wy_new_values<VR>(s_u, BV, s_w, ldk, s_state, BV, tid % BV, K, tid / BV, NT / BV, n);
+    gdn::causal_scores<QR>(s_t, ldt, s_q, s_k, ldk, K, s_gcum, tid % Q, tid / Q, NT / Q, n);
     __syncthreads();
-    for (int e = tid; e < n * BV; e += NT) {
-      const int i = e / BV, c = e % BV;
-      const float out = p.scale * gdn::chunk_output(s_q + i * ldk, s_state, BV, c, K, s_gcum[i], s_t + i * ldt, s_u, BV, i);
-      p.o[((r0 + i) * HV + hv) * V + c0 + c] = from_float<In>(out);
+    {
+      float out[VR];
+      const int c = tid % BV, i0 = tid / BV;
+      gdn::chunk_outputs<VR>(out, s_q, ldk, s_state, BV, c, K, s_gcum, s_t, ldt, s_u, BV, i0, NT / BV);
+#pragma unroll
+      for (int r = 0; r < VR; ++r) {
+        const int i = i0 + r * (NT / BV);
+        if (i < n) p.o[((r0 + i) * HV + hv) * V + c0 + c] = from_float<In>(p.scale * out[r]);
+      }
     }
     __syncthreads(); // outputs read S_0
-    const float decay_last = ::expf(glast);
-    for (int e = tid; e < K * BV; e += NT) {
-      const int d = e / BV, c = e % BV;
-      s_state[e] = gdn::chunk_state(s_state[e], decay_last, s_k, ldk, d, s_kdecay, s_u, BV, c, n);
-    }
+    gdn::chunk_states<SR>(s_state, BV, tid % BV, tid / BV, NT / BV, ::expf(glast), s_k, ldk, s_kdecay, s_u, BV, n);
     pos = chunk_end;
     if (cap < cap_end && p.captures[cap].position == pos) {
       __syncthreads();

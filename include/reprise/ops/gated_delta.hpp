@@ -224,29 +224,38 @@ void gated_delta_host_chunk(const gated_delta_args<T, State>& a, const gated_del
     sc.coef[i] = sc.beta[i] * expf(sc.gcum[i]);
     sc.kdecay[i] = gdn::pair_decay(glast, sc.gcum[i]);
   }
+  // R = 8 entries side by side (Q is a multiple of 8; the buffers hold Q rows, so the rows past n that a
+  // block touches exist and are simply not stored).
+  constexpr int R = 8;
   float* tm = sc.t.data();
   for (int i = 0; i < n; ++i)
-    for (int j = 0; j < i; ++j) tm[i * Q + j] = gdn::wy_neg_a(sc.k.data(), K, K, sc.gcum.data(), sc.beta.data(), i, j);
+    for (int j0 = 0; j0 < i; j0 += R)
+      gdn::wy_neg_a<R>(tm, Q, sc.k.data(), K, K, sc.gcum.data(), sc.beta.data(), i, j0, 1, n);
   wy_blocked_solve(tm, Q, n, sc.x.data());
   // W = T diag(beta e^G) K, U = T diag(beta) V, then V_new = U - W S_0 in place of U.
   for (int i = 0; i < n; ++i) {
     for (int d = 0; d < K; ++d) sc.w[i * K + d] = gdn::wy_apply(tm, Q, sc.coef.data(), sc.k.data(), K, i, d);
     for (int c = 0; c < V; ++c) sc.u[i * V + c] = gdn::wy_apply(tm, Q, sc.beta.data(), sc.v.data(), V, i, c);
   }
-  for (int i = 0; i < n; ++i)
-    for (int c = 0; c < V; ++c) sc.u[i * V + c] = gdn::wy_new_value(sc.u[i * V + c], &sc.w[i * K], S, V, c, K);
+  for (int c = 0; c < V; ++c)
+    for (int i0 = 0; i0 < n; i0 += R) gdn::wy_new_values<R>(sc.u.data(), V, sc.w.data(), K, S, V, c, K, i0, 1, n);
   // Causal scores over T (no longer needed), then outputs from S_0, then the end-of-chunk state.
   for (int i = 0; i < n; ++i)
-    for (int j = 0; j <= i; ++j)
-      tm[i * Q + j] = gdn::causal_score(&sc.q[i * K], &sc.k[j * K], K, sc.gcum[i], sc.gcum[j]);
-  for (int i = 0; i < n; ++i)
-    for (int c = 0; c < V; ++c)
-      a.out(r0 + i, hv, c) = from_float<T>(
-          scale * gdn::chunk_output(&sc.q[i * K], S, V, c, K, sc.gcum[i], &tm[i * Q], sc.u.data(), V, i));
+    for (int j0 = 0; j0 <= i; j0 += R) gdn::causal_scores<R>(tm, Q, sc.q.data(), sc.k.data(), K, K, sc.gcum.data(), i, j0, 1, n);
+  for (int c = 0; c < V; ++c)
+    for (int i0 = 0; i0 < n; i0 += R) {
+      float out[R];
+      gdn::chunk_outputs<R>(out, sc.q.data(), K, S, V, c, K, sc.gcum.data(), tm, Q, sc.u.data(), V, i0, 1);
+      for (int r = 0; r < R && i0 + r < n; ++r) a.out(r0 + i0 + r, hv, c) = from_float<T>(scale * out[r]);
+    }
   const float decay_last = expf(glast);
-  for (int d = 0; d < K; ++d)
-    for (int c = 0; c < V; ++c)
-      S[d * V + c] = gdn::chunk_state(S[d * V + c], decay_last, sc.k.data(), K, d, sc.kdecay.data(), sc.u.data(), V, c, n);
+  for (int c = 0; c < V; ++c) {
+    int d0 = 0;
+    for (; d0 + R <= K; d0 += R)
+      gdn::chunk_states<R>(S, V, c, d0, 1, decay_last, sc.k.data(), K, sc.kdecay.data(), sc.u.data(), V, n);
+    for (; d0 < K; ++d0)
+      gdn::chunk_states<1>(S, V, c, d0, 1, decay_last, sc.k.data(), K, sc.kdecay.data(), sc.u.data(), V, n);
+  }
 }
 
 } // namespace detail
