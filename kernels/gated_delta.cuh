@@ -386,24 +386,40 @@ result<void> gd_launch_step(const gd_step_params<In, float>& p, std::int32_t num
   return device_runtime::launch_status();
 }
 
+// ---- instances ----------------------------------------------------------------------------------------------
+/// Entry points of one compiled configuration; the dispatch table in gated_delta.cu lists them.
+template <class T>
+struct gated_delta_instance {
+  ops::gated_delta_kernel_config config;
+  result<void> (*chunked_prefill)(const gd_prefill_params<T, float>&, std::int32_t seqs, ops::stream_handle);
+  result<void> (*recurrent_step)(const gd_step_params<T, float>&, std::int32_t seqs, ops::stream_handle);
+};
+
+/// The instance of (Q, K, V, T) with V tiles of BV columns: chunked prefill for chunk Q and the step for (K, V).
+template <int Q, int K, int V, int BV, class T>
+inline constexpr gated_delta_instance<T> gated_delta_instance_of{
+    {K, V, Q, ops::dtype_of<T>}, &gd_launch_prefill<Q, K, V, BV, T>, &gd_launch_step<K, V, BV, T>};
+
 REPRISE_DEVICE_NAMESPACE_END
 
-// The (Q, K, V, BV) shapes reprise::kernels instantiates, one family per file so that compile time stays
-// bounded and visible: the small test shape in gated_delta_small.cu (every build), Qwen3-Next (H16 HV32 K128
-// V128 Q64) in gated_delta_qwen3_next.full.cu (full build only). The dispatch in gated_delta.cu lists them.
-#define REPRISE_GD_SMALL_SHAPES(X) X(64, 32, 16, 16)
-#define REPRISE_GD_QWEN3_NEXT_SHAPES(X) X(64, 128, 128, 32)
+// The element-type tokens of the instance macros (the same aliases as mamba2.cuh; redeclaring an alias to the
+// same type is allowed, so both headers may meet in one translation unit).
+namespace reprise::device_types {
+using f32 = float;
+using bf16 = ::reprise::ops::bfloat16;
+} // namespace reprise::device_types
 
-// Explicit instantiation definitions (PREFIX empty) or declarations (PREFIX extern) of one shape's launchers
-// for fp32 and bf16 activations, fp32 states. Expand inside REPRISE_DEVICE_NAMESPACE_BEGIN / _END.
-#define REPRISE_GD_LAUNCHERS(PREFIX, Q_, K_, V_, BV_)                                                              \
-  PREFIX template result<void> gd_launch_prefill<Q_, K_, V_, BV_, float>(const gd_prefill_params<float, float>&,  \
-                                                                         std::int32_t, ops::stream_handle);       \
-  PREFIX template result<void> gd_launch_prefill<Q_, K_, V_, BV_, ops::bfloat16>(                                 \
-      const gd_prefill_params<ops::bfloat16, float>&, std::int32_t, ops::stream_handle);                          \
-  PREFIX template result<void> gd_launch_step<K_, V_, BV_, float>(const gd_step_params<float, float>&,            \
-                                                                  std::int32_t, ops::stream_handle);              \
-  PREFIX template result<void> gd_launch_step<K_, V_, BV_, ops::bfloat16>(                                        \
-      const gd_step_params<ops::bfloat16, float>&, std::int32_t, ops::stream_handle);
-#define REPRISE_GD_INSTANTIATE(Q_, K_, V_, BV_) REPRISE_GD_LAUNCHERS(, Q_, K_, V_, BV_)
-#define REPRISE_GD_DECLARE(Q_, K_, V_, BV_) REPRISE_GD_LAUNCHERS(extern, Q_, K_, V_, BV_)
+/// Declares (in a header context) or defines (in an instantiation file, one shape family per file) the
+/// instance of one configuration. BV, the V tile of a thread block, is a tuning choice of the definition.
+#define REPRISE_GATED_DELTA_INSTANCE_NAME(Q, K, V, T) gated_delta_q##Q##_k##K##_v##V##_##T
+#define REPRISE_DECLARE_GATED_DELTA_INSTANCE(Q, K, V, T)                                                        \
+  namespace reprise::device_instances {                                                                        \
+  extern const ::reprise::device::gated_delta_instance<::reprise::device_types::T>                             \
+      REPRISE_GATED_DELTA_INSTANCE_NAME(Q, K, V, T);                                                           \
+  }
+#define REPRISE_DEFINE_GATED_DELTA_INSTANCE(Q, K, V, BV, T)                                                     \
+  REPRISE_DECLARE_GATED_DELTA_INSTANCE(Q, K, V, T)                                                             \
+  namespace reprise::device_instances {                                                                        \
+  const ::reprise::device::gated_delta_instance<::reprise::device_types::T> REPRISE_GATED_DELTA_INSTANCE_NAME( \
+      Q, K, V, T) = ::reprise::device::gated_delta_instance_of<Q, K, V, BV, ::reprise::device_types::T>;       \
+  }

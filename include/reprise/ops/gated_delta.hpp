@@ -72,6 +72,22 @@ constexpr gated_delta_shape shape_of(const gated_delta_args<T, State>& a, const 
   return s;
 }
 
+/// The sizes a gated-delta kernel instantiation is compiled for (the head counts are runtime values).
+struct gated_delta_kernel_config {
+  std::int64_t key_dim = 0;   ///< K
+  std::int64_t value_dim = 0; ///< V
+  std::int64_t chunk = 0;     ///< Q (0 for the recurrent step, which has no chunks)
+  dtype input = dtype::bf16;  ///< element type of q, k, v, out
+  friend constexpr bool operator==(const gated_delta_kernel_config&, const gated_delta_kernel_config&) = default;
+};
+
+/// The configuration of `a` for a chunked prefill (`chunked`) or a recurrent step.
+template <activation_element T, gated_delta_state_element State>
+constexpr gated_delta_kernel_config config_of(const gated_delta_args<T, State>& a, const gated_delta_options& o,
+                                              bool chunked) noexcept {
+  return {a.q.extent(2), a.v.extent(2), chunked ? std::int64_t{o.chunk} : 0, dtype_of<T>};
+}
+
 /// Slots of a recurrent step. `pairs[s]` = (src, dst) per sequence: the step reads the state from src and
 /// writes the final state to dst (src == dst: in place; different: copy-on-write fused in). A pair with a
 /// negative index on either side is a padding row: nothing is read or written, its outputs stay untouched.
@@ -355,9 +371,12 @@ result<void> gated_delta_recurrent_step_host(const gated_delta_args<T, State>& a
 // Device launchers (reprise::kernels). Tensors are device memory; the batch and slot lists are host metadata,
 // validated like the host implementations and uploaded into the workspace with one asynchronous copy.
 
-/// Whether reprise::kernels has an instantiation for this (K, V, Q) with fp32 states. The reduced build (CI)
-/// has the small test shape K32 V16 Q64; the full build adds Qwen3-Next (K128 V128 Q64).
-bool gated_delta_kernel_available(std::int64_t key_dim, std::int64_t value_dim, std::uint32_t chunk) noexcept;
+/// The configurations this build instantiated (fp32 states): the reduced CI set has the small test shape
+/// K32 V16 Q64, the full set adds Qwen3-Next (K128 V128 Q64); fp32 and bf16 inputs each.
+std::span<const gated_delta_kernel_config> gated_delta_instantiated_configs() noexcept;
+
+/// `errc{}` when this build has a kernel for `c`, else `unsupported_config`. Step configs have chunk 0.
+errc gated_delta_supports(const gated_delta_kernel_config& c) noexcept;
 
 /// Device workspace the launchers need.
 std::size_t gated_delta_chunked_prefill_workspace_bytes(const varlen_batch& b, const prefill_slots& slots) noexcept;
