@@ -68,6 +68,13 @@ bool vector_aligned(const tensor<float, 4>& pool) noexcept {
   return reinterpret_cast<std::uintptr_t>(pool.data_handle()) % 16 == 0;
 }
 
+/// The chunk scan reads x and z and writes y four head-dim elements at a time (16 bytes of fp32, 8 of bf16).
+template <class T>
+bool rows_aligned(const mamba2_args<T>& a) noexcept {
+  auto ok = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % (4 * sizeof(T)) == 0; };
+  return ok(a.x.data_handle()) && ok(a.y.data_handle()) && (is_absent(a.z) || ok(a.z.data_handle()));
+}
+
 /// The chunks of a batch on the absolute grid, with the capture slot of each chunk end.
 struct ssd_plan {
   std::vector<device::ssd_chunk_desc> chunks;
@@ -131,7 +138,7 @@ result<void> ssd_prefill(const mamba2_args<T>& a, const varlen_batch& b, const p
   if (errc e = validate_prefill_slots(b, slots, a.state_pool.extent(0), a.chunk); e != errc{}) return e;
   auto inst = dispatch<T>(config_of(a, true));
   if (!inst) return inst.error();
-  if (!vector_aligned(a.state_pool)) return errc::misaligned;
+  if (!vector_aligned(a.state_pool) || !rows_aligned(a)) return errc::misaligned;
   const ssd_plan plan = make_plan(b, slots, a.chunk);
   const ssd_layout layout = layout_of(a, plan);
   if (ws.data == nullptr || ws.bytes < layout.l.bytes()) return errc::size_mismatch;
