@@ -5,6 +5,7 @@
 /// the FLOPs estimate), and models read from a small config file (docs/sim-trace-format.md, "Model files").
 
 #include <reprise/state/model_config.hpp>
+#include <reprise/state/presets.hpp>
 
 #include <cstdint>
 #include <optional>
@@ -19,12 +20,12 @@ namespace reprise::sim {
 enum class preset_id : std::uint8_t { nemotron_h_8b, qwen3_next_80b, falcon_h1_7b, llama3_8b, none };
 
 struct sim_model {
-  std::string name;
-  model_config config;
+  std::string name = "nemotron-h-8b";
+  model_config config = model_config::of<presets::nemotron_h_8b>();
   /// Parameters that run per token (active parameters for mixture-of-experts models). Prefill costs about
   /// 2 * active_params FLOPs per token; the attention-score term is left out, so savings are a lower bound.
-  double active_params = 0;
-  preset_id preset = preset_id::none;
+  double active_params = 8.1e9;
+  preset_id preset = preset_id::nemotron_h_8b;
 };
 
 /// The four presets, in a fixed order.

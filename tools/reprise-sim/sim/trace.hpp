@@ -19,7 +19,8 @@
 
 namespace reprise::sim {
 
-using token = std::uint32_t;
+/// A token id, as the cache takes them (`reprise::token_id`, non-negative in traces).
+using token = std::int32_t;
 
 /// What a segment copies into the prompt.
 enum class segment_kind : std::uint8_t {

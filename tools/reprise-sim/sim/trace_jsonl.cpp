@@ -148,7 +148,7 @@ public:
     return true;
   }
 
-  /// `[u32, ...]` appended to `out`; at most `max_count` values.
+  /// `[t, ...]` appended to `out` (each 0 <= t < 2^31); at most `max_count` values.
   bool token_array(std::vector<token>& out, std::uint64_t max_count) {
     if (!expect('[')) return false;
     const char* start = p_;
