@@ -28,12 +28,12 @@ std::optional<policy_kind> parse_policy(std::string_view name) noexcept {
 
 std::string_view describe(policy_kind p) noexcept {
   switch (p) {
-  case policy_kind::block_sharing: return "block sharing (attention only)";
-  case policy_kind::memory_only: return "memory only (skips nothing)";
-  case policy_kind::snapshot_interval: return "snapshots every I";
-  case policy_kind::snapshot_prefix_tree: return "snapshots every I + last + branch";
-  case policy_kind::snapshot_turns: return "snapshots last + branch + turn end";
-  case policy_kind::snapshot_all: return "snapshots every I + last + branch + turn end";
+  case policy_kind::block_sharing: return "block sharing";
+  case policy_kind::memory_only: return "memory only";
+  case policy_kind::snapshot_interval: return "snap: every I";
+  case policy_kind::snapshot_prefix_tree: return "snap: every I, last, branch";
+  case policy_kind::snapshot_turns: return "snap: last, branch, turn end";
+  case policy_kind::snapshot_all: return "snap: every I, last, branch, turn end";
   }
   return "?";
 }

@@ -81,8 +81,13 @@ std::string format_tick(double v, axis_format f) {
 }
 
 std::string render_svg(const line_chart& c) {
-  constexpr double width = 900, height = 540;
-  constexpr double left = 90, right = 250, top = 70;
+  // The legend sits right of the plot, as wide as its longest entry (about 7.5 px per character at 13 px).
+  std::size_t longest = 0;
+  for (const series& s : c.lines) longest = std::max(longest, s.name.size());
+  const double right = std::max(180.0, 70 + 7.5 * static_cast<double>(longest));
+  const double width = 660 + right, height = 540;
+  constexpr double left = 90;
+  const double top = 70 + 16.0 * static_cast<double>(std::count(c.subtitle.begin(), c.subtitle.end(), '\n'));
   const double bottom = 70 + 18.0 * static_cast<double>(c.notes.size());
   const double pw = width - left - right, ph = height - top - bottom;
 
@@ -123,6 +128,15 @@ std::string render_svg(const line_chart& c) {
        "\" viewBox=\"0 0 " + num(width) + " " + num(height) + "\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n";
   o += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   o += "<text x=\"" + num(left) + "\" y=\"30\" font-size=\"18\" font-weight=\"bold\">" + xml_escape(c.title) + "</text>\n";
+  double sub_y = 50;
+  for (std::size_t from = 0; from < c.subtitle.size();) {
+    std::size_t nl = c.subtitle.find('\n', from);
+    if (nl == std::string::npos) nl = c.subtitle.size();
+    o += "<text x=\"" + num(left) + "\" y=\"" + num(sub_y) + "\" font-size=\"12\" fill=\"#444444\">" +
+         xml_escape(c.subtitle.substr(from, nl - from)) + "</text>\n";
+    sub_y += 16;
+    from = nl + 1;
+  }
   for (std::size_t i = 0; i < c.notes.size(); ++i)
     o += "<text x=\"" + num(left) + "\" y=\"" + num(height - 18.0 * static_cast<double>(c.notes.size() - i) + 4) +
          "\" font-size=\"12\" fill=\"#a00000\">" + xml_escape(c.notes[i]) + "</text>\n";

@@ -20,6 +20,7 @@ struct series {
 
 struct line_chart {
   std::string title;
+  std::string subtitle{}; ///< one line of context under the title (fixed parameters, a key)
   std::string x_label, y_label;
   axis_format x_format = axis_format::number;
   axis_format y_format = axis_format::number;

@@ -115,10 +115,10 @@ std::string value_text(sweep_axis a, std::uint64_t v) {
 }
 
 /// One chart: y = f(report) in percent, one line per policy; notes for errors and never-hit warnings.
-line_chart chart_of(const sweep_result& s, const std::string& title, const char* y_label,
-                    double (*f)(const replay_report&)) {
+line_chart chart_of(const sweep_result& s, const std::string& title, const std::string& subtitle,
+                    const char* y_label, double (*f)(const replay_report&)) {
   const axis_text at = axis_of(s.axis);
-  line_chart c{.title = title, .x_label = at.label, .y_label = y_label, .x_format = at.format,
+  line_chart c{.title = title, .subtitle = subtitle, .x_label = at.label, .y_label = y_label, .x_format = at.format,
                .y_format = axis_format::percent, .x_log = at.log, .y_min = 0, .y_max = 100};
   std::set<std::string> notes;
   for (policy_kind p : s.policies) {
@@ -128,7 +128,10 @@ line_chart chart_of(const sweep_result& s, const std::string& title, const char*
       line.x.push_back(static_cast<double>(pt.value));
       line.y.push_back(pt.report.error.empty() ? 100 * f(pt.report) : NAN);
       const std::string where = value_text(s.axis, pt.value) + ": ";
-      if (!pt.report.error.empty()) notes.insert(where + pt.report.error + " (no point drawn)");
+      if (!pt.report.error.empty()) {
+        notes.insert(where + pt.report.error + " (no point drawn)");
+        continue;
+      }
       for (const std::string& w : pt.report.warnings)
         if (w.starts_with("never hits")) notes.insert(where + w);
     }
@@ -192,8 +195,27 @@ std::vector<std::string> write_sweep(const sweep_result& s, const std::string& d
        }},
       {"-skipped.svg", "Prefill skipped", "prompt tokens skipped", [](const replay_report& r) { return r.skipped_fraction(); }},
   };
+  // The parameters held fixed, from any report that ran (they are the same in all but the swept one).
+  std::string fixed;
+  for (const sweep_point& pt : s.points) {
+    const replay_report& r = pt.report;
+    if (!r.error.empty()) continue;
+    std::string line;
+    auto add = [&](const std::string& part) { line += (line.empty() ? "" : ", ") + part; };
+    if (s.axis != sweep_axis::block_size) add("block " + std::to_string(r.block_size));
+    add("alignment " + std::to_string(r.alignment));
+    if (s.axis != sweep_axis::snapshot_interval && r.snapshot_interval) add("I = " + std::to_string(r.snapshot_interval));
+    if (s.axis != sweep_axis::kv_budget) add("KV " + format_bytes(static_cast<double>(r.kv_budget_bytes)));
+    if (s.axis != sweep_axis::snapshot_budget && r.snapshot_budget_bytes)
+      add("snapshots " + format_bytes(static_cast<double>(r.snapshot_budget_bytes)));
+    if (r.concurrency > 1) add(std::to_string(r.concurrency) + " in flight");
+    fixed = line;
+    if (r.snapshot_interval) break; // prefer a report that shows the interval
+  }
+  const std::string subtitle = (title.empty() ? "" : title + "; ") + fixed +
+                               "\nlast = last aligned position of the prompt, branch = where it leaves the cached tree";
   for (const auto& ch : charts) {
-    const line_chart c = chart_of(s, std::string(ch.what) + suffix + (title.empty() ? "" : " (" + title + ")"), ch.y, ch.f);
+    const line_chart c = chart_of(s, std::string(ch.what) + suffix, subtitle, ch.y, ch.f);
     if (!write_file(base + ch.file, render_svg(c), error)) return {};
     written.push_back(base + ch.file);
   }
