@@ -216,7 +216,7 @@ TEST_CASE("blocks given up in step n are not reused before step n completes") {
   CHECK(c.check_invariants().has_value());
 }
 
-TEST_CASE("decode: extend appends tokens and blocks; commit publishes blocks that became full") {
+TEST_CASE("decode: extend appends tokens and blocks, commit publishes blocks that became full") {
   cache c = make(16);
   auto prompt = iota_tokens(30);
   REQUIRE(c.admit(1, prompt).has_value());
