@@ -75,10 +75,18 @@ void run(const trace& t, const replay_config& c, const pool_sizes& sizes, replay
   double kv_sum = 0, snap_sum = 0;
   std::uint64_t samples = 0;
 
+  // The adapter drives the cache exactly as its contract says, so any error from commit or finish is a bug
+  // here or in the cache: the first one is reported and ends the replay.
+  auto misuse = [&](const char* call, errc e, std::uint32_t index) {
+    if (rep.error.empty())
+      rep.error = std::string(call) + " failed with " + std::string(to_string(e)) + " for request " +
+                  std::to_string(t.requests[index].id);
+  };
   auto finish = [&](std::uint32_t index) {
     const auto t0 = clock_type::now();
-    [[maybe_unused]] auto done = cache.finish(index);
+    auto done = cache.finish(index);
     in_cache += clock_type::now() - t0;
+    if (!done) misuse("finish", done.error(), index);
     live[index] = 0;
   };
   auto finish_all = [&] {
@@ -147,14 +155,14 @@ void run(const trace& t, const replay_config& c, const pool_sizes& sizes, replay
     // The engine restores, prefills [usable, L) and writes every planned capture.
     written.clear();
     for (const capture_point& p : plan->captures) written.push_back(p.position);
-    [[maybe_unused]] auto committed = cache.commit(i, length, written);
+    if (auto committed = cache.commit(i, length, written); !committed) misuse("commit", committed.error(), i);
 
     // Decode: the model feeds every output token but the last sampled one.
     if (r.output_tokens > 0) {
       output.clear();
       materializer::append_output(i, r.output_tokens, output);
       if (cache.extend(i, output)) {
-        [[maybe_unused]] auto decoded = cache.commit(i, length + r.output_tokens - 1);
+        if (auto decoded = cache.commit(i, length + r.output_tokens - 1); !decoded) misuse("commit", decoded.error(), i);
         rep.output_tokens += r.output_tokens;
       } else {
         ++rep.decode_truncated;
@@ -168,10 +176,9 @@ void run(const trace& t, const replay_config& c, const pool_sizes& sizes, replay
       in_flight.pop_back();
     }
     end_step();
-    if (c.check_invariants && !cache.check_invariants()) {
+    if (c.check_invariants && !cache.check_invariants())
       rep.error = "check_invariants failed after request " + std::to_string(r.id);
-      return;
-    }
+    if (!rep.error.empty()) return;
   }
   finish_all();
   end_step();
