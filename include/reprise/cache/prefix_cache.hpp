@@ -37,6 +37,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <span>
@@ -230,6 +231,11 @@ private:
     // ----------------------------------------------------------------------------------------------------
     // blocks
 
+    /// The B tokens stored for block `b`, with B a constant the hasher and copies can inline.
+    std::span<const token_id, block_size> block_tokens(block_id b) const noexcept {
+      return std::span<const token_id, block_size>(blocks_.tokens(b).data(), block_size);
+    }
+
     /// Takes a reusable block: a safe free one, else evicts the LRU head. Precondition: available() > 0.
     block_id take_block() noexcept {
       detail::block_node* n = blocks_.free().front_safe();
@@ -251,10 +257,12 @@ private:
       blocks_.lru().erase(n, safe_before_);
       index_.erase(n);
       if (n.parent != no_block) --blocks_.node(n.parent).cached_children;
-      for (slot_id& s : n.snapshot) {
-        if (s == no_slot) continue;
-        ++metrics_.snapshot_evictions_invalidated;
-        drop_published(slots_.node(s), /*reusable_now=*/false);
+      if constexpr (restores) { // only snapshot_restore publishes snapshots
+        for (slot_id& s : n.snapshot) {
+          if (s == no_slot) continue;
+          ++metrics_.snapshot_evictions_invalidated;
+          drop_published(slots_.node(s), /*reusable_now=*/false);
+        }
       }
       n.parent = no_block;
       n.key = {};
@@ -424,11 +432,13 @@ private:
 
       // From here on the call succeeds: change the cache.
       for (block_id b : r.blocks) reference(blocks_.node(b));
+      const std::uint32_t full = length / block_size;
       for (std::uint32_t i = matched; i < total; ++i) {
         const block_id b = take_block();
         const std::size_t begin = std::size_t{i} * block_size;
-        const std::size_t count = std::min<std::size_t>(block_size, prompt.size() - begin);
-        std::copy_n(prompt.data() + begin, count, blocks_.tokens(b).data());
+        // Full blocks copy a compile-time byte count (inlined vector moves instead of a memmove call).
+        if (i < full) std::memcpy(blocks_.tokens(b).data(), prompt.data() + begin, block_size * sizeof(token_id));
+        else std::copy_n(prompt.data() + begin, prompt.size() - begin, blocks_.tokens(b).data());
         r.blocks.push_back(b);
       }
       r.tokens = length;
@@ -570,18 +580,26 @@ private:
     }
 
     /// Publishes the sequence's blocks that are full and computed, in chain order.
+    ///
+    /// The parent key is carried in a local: a block and the published block equal to it have the same key,
+    /// so chaining the next block's hash never waits for this block's index probe (at 0 % hit every probe
+    /// misses the caches on large pools; hashing the next block overlaps with it).
     void publish_blocks(detail::sequence_record& r) noexcept {
       const std::uint32_t full = r.computed / block_size;
-      while (r.chain.size() < full) {
-        const auto i = static_cast<std::uint32_t>(r.chain.size());
-        detail::block_node& n = blocks_.node(r.blocks[i]);
+      auto i = static_cast<std::uint32_t>(r.chain.size());
+      if (i >= full) return;
+      block_id parent = i == 0 ? no_block : r.chain[i - 1];
+      block_key parent_key = i == 0 ? r.root : blocks_.node(parent).key;
+      for (; i < full; ++i) {
+        const block_id b = r.blocks[i];
+        detail::block_node& n = blocks_.node(b);
         if (n.state == detail::block_state::cached) { // published by a fork sibling
-          r.chain.push_back(r.blocks[i]);
+          r.chain.push_back(b);
+          parent = b;
+          parent_key = n.key;
           continue;
         }
-        const block_id parent = i == 0 ? no_block : r.chain[i - 1];
-        const block_key parent_key = i == 0 ? r.root : blocks_.node(parent).key;
-        const auto tokens = std::span<const token_id>(blocks_.tokens(r.blocks[i]));
+        const std::span<const token_id> tokens = block_tokens(b);
         const block_key key = hasher_.chain(parent_key, tokens);
         detail::block_index::insert_commit_data data;
         if (detail::block_node* equal = index_.insert_check({key, parent, tokens, &r.extras}, data)) {
@@ -589,7 +607,9 @@ private:
           // engine's table points at it); the chain continues through the published one, which the sequence
           // now also holds.
           reference(*equal);
-          r.chain.push_back(blocks_.id_of(*equal));
+          parent = blocks_.id_of(*equal);
+          parent_key = key;
+          r.chain.push_back(parent);
           ++metrics_.duplicate_blocks;
           continue;
         }
@@ -597,10 +617,12 @@ private:
         n.parent = parent;
         n.depth = i;
         n.state = detail::block_state::cached;
-        if (i == 0) blocks_.root_extras(r.blocks[i]) = r.extras;
+        if (i == 0) blocks_.root_extras(b) = r.extras;
         else ++blocks_.node(parent).cached_children;
         index_.insert_commit(n, data);
-        r.chain.push_back(r.blocks[i]);
+        r.chain.push_back(b);
+        parent = b;
+        parent_key = key;
         ++metrics_.blocks_published;
         ++metrics_.blocks_cached;
       }

@@ -1,0 +1,261 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+// reprise-sim replay through the real prefix_cache: hand-computed hit counts on small traces for every
+// policy, budget errors and warnings, geometry models equivalent to the preset types, determinism, and the
+// sweep's CSV and plot files.
+#include "sim/cache_replay.hpp"
+#include "sim/replay.hpp"
+#include "sim/sweep.hpp"
+#include "sim/trace_jsonl.hpp"
+#include "sim/workload.hpp"
+
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+using namespace reprise::sim;
+
+namespace {
+
+replay_config config_for(const char* model, policy_kind p) {
+  replay_config c;
+  c.model = *find_preset(model);
+  c.policy = p;
+  // 512 blocks: room for every small trace here, and check_invariants() (which walks the pool) stays fast.
+  c.kv_budget_bytes = 512 * c.model.config.bytes_per_kv_block();
+  c.snapshot_budget_bytes = std::uint64_t{8} << 30;
+  c.check_invariants = true;
+  return c;
+}
+
+trace parse_ok(const char* text) {
+  parse_result r = parse_trace(text);
+  REQUIRE(r.ok());
+  return std::move(r.t);
+}
+
+struct expected {
+  std::uint64_t hits, kv_hits, kv_matched, usable, lost;
+};
+
+void check(const replay_report& r, const expected& e) {
+  CAPTURE(r.policy);
+  REQUIRE(r.error.empty());
+  CHECK(r.hits == e.hits);
+  CHECK(r.kv_hits == e.kv_hits);
+  CHECK(r.kv_matched_tokens == e.kv_matched);
+  CHECK(r.usable_tokens == e.usable);
+  CHECK(r.tokens_lost == e.lost);
+  CHECK(r.prefill_tokens == r.prompt_tokens - r.usable_tokens);
+}
+
+/// Compares everything but the timings.
+void check_same(const replay_report& a, const replay_report& b) {
+  CHECK(a.requests == b.requests);
+  CHECK(a.requests_rejected == b.requests_rejected);
+  CHECK(a.hits == b.hits);
+  CHECK(a.kv_hits == b.kv_hits);
+  CHECK(a.kv_matched_tokens == b.kv_matched_tokens);
+  CHECK(a.usable_tokens == b.usable_tokens);
+  CHECK(a.tokens_lost == b.tokens_lost);
+  CHECK(a.peak_kv_bytes == b.peak_kv_bytes);
+  CHECK(a.mean_kv_bytes == b.mean_kv_bytes);
+  CHECK(a.peak_snapshot_bytes == b.peak_snapshot_bytes);
+  CHECK(a.mean_snapshot_bytes == b.mean_snapshot_bytes);
+  CHECK(a.kv_evictions == b.kv_evictions);
+  CHECK(a.captures_planned == b.captures_planned);
+  CHECK(a.captures_written == b.captures_written);
+  CHECK(a.captures_refused == b.captures_refused);
+  CHECK(a.snapshot_evictions_lru == b.snapshot_evictions_lru);
+  CHECK(a.snapshot_evictions_invalidated == b.snapshot_evictions_invalidated);
+  CHECK(a.snapshot_slots == b.snapshot_slots);
+}
+
+} // namespace
+
+TEST_CASE("block_sharing on Llama-3-8B (B = 16): hand-computed hits") {
+  // r0: 100 system tokens + 10 own, 20 output tokens: 129 tokens fed, 8 full blocks published.
+  // r1: same system prompt: blocks 0..5 (96 tokens) match, block 6 differs at token 100.
+  // r2: continues r0 (130 tokens) + 5: 8 blocks = 128 tokens match (floor(134 / 16) = 8 allows them all).
+  // r3: r1's prompt under another tenant: never shares.
+  const trace t = parse_ok(R"({"pool":"sys","random":100,"seed":3}
+{"id":0,"segments":[{"pool":"sys"},{"fresh":10}],"output":20}
+{"id":1,"segments":[{"pool":"sys"},{"fresh":20}]}
+{"id":2,"segments":[{"from":0},{"fresh":5}]}
+{"id":3,"tenant":"other","segments":[{"pool":"sys"},{"fresh":20}]}
+)");
+  const replay_report r = replay(t, config_for("llama-3-8b", policy_kind::block_sharing));
+  check(r, {.hits = 2, .kv_hits = 2, .kv_matched = 96 + 128, .usable = 96 + 128, .lost = 0});
+  CHECK(r.requests == 4);
+  CHECK(r.prompt_tokens == 110 + 120 + 135 + 120);
+  CHECK(r.flops_saved == doctest::Approx(2 * 8.0e9 * 224));
+}
+
+TEST_CASE("the policies on Nemotron-H-8B (B = 16, A = 256): hand-computed hits") {
+  // r0: 600 system tokens + 50 own (L = 650), 7 output tokens: 656 tokens fed = 41 full blocks, so an
+  //     end-of-turn capture lands at 656. Captures at admit: last aligned floor(649 / 256) * 256 = 512; the
+  //     interval (1024) places none.
+  // r1: the system prompt + 70 own (L = 670): KV matches 37 blocks = 592 tokens (token 600 differs, block
+  //     37 spans 592..607). The deepest snapshot at or below 592 is 512: 80 tokens lost.
+  // r2: continues r0 (657 tokens) + 40 (L = 697): KV matches r0's 41 blocks = 656 tokens. Prefill-exact
+  //     snapshots reach 512 (144 lost); accepting decode continuations reaches 656 (none lost).
+  // r3: r1's prompt under another tenant: nothing shared.
+  const trace t = parse_ok(R"({"pool":"sys","random":600,"seed":4}
+{"id":0,"segments":[{"pool":"sys"},{"fresh":50}],"output":7}
+{"id":1,"segments":[{"pool":"sys"},{"fresh":70}]}
+{"id":2,"segments":[{"from":0},{"fresh":40}]}
+{"id":3,"tenant":"other","segments":[{"pool":"sys"},{"fresh":70}]}
+)");
+  const std::uint64_t kv = 592 + 656;
+  check(replay(t, config_for("nemotron-h-8b", policy_kind::memory_only)),
+        {.hits = 0, .kv_hits = 2, .kv_matched = kv, .usable = 0, .lost = 0});
+  check(replay(t, config_for("nemotron-h-8b", policy_kind::snapshot_interval)),
+        {.hits = 0, .kv_hits = 2, .kv_matched = kv, .usable = 0, .lost = kv});
+  check(replay(t, config_for("nemotron-h-8b", policy_kind::snapshot_prefix_tree)),
+        {.hits = 2, .kv_hits = 2, .kv_matched = kv, .usable = 512 + 512, .lost = 80 + 144});
+  check(replay(t, config_for("nemotron-h-8b", policy_kind::snapshot_turns)),
+        {.hits = 2, .kv_hits = 2, .kv_matched = kv, .usable = 512 + 656, .lost = 80});
+  const replay_report all = replay(t, config_for("nemotron-h-8b", policy_kind::snapshot_all));
+  check(all, {.hits = 2, .kv_hits = 2, .kv_matched = kv, .usable = 512 + 656, .lost = 80});
+  CHECK(all.captures_written == 3); // 512 at r0's admit, 656 at r0's end of turn, 512 at r3's admit
+  CHECK(all.snapshot_hits == 2);
+
+  SUBCASE("an interval of 256 places a capture at 256 and 512 for r0") {
+    replay_config c = config_for("nemotron-h-8b", policy_kind::snapshot_interval);
+    c.snapshot_interval = 256;
+    const replay_report r = replay(t, c);
+    check(r, {.hits = 2, .kv_hits = 2, .kv_matched = kv, .usable = 512 + 512, .lost = 80 + 144});
+    // r0 writes 256 and 512; r3 (its own tenant) writes its own 256 and 512.
+    CHECK(r.captures_written == 4);
+  }
+  SUBCASE("one snapshot slot: r3's captures evict r0's, and only the newest survives") {
+    replay_config c = config_for("nemotron-h-8b", policy_kind::snapshot_prefix_tree);
+    c.snapshot_budget_bytes = c.model.config.bytes_per_snapshot();
+    const replay_report r = replay(t, c);
+    CHECK(r.snapshot_slots == 1);
+    check(r, {.hits = 2, .kv_hits = 2, .kv_matched = kv, .usable = 512 + 512, .lost = 80 + 144});
+    CHECK(r.peak_snapshot_bytes == doctest::Approx(static_cast<double>(c.model.config.bytes_per_snapshot())));
+    CHECK(r.snapshot_evictions_lru == 1); // r3's capture at 512 takes r0's slot
+  }
+}
+
+TEST_CASE("configurations that can never hit are errors or warnings, not silent zeros") {
+  const trace t = generate({.kind = workload_kind::chat, .requests = 50, .seed = 1});
+  SUBCASE("a snapshot budget below one snapshot") {
+    replay_config c = config_for("nemotron-h-8b", policy_kind::snapshot_all);
+    c.snapshot_budget_bytes = std::uint64_t{64} << 20;
+    const replay_report r = replay(t, c);
+    CHECK(r.error.find("below one snapshot") != std::string::npos);
+    REQUIRE_FALSE(r.warnings.empty());
+    CHECK(r.warnings[0].starts_with("never hits"));
+    CHECK(format_report(r).find("error: snapshot budget 64 MiB is below one snapshot (97.4 MiB)") != std::string::npos);
+  }
+  SUBCASE("an interval off the alignment grid") {
+    replay_config c = config_for("nemotron-h-8b", policy_kind::snapshot_interval);
+    c.snapshot_interval = 100;
+    CHECK(replay(t, c).error.find("not a positive multiple of the alignment unit 256") != std::string::npos);
+  }
+  SUBCASE("block_sharing on a hybrid, and a geometry without an instantiation") {
+    CHECK(replay(t, config_for("nemotron-h-8b", policy_kind::block_sharing)).error.find("does not apply") !=
+          std::string::npos);
+    replay_config c = config_for("llama-3-8b", policy_kind::block_sharing);
+    c.model.config = *with_block_size(c.model.config, 512);
+    CHECK(replay(t, c).error.find("no cache instantiation") != std::string::npos);
+  }
+  SUBCASE("a KV budget too small for the longest prompt rejects those requests") {
+    replay_config c = config_for("llama-3-8b", policy_kind::block_sharing);
+    c.kv_budget_bytes = std::uint64_t{64} << 20; // 32 blocks of 2 MiB = 512 tokens
+    const replay_report r = replay(t, c);
+    CHECK(r.error.empty());
+    CHECK(r.requests_rejected > 0);
+    CHECK(r.requests + r.requests_rejected == 50);
+    bool warned = false;
+    for (const std::string& w : r.warnings) warned |= w.find("rejected") != std::string::npos;
+    CHECK(warned);
+  }
+}
+
+TEST_CASE("geometry models give the same report as the preset types") {
+  const trace t = generate({.kind = workload_kind::agentic, .requests = 150, .seed = 11});
+  for (policy_kind p : {policy_kind::memory_only, policy_kind::snapshot_interval, policy_kind::snapshot_prefix_tree,
+                        policy_kind::snapshot_turns, policy_kind::snapshot_all}) {
+    CAPTURE(to_string(p));
+    replay_config c = config_for("nemotron-h-8b", p);
+    c.snapshot_budget_bytes = std::uint64_t{1} << 30; // 10 slots: evictions happen
+    c.kv_budget_bytes = 1024 * c.model.config.bytes_per_kv_block(); // KV evictions happen
+    c.concurrency = 4;
+    c.check_invariants = false; // quadratic in the pool; the hand-computed cases above run it
+    const replay_report geometry = replay(t, c);
+    const replay_report preset = replay_with_preset_type(t, c);
+    REQUIRE(geometry.error.empty());
+    REQUIRE(preset.error.empty());
+    check_same(geometry, preset);
+    CHECK(geometry.kv_hits > 0);
+    CHECK((geometry.hits > 0) == restores_snapshots(p));
+  }
+  replay_config c = config_for("llama-3-8b", policy_kind::block_sharing);
+  c.kv_budget_bytes = 1024 * c.model.config.bytes_per_kv_block();
+  c.check_invariants = false;
+  check_same(replay(t, c), replay_with_preset_type(t, c));
+}
+
+TEST_CASE("same seed, same report; concurrency keeps every request") {
+  const workload_options w{.kind = workload_kind::chat, .requests = 400, .seed = 77, .tenants = 2};
+  replay_config c = config_for("qwen3-next-80b-a3b", policy_kind::snapshot_all);
+  c.concurrency = 8;
+  c.snapshot_budget_bytes = std::uint64_t{2} << 30;
+  c.kv_budget_bytes = 2048 * c.model.config.bytes_per_kv_block();
+  c.check_invariants = false;
+  const replay_report a = replay(generate(w), c);
+  const replay_report b = replay(generate(w), c);
+  REQUIRE(a.error.empty());
+  check_same(a, b);
+  CHECK(a.requests == 400);
+  CHECK(a.hits > 0);
+  CHECK(a.hits <= a.kv_hits);
+  CHECK(a.usable_tokens + a.tokens_lost == a.kv_matched_tokens);
+}
+
+TEST_CASE("a sweep writes a CSV with one row per (policy, value) and three plots") {
+  const trace t = generate({.kind = workload_kind::system_prompt, .requests = 60, .seed = 3, .system_prompt_tokens = 1200});
+  replay_config base = config_for("nemotron-h-8b", policy_kind::snapshot_all);
+  base.check_invariants = false;
+  const std::vector<std::uint64_t> budgets = {std::uint64_t{64} << 20, std::uint64_t{256} << 20, std::uint64_t{1} << 30};
+  const std::vector<policy_kind> policies = policies_for(base.model.config);
+  const sweep_result s = run_sweep(t, base, policies, sweep_axis::snapshot_budget, budgets, false);
+  REQUIRE(s.points.size() == policies.size() * budgets.size());
+
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "reprise_sim_sweep_test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::string error;
+  const auto files = write_sweep(s, dir.string(), "budget", "test", error);
+  REQUIRE(error.empty());
+  REQUIRE(files.size() == 4);
+  for (const std::string& f : files) CHECK(std::filesystem::file_size(f) > 200);
+
+  std::ifstream csv(files[0]);
+  std::string header, line;
+  std::getline(csv, header);
+  std::vector<std::string> columns = report_columns();
+  columns.insert(columns.begin(), "snapshot_budget");
+  std::string want;
+  for (const std::string& col : columns) want += (want.empty() ? "" : ",") + col;
+  CHECK(header == want);
+  std::size_t rows = 0, errors = 0;
+  while (std::getline(csv, line)) {
+    ++rows;
+    errors += line.find("below one snapshot") != std::string::npos;
+  }
+  CHECK(rows == s.points.size());
+  CHECK(errors == 4); // the four snapshot policies at 64 MiB
+
+  std::ifstream svg(files[1]);
+  std::stringstream text;
+  text << svg.rdbuf();
+  CHECK(text.str().find("Request hit rate vs snapshot budget") != std::string::npos);
+  CHECK(text.str().find("64 MiB: snapshot budget 64 MiB is below one snapshot") != std::string::npos);
+  for (policy_kind p : policies) CHECK(text.str().find(std::string(describe(p))) != std::string::npos);
+  std::filesystem::remove_all(dir);
+}

@@ -1,0 +1,12 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+// Cache instantiations for one family of geometry models (see sim/cache_adapter.hpp).
+#include "sim/cache_adapter.hpp"
+
+namespace reprise::sim::adapter {
+
+std::span<const geometry> hybrid_geometries_a256() {
+  static constexpr geometry table[] = {make_geometry<16, 256>(), make_geometry<64, 256>(), make_geometry<256, 256>()};
+  return table;
+}
+
+} // namespace reprise::sim::adapter

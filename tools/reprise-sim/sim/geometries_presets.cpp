@@ -1,0 +1,17 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+// The cache over the presets' own model types, for the geometry-model equivalence test.
+#include "sim/cache_adapter.hpp"
+
+#include <reprise/state/presets.hpp>
+
+namespace reprise::sim::adapter {
+
+runner preset_runner(preset_id id, policy_kind p) {
+  switch (id) {
+  case preset_id::nemotron_h_8b: return runner_for<presets::nemotron_h_8b>(p);
+  case preset_id::llama3_8b: return runner_for<presets::llama3_8b>(p);
+  default: return nullptr;
+  }
+}
+
+} // namespace reprise::sim::adapter

@@ -1,0 +1,56 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// \file
+/// Models the simulator knows: the presets of `reprise/state/presets.hpp` with a parameter count each (for
+/// the FLOPs estimate), and models read from a small config file (docs/sim-trace-format.md, "Model files").
+
+#include <reprise/state/model_config.hpp>
+#include <reprise/state/presets.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+
+namespace reprise::sim {
+
+/// Which compile-time preset a model is, when it is one.
+enum class preset_id : std::uint8_t { nemotron_h_8b, qwen3_next_80b, falcon_h1_7b, llama3_8b, none };
+
+struct sim_model {
+  std::string name = "nemotron-h-8b";
+  model_config config = model_config::of<presets::nemotron_h_8b>();
+  /// Parameters that run per token (active parameters for mixture-of-experts models). Prefill costs about
+  /// 2 * active_params FLOPs per token; the attention-score term is left out, so savings are a lower bound.
+  double active_params = 8.1e9;
+  preset_id preset = preset_id::nemotron_h_8b;
+};
+
+/// The four presets, in a fixed order.
+std::span<const sim_model> preset_models();
+/// The preset named `name` (`nemotron-h-8b`, `qwen3-next-80b-a3b`, `falcon-h1-7b`, `llama-3-8b`), or null.
+const sim_model* find_preset(std::string_view name);
+
+/// Reads a model file. Format, one `key = value` per line, `#` starts a comment:
+///
+///     name = jamba-like
+///     active_params = 12e9
+///     attention = count=4 kv_heads=8 head_dim=128 block_size=16
+///     mamba2 = count=28 heads=64 head_dim=64 state_dim=128 groups=1 conv_width=4 chunk=256
+///     gated_delta = count=8 key_heads=16 value_heads=32 key_dim=128 value_dim=128 conv_width=4 chunk=64
+///
+/// Returns the model, or a message naming the line and what is wrong.
+std::variant<sim_model, std::string> parse_model_file(std::string_view text);
+
+/// The same model with every attention layer's block size set to `block_size` (for block-size sweeps).
+/// Errors as `model_config::make` (e.g. `misaligned` when the block size does not divide the chunk grid).
+result<model_config> with_block_size(const model_config& m, std::uint32_t block_size);
+
+/// "97.4 MiB", "40 GiB", "512 B".
+std::string format_bytes(double bytes);
+/// Parses "40GiB", "512 MiB", "1.5G", "1048576" (suffixes K/M/G/T and KiB..TiB are powers of 1024).
+std::optional<std::uint64_t> parse_bytes(std::string_view text);
+
+} // namespace reprise::sim

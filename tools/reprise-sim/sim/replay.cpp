@@ -1,0 +1,176 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+#include "sim/replay.hpp"
+
+#include "sim/csv.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace reprise::sim {
+
+std::string_view to_string(policy_kind p) noexcept {
+  switch (p) {
+  case policy_kind::block_sharing: return "block_sharing";
+  case policy_kind::memory_only: return "memory_only";
+  case policy_kind::snapshot_interval: return "snapshot_interval";
+  case policy_kind::snapshot_prefix_tree: return "snapshot_prefix_tree";
+  case policy_kind::snapshot_turns: return "snapshot_turns";
+  case policy_kind::snapshot_all: return "snapshot_all";
+  }
+  return "?";
+}
+
+std::optional<policy_kind> parse_policy(std::string_view name) noexcept {
+  for (policy_kind p : all_policies)
+    if (name == to_string(p)) return p;
+  return std::nullopt;
+}
+
+std::string_view describe(policy_kind p) noexcept {
+  switch (p) {
+  case policy_kind::block_sharing: return "block sharing";
+  case policy_kind::memory_only: return "memory only";
+  case policy_kind::snapshot_interval: return "snap: every I";
+  case policy_kind::snapshot_prefix_tree: return "snap: every I, last, branch";
+  case policy_kind::snapshot_turns: return "snap: last, branch, turn end";
+  case policy_kind::snapshot_all: return "snap: every I, last, branch, turn end";
+  }
+  return "?";
+}
+
+bool uses_interval(policy_kind p) noexcept {
+  return p == policy_kind::snapshot_interval || p == policy_kind::snapshot_prefix_tree || p == policy_kind::snapshot_all;
+}
+
+bool restores_snapshots(policy_kind p) noexcept {
+  return p != policy_kind::block_sharing && p != policy_kind::memory_only;
+}
+
+std::vector<policy_kind> policies_for(const model_config& m) {
+  if (!m.has_recurrent()) return {policy_kind::block_sharing};
+  return {policy_kind::memory_only, policy_kind::snapshot_interval, policy_kind::snapshot_prefix_tree,
+          policy_kind::snapshot_turns, policy_kind::snapshot_all};
+}
+
+std::uint32_t effective_interval(const replay_config& c) noexcept {
+  return c.snapshot_interval ? c.snapshot_interval : 4 * c.model.config.alignment();
+}
+
+std::vector<std::string> configuration_warnings(const trace& t, const replay_config& c) {
+  std::vector<std::string> w;
+  const model_config& m = c.model.config;
+  std::uint64_t longest = 0;
+  for (const request& r : t.requests) longest = std::max(longest, r.prompt_tokens);
+  if (c.policy == policy_kind::memory_only)
+    w.push_back("memory_only never skips prefill (recurrent layers must see every token); it only shares KV memory");
+  if (restores_snapshots(c.policy)) {
+    if (m.bytes_per_snapshot() > c.snapshot_budget_bytes)
+      w.push_back("never hits: snapshot budget " + format_bytes(static_cast<double>(c.snapshot_budget_bytes)) +
+                  " is below one snapshot (" + format_bytes(static_cast<double>(m.bytes_per_snapshot())) + ")");
+    else if (c.snapshot_budget_bytes / m.bytes_per_snapshot() < c.concurrency)
+      w.push_back("fewer snapshot slots (" + std::to_string(c.snapshot_budget_bytes / m.bytes_per_snapshot()) +
+                  ") than requests in flight (" + std::to_string(c.concurrency) + "): captures will be refused");
+    if (longest != 0 && longest <= m.alignment())
+      w.push_back("never hits: every prompt is at most " + std::to_string(longest) +
+                  " tokens, not past the first snapshot position " + std::to_string(m.alignment()));
+    if (uses_interval(c.policy) && effective_interval(c) % m.alignment() != 0)
+      w.push_back("snapshot interval " + std::to_string(effective_interval(c)) + " is not a multiple of the alignment unit " +
+                  std::to_string(m.alignment()));
+  }
+  if (c.policy == policy_kind::block_sharing && longest != 0 && longest <= m.block_size())
+    w.push_back("never hits: no prompt is longer than one block (" + std::to_string(m.block_size()) + " tokens)");
+  if (m.bytes_per_kv_block() != 0) {
+    const std::uint64_t blocks = c.kv_budget_bytes / m.bytes_per_kv_block();
+    const std::uint64_t needed = (longest + m.block_size() - 1) / m.block_size();
+    if (blocks < needed)
+      w.push_back("KV budget holds " + std::to_string(blocks) + " blocks, fewer than the longest prompt needs (" +
+                  std::to_string(needed) + "): such requests are rejected");
+  }
+  return w;
+}
+
+std::string format_report(const replay_report& r) {
+  std::string s;
+  char buf[256];
+  auto line = [&](const char* key, const std::string& value) {
+    std::snprintf(buf, sizeof buf, "  %-34s %s\n", key, value.c_str());
+    s += buf;
+  };
+  auto pct = [](double v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.2f %%", 100 * v);
+    return std::string(b);
+  };
+  auto count = [](std::uint64_t v) { return std::to_string(v); };
+  auto bytes = [](double v) { return format_bytes(v); };
+  s += r.model + " / " + r.policy + "\n";
+  line("block size / alignment", std::to_string(r.block_size) + " / " + std::to_string(r.alignment) + " tokens");
+  if (r.snapshot_interval) line("snapshot interval", std::to_string(r.snapshot_interval) + " tokens");
+  line("KV budget", bytes(static_cast<double>(r.kv_budget_bytes)) + " (" + count(r.kv_blocks) + " blocks of " +
+                        bytes(static_cast<double>(r.bytes_per_kv_block)) + ")");
+  if (r.snapshot_budget_bytes)
+    line("snapshot budget", bytes(static_cast<double>(r.snapshot_budget_bytes)) + " (" + count(r.snapshot_slots) +
+                                " slots of " + bytes(static_cast<double>(r.bytes_per_snapshot)) + ")");
+  for (const std::string& w : r.warnings) s += "  warning: " + w + "\n";
+  if (!r.error.empty()) {
+    s += "  error: " + r.error + "\n";
+    return s;
+  }
+  line("requests", count(r.requests) + (r.requests_rejected ? " (+" + count(r.requests_rejected) + " rejected)" : ""));
+  if (r.decode_truncated) line("decodes cut short (KV full)", count(r.decode_truncated));
+  line("request hit rate (skipped > 0)", pct(r.hit_rate()) + " (" + count(r.hits) + ")");
+  line("KV hit rate (matched > 0)", pct(r.kv_hit_rate()) + " (" + count(r.kv_hits) + ")");
+  line("prompt tokens", count(r.prompt_tokens));
+  line("KV-matched tokens", count(r.kv_matched_tokens));
+  line("usable (skipped) tokens", count(r.usable_tokens) + " (" + pct(r.skipped_fraction()) + " of prompt tokens)");
+  line("tokens lost to missing snapshots", count(r.tokens_lost));
+  line("prefill tokens computed", count(r.prefill_tokens));
+  std::snprintf(buf, sizeof buf, "%.3g PFLOP", r.flops_saved / 1e15);
+  line("prefill FLOPs saved (2 * params)", buf);
+  line("KV bytes peak / mean", bytes(r.peak_kv_bytes) + " / " + bytes(r.mean_kv_bytes));
+  if (r.snapshot_budget_bytes)
+    line("snapshot bytes peak / mean", bytes(r.peak_snapshot_bytes) + " / " + bytes(r.mean_snapshot_bytes));
+  line("blocks shared", count(r.blocks_shared));
+  line("KV evictions", count(r.kv_evictions));
+  if (r.snapshot_budget_bytes) {
+    line("snapshot hits / misses", count(r.snapshot_hits) + " / " + count(r.snapshot_misses));
+    line("captures planned / written / refused",
+         count(r.captures_planned) + " / " + count(r.captures_written) + " / " + count(r.captures_refused));
+    line("snapshot evictions LRU / TTL / KV", count(r.snapshot_evictions_lru) + " / " + count(r.snapshot_evictions_ttl) +
+                                                  " / " + count(r.snapshot_evictions_invalidated));
+  }
+  std::snprintf(buf, sizeof buf, "%.0f ns (%.2f s in all)", r.cache_ns_per_request(), r.cache_seconds);
+  line("cache time per request", buf);
+  std::snprintf(buf, sizeof buf, "%.0f requests/s (%.2f s wall)", r.requests_per_second(), r.wall_seconds);
+  line("replay throughput", buf);
+  return s;
+}
+
+std::vector<std::string> report_columns() {
+  return {"model", "policy", "block_size", "alignment", "snapshot_interval", "concurrency", "kv_budget_bytes",
+          "snapshot_budget_bytes", "kv_blocks", "snapshot_slots", "requests", "requests_rejected", "decode_truncated",
+          "hits", "hit_rate", "kv_hits", "kv_hit_rate", "prompt_tokens", "kv_matched_tokens", "usable_tokens",
+          "tokens_lost", "prefill_tokens", "output_tokens", "flops_saved", "peak_kv_bytes", "mean_kv_bytes",
+          "peak_snapshot_bytes", "mean_snapshot_bytes", "blocks_shared", "kv_evictions", "snapshot_hits",
+          "snapshot_misses", "captures_planned", "captures_written", "captures_refused", "snapshot_evictions_lru",
+          "snapshot_evictions_ttl", "snapshot_evictions_invalidated", "cache_ns_per_request", "error", "warnings"};
+}
+
+void write_report_row(csv_writer& w, const replay_report& r) {
+  using u64 = std::uint64_t;
+  std::string warnings;
+  for (const std::string& s : r.warnings) warnings += (warnings.empty() ? "" : "; ") + s;
+  w.cell(r.model).cell(r.policy).cell(u64{r.block_size}).cell(u64{r.alignment}).cell(u64{r.snapshot_interval});
+  w.cell(u64{r.concurrency}).cell(r.kv_budget_bytes).cell(r.snapshot_budget_bytes).cell(u64{r.kv_blocks});
+  w.cell(u64{r.snapshot_slots}).cell(r.requests).cell(r.requests_rejected).cell(r.decode_truncated).cell(r.hits);
+  w.cell(r.hit_rate()).cell(r.kv_hits).cell(r.kv_hit_rate()).cell(r.prompt_tokens).cell(r.kv_matched_tokens);
+  w.cell(r.usable_tokens).cell(r.tokens_lost).cell(r.prefill_tokens).cell(r.output_tokens).cell(r.flops_saved);
+  w.cell(r.peak_kv_bytes).cell(r.mean_kv_bytes).cell(r.peak_snapshot_bytes).cell(r.mean_snapshot_bytes);
+  w.cell(r.blocks_shared).cell(r.kv_evictions).cell(r.snapshot_hits).cell(r.snapshot_misses);
+  w.cell(r.captures_planned).cell(r.captures_written).cell(r.captures_refused).cell(r.snapshot_evictions_lru);
+  w.cell(r.snapshot_evictions_ttl).cell(r.snapshot_evictions_invalidated).cell(r.cache_ns_per_request());
+  w.cell(r.error).cell(warnings);
+  w.end_row();
+}
+
+} // namespace reprise::sim

@@ -1,0 +1,148 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// \file
+/// Replaying a trace through `reprise::prefix_cache`, with model compute left out.
+///
+/// Each request goes through the engine-facing flow of DESIGN.md section 5: `admit` (with the tenant as
+/// salt), `commit` of the whole prompt with every planned capture reported as written, `extend` with the
+/// output tokens and `commit` of every token the model has fed (all but the last sampled one), `finish`,
+/// and `step_complete` for the step. With `concurrency` > 1 up to that many requests are in flight: a
+/// request is finished `concurrency` steps after its admit, or earlier when a later request continues it.
+///
+/// Only this header's types are shared with the rest of the tool; everything that names the cache API lives
+/// in sim/cache_replay.cpp.
+
+#include "sim/models.hpp"
+#include "sim/trace.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace reprise::sim {
+
+class progress;
+
+/// The policies the simulator compares. Each maps to one compile-time `prefix_cache` policy type.
+enum class policy_kind : std::uint8_t {
+  block_sharing,        ///< policy::block_sharing (attention-only models)
+  memory_only,          ///< policy::memory_only
+  snapshot_interval,    ///< snapshot_restore<capture<every_interval>, accept_prefill_exact>
+  snapshot_prefix_tree, ///< snapshot_restore<capture<every_interval, last_aligned, branch_point>, accept_prefill_exact>
+  snapshot_turns,       ///< snapshot_restore<> : capture<last_aligned, branch_point, end_of_turn>, accept_any
+  snapshot_all,         ///< snapshot_restore<capture<every_interval, last_aligned, branch_point, end_of_turn>, accept_any>
+};
+
+inline constexpr policy_kind all_policies[] = {
+    policy_kind::block_sharing,        policy_kind::memory_only,    policy_kind::snapshot_interval,
+    policy_kind::snapshot_prefix_tree, policy_kind::snapshot_turns, policy_kind::snapshot_all};
+
+/// Short name for the command line and CSV (`snapshot_all`).
+std::string_view to_string(policy_kind p) noexcept;
+std::optional<policy_kind> parse_policy(std::string_view name) noexcept;
+/// Legend text (`snapshots: every I + last + branch`).
+std::string_view describe(policy_kind p) noexcept;
+/// Whether the policy uses the snapshot interval.
+bool uses_interval(policy_kind p) noexcept;
+bool restores_snapshots(policy_kind p) noexcept;
+/// The policies that compile for a model: `block_sharing` for attention-only models, the others for hybrids.
+std::vector<policy_kind> policies_for(const model_config& m);
+
+struct replay_config {
+  sim_model model;                     ///< its `config` may be a block-size variant of a preset
+  policy_kind policy = policy_kind::snapshot_all;
+  std::uint64_t kv_budget_bytes = std::uint64_t{40} << 30;
+  std::uint64_t snapshot_budget_bytes = std::uint64_t{8} << 30;
+  std::uint32_t snapshot_interval = 0; ///< 0: 4 x the alignment unit
+  std::uint32_t concurrency = 1;
+  std::uint64_t snapshot_ttl_steps = 0;
+  std::uint32_t max_snapshots_per_path = 0;
+  std::uint64_t hasher_seed = 0x5eed; ///< fixed, so runs are reproducible
+  bool check_invariants = false;      ///< call `check_invariants()` after every request (tests)
+};
+
+/// The interval a config actually uses.
+std::uint32_t effective_interval(const replay_config& c) noexcept;
+
+struct replay_report {
+  // --- configuration ---
+  std::string model;
+  std::string policy;
+  std::uint32_t block_size = 0, alignment = 0, snapshot_interval = 0, concurrency = 0;
+  std::uint64_t kv_budget_bytes = 0, snapshot_budget_bytes = 0;
+  std::uint32_t kv_blocks = 0, snapshot_slots = 0;
+  std::uint64_t bytes_per_kv_block = 0, bytes_per_snapshot = 0;
+  /// Set when the configuration cannot run at all (e.g. a snapshot budget below one snapshot); the counts
+  /// below are then zero.
+  std::string error;
+  /// Why a configuration that runs may hit rarely or never (shown in the report and on plots).
+  std::vector<std::string> warnings;
+
+  // --- traffic ---
+  std::uint64_t requests = 0;           ///< requests admitted
+  std::uint64_t requests_rejected = 0;  ///< prompts needing more KV blocks than the whole budget
+  std::uint64_t decode_truncated = 0;   ///< requests whose decode ran out of KV blocks
+  std::uint64_t hits = 0;               ///< requests with usable (skipped) tokens > 0
+  std::uint64_t kv_hits = 0;            ///< requests with KV-matched tokens > 0
+  std::uint64_t prompt_tokens = 0;
+  std::uint64_t kv_matched_tokens = 0;
+  std::uint64_t usable_tokens = 0;      ///< prefill tokens skipped
+  std::uint64_t tokens_lost = 0;        ///< KV matched but recomputed for want of a snapshot
+  std::uint64_t prefill_tokens = 0;     ///< prefill tokens computed (prompt - usable)
+  std::uint64_t output_tokens = 0;
+  double flops_saved = 0;               ///< 2 * active params * usable tokens
+
+  // --- memory ---
+  double peak_kv_bytes = 0, mean_kv_bytes = 0;             ///< blocks not in the free queue
+  double peak_snapshot_bytes = 0, mean_snapshot_bytes = 0; ///< published snapshots
+
+  // --- cache events ---
+  std::uint64_t blocks_shared = 0;
+  std::uint64_t kv_evictions = 0;
+  std::uint64_t snapshot_hits = 0, snapshot_misses = 0;
+  std::uint64_t captures_planned = 0, captures_written = 0, captures_refused = 0;
+  std::uint64_t snapshot_evictions_lru = 0, snapshot_evictions_ttl = 0, snapshot_evictions_invalidated = 0;
+
+  // --- time ---
+  double cache_seconds = 0; ///< inside prefix_cache calls only
+  double wall_seconds = 0;  ///< the whole replay, token expansion included
+
+  double hit_rate() const noexcept { return requests ? static_cast<double>(hits) / static_cast<double>(requests) : 0; }
+  double kv_hit_rate() const noexcept {
+    return requests ? static_cast<double>(kv_hits) / static_cast<double>(requests) : 0;
+  }
+  double skipped_fraction() const noexcept {
+    return prompt_tokens ? static_cast<double>(usable_tokens) / static_cast<double>(prompt_tokens) : 0;
+  }
+  double cache_ns_per_request() const noexcept {
+    return requests ? cache_seconds * 1e9 / static_cast<double>(requests) : 0;
+  }
+  double requests_per_second() const noexcept {
+    return wall_seconds > 0 ? static_cast<double>(requests) / wall_seconds : 0;
+  }
+};
+
+/// Replays `t` through the cache configured by `c`.
+/// Effects: none outside the report. Errors: reported in `replay_report::error` (unsupported block size /
+/// alignment, budget below one snapshot or one block, misaligned interval, policy that does not apply).
+/// Complexity: linear in the trace's tokens.
+replay_report replay(const trace& t, const replay_config& c, progress* bar = nullptr);
+
+/// Static checks of a configuration against a trace: warnings for setups that can never or rarely hit.
+std::vector<std::string> configuration_warnings(const trace& t, const replay_config& c);
+
+/// Block sizes and alignment units the simulator has `prefix_cache` instantiations for, as "B/A" pairs.
+std::string supported_geometries();
+
+/// The report as `key: value` lines for people.
+std::string format_report(const replay_report& r);
+
+/// CSV column names of `write_report_row`, in order.
+std::vector<std::string> report_columns();
+class csv_writer;
+void write_report_row(csv_writer& w, const replay_report& r);
+
+} // namespace reprise::sim

@@ -1,0 +1,225 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+#include "sim/sweep.hpp"
+
+#include "sim/csv.hpp"
+#include "sim/progress.hpp"
+#include "sim/svg_plot.hpp"
+
+#include <cmath>
+#include <fstream>
+#include <set>
+
+namespace reprise::sim {
+
+std::string_view to_string(sweep_axis a) noexcept {
+  switch (a) {
+  case sweep_axis::snapshot_budget: return "snapshot_budget";
+  case sweep_axis::snapshot_interval: return "snapshot_interval";
+  case sweep_axis::block_size: return "block_size";
+  case sweep_axis::kv_budget: return "kv_budget";
+  }
+  return "?";
+}
+
+std::optional<sweep_axis> parse_sweep_axis(std::string_view name) noexcept {
+  for (auto a : {sweep_axis::snapshot_budget, sweep_axis::snapshot_interval, sweep_axis::block_size, sweep_axis::kv_budget})
+    if (name == to_string(a)) return a;
+  return std::nullopt;
+}
+
+std::vector<std::uint64_t> default_sweep_values(sweep_axis a, const model_config& m) {
+  std::vector<std::uint64_t> v;
+  switch (a) {
+  case sweep_axis::snapshot_budget: {
+    // From just under one snapshot (never hits: shown as a warning) up to ~1000 snapshots.
+    std::uint64_t b = std::uint64_t{1} << 26;
+    while (b < m.bytes_per_snapshot()) b <<= 1;
+    b >>= 1;
+    for (int i = 0; i < 11; ++i, b <<= 1) v.push_back(b);
+    break;
+  }
+  case sweep_axis::snapshot_interval:
+    for (std::uint64_t k : {1, 2, 4, 8, 16, 32}) v.push_back(k * m.alignment());
+    break;
+  case sweep_axis::block_size: v = {16, 64, 256}; break;
+  case sweep_axis::kv_budget:
+    for (std::uint64_t g = 1; g <= 128; g <<= 1) v.push_back(g << 30);
+    break;
+  }
+  return v;
+}
+
+sweep_result run_sweep(const trace& t, const replay_config& base, const std::vector<policy_kind>& policies,
+                       sweep_axis axis, const std::vector<std::uint64_t>& values, bool show_progress) {
+  sweep_result s;
+  s.axis = axis;
+  s.policies = policies;
+  progress bar("sweep", policies.size() * values.size(), show_progress);
+  std::uint64_t done = 0;
+  for (policy_kind p : policies) {
+    for (std::uint64_t value : values) {
+      replay_config c = base;
+      c.policy = p;
+      std::string error;
+      switch (axis) {
+      case sweep_axis::snapshot_budget: c.snapshot_budget_bytes = value; break;
+      case sweep_axis::snapshot_interval: c.snapshot_interval = static_cast<std::uint32_t>(value); break;
+      case sweep_axis::kv_budget: c.kv_budget_bytes = value; break;
+      case sweep_axis::block_size: {
+        auto variant = with_block_size(base.model.config, static_cast<std::uint32_t>(value));
+        if (variant) c.model.config = *variant;
+        else error = "block size " + std::to_string(value) + " does not fit the model's chunk grid (" +
+                     std::string(reprise::to_string(variant.error())) + ")";
+        // Keep the interval on the (possibly coarser) alignment grid of the variant.
+        if (variant && c.snapshot_interval % variant->alignment() != 0) c.snapshot_interval = 0;
+        break;
+      }
+      }
+      replay_report r;
+      if (error.empty()) {
+        r = replay(t, c);
+      } else {
+        r.model = c.model.name;
+        r.policy = std::string(to_string(p));
+        r.error = error;
+      }
+      s.points.push_back({value, std::move(r)});
+      bar.update(++done);
+    }
+  }
+  bar.finish();
+  return s;
+}
+
+namespace {
+
+struct axis_text {
+  const char* label;
+  axis_format format;
+  bool log;
+};
+
+axis_text axis_of(sweep_axis a) {
+  switch (a) {
+  case sweep_axis::snapshot_budget: return {"snapshot budget", axis_format::bytes, true};
+  case sweep_axis::snapshot_interval: return {"snapshot interval (tokens)", axis_format::number, true};
+  case sweep_axis::block_size: return {"KV block size (tokens)", axis_format::number, true};
+  case sweep_axis::kv_budget: return {"KV budget", axis_format::bytes, true};
+  }
+  return {"", axis_format::number, false};
+}
+
+std::string value_text(sweep_axis a, std::uint64_t v) {
+  const axis_text t = axis_of(a);
+  return t.format == axis_format::bytes ? format_bytes(static_cast<double>(v)) : std::to_string(v);
+}
+
+/// One chart: y = f(report) in percent, one line per policy; notes for errors and never-hit warnings.
+line_chart chart_of(const sweep_result& s, const std::string& title, const std::string& subtitle,
+                    const char* y_label, double (*f)(const replay_report&)) {
+  const axis_text at = axis_of(s.axis);
+  line_chart c{.title = title, .subtitle = subtitle, .x_label = at.label, .y_label = y_label, .x_format = at.format,
+               .y_format = axis_format::percent, .x_log = at.log, .y_min = 0, .y_max = 100};
+  std::set<std::string> notes;
+  for (policy_kind p : s.policies) {
+    series line{std::string(describe(p)), {}, {}};
+    for (const sweep_point& pt : s.points) {
+      if (pt.report.policy != to_string(p)) continue;
+      line.x.push_back(static_cast<double>(pt.value));
+      line.y.push_back(pt.report.error.empty() ? 100 * f(pt.report) : NAN);
+      const std::string where = value_text(s.axis, pt.value) + ": ";
+      if (!pt.report.error.empty()) {
+        notes.insert(where + pt.report.error + " (no point drawn)");
+        continue;
+      }
+      for (const std::string& w : pt.report.warnings)
+        if (w.starts_with("never hits")) notes.insert(where + w);
+    }
+    c.lines.push_back(std::move(line));
+  }
+  // Keep the chart readable: at most six notes, then a count.
+  std::size_t shown = 0;
+  for (const std::string& n : notes) {
+    if (shown++ == 6) {
+      c.notes.push_back("... and " + std::to_string(notes.size() - 6) + " more (see the CSV)");
+      break;
+    }
+    c.notes.push_back(n);
+  }
+  return c;
+}
+
+bool write_file(const std::string& path, const std::string& text, std::string& error) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  if (!out) {
+    error = "cannot write " + path;
+    return false;
+  }
+  return true;
+}
+
+} // namespace
+
+std::vector<std::string> write_sweep(const sweep_result& s, const std::string& dir, const std::string& stem,
+                                     const std::string& title, std::string& error) {
+  std::vector<std::string> written;
+  const std::string base = (dir.empty() ? std::string(".") : dir) + "/" + stem;
+  {
+    std::ofstream out(base + ".csv", std::ios::binary);
+    std::vector<std::string> columns = report_columns();
+    columns.insert(columns.begin(), std::string(to_string(s.axis)));
+    csv_writer w(out, columns);
+    for (const sweep_point& pt : s.points) {
+      w.cell(pt.value);
+      write_report_row(w, pt.report);
+    }
+    if (!out) {
+      error = "cannot write " + base + ".csv";
+      return {};
+    }
+    written.push_back(base + ".csv");
+  }
+  const std::string suffix = " vs " + std::string(axis_of(s.axis).label);
+  const struct {
+    const char* file;
+    const char* what;
+    const char* y;
+    double (*f)(const replay_report&);
+  } charts[] = {
+      {"-hit-rate.svg", "Request hit rate", "requests with skipped prefill",
+       [](const replay_report& r) { return r.hit_rate(); }},
+      {"-lost-tokens.svg", "Tokens lost to missing snapshots", "KV-matched tokens recomputed (% of prompt tokens)",
+       [](const replay_report& r) {
+         return r.prompt_tokens ? static_cast<double>(r.tokens_lost) / static_cast<double>(r.prompt_tokens) : 0.0;
+       }},
+      {"-skipped.svg", "Prefill skipped", "prompt tokens skipped", [](const replay_report& r) { return r.skipped_fraction(); }},
+  };
+  // The parameters held fixed, from any report that ran (they are the same in all but the swept one).
+  std::string fixed;
+  for (const sweep_point& pt : s.points) {
+    const replay_report& r = pt.report;
+    if (!r.error.empty()) continue;
+    std::string line;
+    auto add = [&](const std::string& part) { line += (line.empty() ? "" : ", ") + part; };
+    if (s.axis != sweep_axis::block_size) add("block " + std::to_string(r.block_size));
+    add("alignment " + std::to_string(r.alignment));
+    if (s.axis != sweep_axis::snapshot_interval && r.snapshot_interval) add("I = " + std::to_string(r.snapshot_interval));
+    if (s.axis != sweep_axis::kv_budget) add("KV " + format_bytes(static_cast<double>(r.kv_budget_bytes)));
+    if (s.axis != sweep_axis::snapshot_budget && r.snapshot_budget_bytes)
+      add("snapshots " + format_bytes(static_cast<double>(r.snapshot_budget_bytes)));
+    if (r.concurrency > 1) add(std::to_string(r.concurrency) + " in flight");
+    fixed = line;
+    if (r.snapshot_interval) break; // prefer a report that shows the interval
+  }
+  const std::string subtitle = (title.empty() ? "" : title + "; ") + fixed +
+                               "\nlast = last aligned position of the prompt, branch = where it leaves the cached tree";
+  for (const auto& ch : charts) {
+    const line_chart c = chart_of(s, std::string(ch.what) + suffix, subtitle, ch.y, ch.f);
+    if (!write_file(base + ch.file, render_svg(c), error)) return {};
+    written.push_back(base + ch.file);
+  }
+  return written;
+}
+
+} // namespace reprise::sim
