@@ -400,15 +400,21 @@ private:
       r.root = hasher_.root(keys);
       r.extras = stored_extra_keys::from(keys);
       const std::uint32_t limit = (length - 1) / block_size;
-      block_key key = r.root;
+      auto prompt_block = [&](std::uint32_t i) { return prompt.subspan(std::size_t{i} * block_size, block_size); };
       block_id parent = no_block;
+      // One key ahead, as in publish_blocks: block i + 1's bucket loads while block i is verified.
+      block_key key = limit != 0 ? hasher_.chain(r.root, prompt_block(0)) : block_key{};
       for (std::uint32_t i = 0; i < limit; ++i) {
-        const auto tokens = prompt.subspan(std::size_t{i} * block_size, block_size);
-        key = hasher_.chain(key, tokens);
-        detail::block_node* hit = index_.find({key, parent, tokens, &r.extras});
+        block_key next{};
+        if (i + 1 < limit) {
+          next = hasher_.chain(key, prompt_block(i + 1));
+          index_.prefetch(next);
+        }
+        detail::block_node* hit = index_.find({key, parent, prompt_block(i), &r.extras});
         if (hit == nullptr) break;
         parent = blocks_.id_of(*hit);
         r.blocks.push_back(parent);
+        key = next;
       }
       const auto matched = static_cast<std::uint32_t>(r.blocks.size());
       const std::uint32_t total = (length + block_size - 1) / block_size;
