@@ -3,8 +3,8 @@
 // 1K / 8K / 32K / 128K tokens at 0 / 50 / 100 % prefix hit, against the bookkeeping floor measured in the
 // same process: chaining the same hasher over the same full blocks plus one hash-table probe per block.
 // At the end the binary prints the ratio cache / floor (CPU time: the machine is shared, so wall time waits
-// on other processes) for every configuration. It also counts heap
-// allocations inside the timed loop (allocs_per_op), which should be 0.
+// on other processes) for every configuration, from the medians when --benchmark_repetitions is given. It
+// also counts heap allocations inside the timed loop (allocs_per_op), which should be 0.
 #include <reprise/reprise.hpp>
 
 #include <benchmark/benchmark.h>
@@ -146,8 +146,12 @@ void register_benchmarks() {
 class ratio_reporter : public benchmark::ConsoleReporter {
 public:
   void ReportRuns(const std::vector<Run>& runs) override {
-    for (const Run& r : runs)
-      if (r.run_type == Run::RT_Iteration) times_[r.benchmark_name()] = r.GetAdjustedCPUTime();
+    // One time per configuration: the run itself, or with --benchmark_repetitions the median of the runs.
+    for (const Run& r : runs) {
+      const bool single = r.run_type == Run::RT_Iteration && r.repetitions <= 1;
+      const bool median = r.run_type == Run::RT_Aggregate && r.aggregate_name == "median";
+      if (single || median) times_[r.run_name.str()] = r.GetAdjustedCPUTime();
+    }
     ConsoleReporter::ReportRuns(runs);
   }
   void print_ratios() const {
