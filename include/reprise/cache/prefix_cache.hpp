@@ -202,6 +202,9 @@ private:
   }
 
   struct state {
+    /// LRU victims whose index buckets admit prefetches ahead of evicting them.
+    static constexpr std::uint32_t eviction_lookahead = 8;
+
     state(const cache_options& o, std::uint32_t slots, std::uint64_t seed)
         : options_(o), seed_(seed), hasher_(seed), blocks_(o.kv_blocks, block_size), index_(blocks_),
           slots_(slots), sequences_(o.max_sequences) {
@@ -397,15 +400,21 @@ private:
       r.root = hasher_.root(keys);
       r.extras = stored_extra_keys::from(keys);
       const std::uint32_t limit = (length - 1) / block_size;
-      block_key key = r.root;
+      auto prompt_block = [&](std::uint32_t i) { return prompt.subspan(std::size_t{i} * block_size, block_size); };
       block_id parent = no_block;
+      // One key ahead, as in publish_blocks: block i + 1's bucket loads while block i is verified.
+      block_key key = limit != 0 ? hasher_.chain(r.root, prompt_block(0)) : block_key{};
       for (std::uint32_t i = 0; i < limit; ++i) {
-        const auto tokens = prompt.subspan(std::size_t{i} * block_size, block_size);
-        key = hasher_.chain(key, tokens);
-        detail::block_node* hit = index_.find({key, parent, tokens, &r.extras});
+        block_key next{};
+        if (i + 1 < limit) {
+          next = hasher_.chain(key, prompt_block(i + 1));
+          index_.prefetch(next);
+        }
+        detail::block_node* hit = index_.find({key, parent, prompt_block(i), &r.extras});
         if (hit == nullptr) break;
         parent = blocks_.id_of(*hit);
         r.blocks.push_back(parent);
+        key = next;
       }
       const auto matched = static_cast<std::uint32_t>(r.blocks.size());
       const std::uint32_t total = (length + block_size - 1) / block_size;
@@ -433,7 +442,13 @@ private:
       // From here on the call succeeds: change the cache.
       for (block_id b : r.blocks) reference(blocks_.node(b));
       const std::uint32_t full = length / block_size;
+      // Evictions take LRU heads in order and each one unlinks its block from a random index bucket: start
+      // loading the buckets a few victims ahead. Only the head is ever erased, so `ahead` stays valid.
+      auto ahead = blocks_.lru().begin();
+      for (std::uint32_t k = 0; k < eviction_lookahead && ahead != blocks_.lru().end(); ++k, ++ahead)
+        index_.prefetch(ahead->key);
       for (std::uint32_t i = matched; i < total; ++i) {
+        if (ahead != blocks_.lru().end()) index_.prefetch((ahead++)->key);
         const block_id b = take_block();
         const std::size_t begin = std::size_t{i} * block_size;
         // Full blocks copy a compile-time byte count (inlined vector moves instead of a memmove call).
@@ -581,50 +596,50 @@ private:
 
     /// Publishes the sequence's blocks that are full and computed, in chain order.
     ///
-    /// The parent key is carried in a local: a block and the published block equal to it have the same key,
-    /// so chaining the next block's hash never waits for this block's index probe (at 0 % hit every probe
-    /// misses the caches on large pools; hashing the next block overlaps with it).
+    /// Keys are computed one block ahead: key i + 1 depends only on key i and the stored tokens (a block and
+    /// the published block equal to it, or a block a fork sibling already published, have the same key), so
+    /// block i + 1's hash and the prefetch of its index bucket run before block i's probe, which on large
+    /// pools misses the caches.
     void publish_blocks(detail::sequence_record& r) noexcept {
       const std::uint32_t full = r.computed / block_size;
       auto i = static_cast<std::uint32_t>(r.chain.size());
       if (i >= full) return;
       block_id parent = i == 0 ? no_block : r.chain[i - 1];
-      block_key parent_key = i == 0 ? r.root : blocks_.node(parent).key;
+      block_key key = hasher_.chain(i == 0 ? r.root : blocks_.node(parent).key, block_tokens(r.blocks[i]));
       for (; i < full; ++i) {
         const block_id b = r.blocks[i];
+        block_key next{};
+        if (i + 1 < full) {
+          next = hasher_.chain(key, block_tokens(r.blocks[i + 1]));
+          index_.prefetch(next);
+        }
         detail::block_node& n = blocks_.node(b);
+        detail::block_index::insert_commit_data data;
         if (n.state == detail::block_state::cached) { // published by a fork sibling
           r.chain.push_back(b);
           parent = b;
-          parent_key = n.key;
-          continue;
-        }
-        const std::span<const token_id> tokens = block_tokens(b);
-        const block_key key = hasher_.chain(parent_key, tokens);
-        detail::block_index::insert_commit_data data;
-        if (detail::block_node* equal = index_.insert_check({key, parent, tokens, &r.extras}, data)) {
+        } else if (detail::block_node* equal = index_.insert_check({key, parent, block_tokens(b), &r.extras}, data)) {
           // An equal block was published first (two equal prompts in flight). Ours stays private (the
           // engine's table points at it); the chain continues through the published one, which the sequence
           // now also holds.
           reference(*equal);
           parent = blocks_.id_of(*equal);
-          parent_key = key;
           r.chain.push_back(parent);
           ++metrics_.duplicate_blocks;
-          continue;
+        } else {
+          n.key = key;
+          n.parent = parent;
+          n.depth = i;
+          n.state = detail::block_state::cached;
+          if (i == 0) blocks_.root_extras(b) = r.extras;
+          else ++blocks_.node(parent).cached_children;
+          index_.insert_commit(n, data);
+          r.chain.push_back(b);
+          parent = b;
+          ++metrics_.blocks_published;
+          ++metrics_.blocks_cached;
         }
-        n.key = key;
-        n.parent = parent;
-        n.depth = i;
-        n.state = detail::block_state::cached;
-        if (i == 0) blocks_.root_extras(b) = r.extras;
-        else ++blocks_.node(parent).cached_children;
-        index_.insert_commit(n, data);
-        r.chain.push_back(b);
-        parent = b;
-        parent_key = key;
-        ++metrics_.blocks_published;
-        ++metrics_.blocks_cached;
+        key = next;
       }
     }
 
