@@ -33,6 +33,7 @@ enum class errc : std::uint8_t {
   overlapping_pairs = 11, ///< a copy list names one destination twice or reads a slot another pair writes
   device_error = 12,      ///< the CUDA runtime reported an error
   no_device = 13,         ///< a device call was made but no CUDA device is present
+  invariant_violated = 14, ///< `check_invariants()` found inconsistent bookkeeping (a bug, never bad input)
 };
 
 /// Short, stable, human-readable name of an error (`"pool_exhausted"`).
@@ -51,6 +52,7 @@ constexpr std::string_view to_string(errc e) noexcept {
   case errc::overlapping_pairs: return "overlapping_pairs";
   case errc::device_error: return "device_error";
   case errc::no_device: return "no_device";
+  case errc::invariant_violated: return "invariant_violated";
   }
   return "unknown_error";
 }

@@ -13,3 +13,14 @@
 #include <reprise/state/model_facts.hpp>
 #include <reprise/state/presets.hpp>
 #include <reprise/state/shapes.hpp>
+#include <reprise/keys/block_key.hpp>
+#include <reprise/keys/sha256_hasher.hpp>
+#include <reprise/keys/xxh3_hasher.hpp>
+#include <reprise/cache/types.hpp>
+#include <reprise/cache/epoch_fifo.hpp>
+#include <reprise/cache/block_pool.hpp>
+#include <reprise/cache/block_index.hpp>
+#include <reprise/cache/snapshot_pool.hpp>
+#include <reprise/cache/sequence_table.hpp>
+#include <reprise/cache/prefix_cache.hpp>
+#include <reprise/policy/policies.hpp>

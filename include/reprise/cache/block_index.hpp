@@ -1,0 +1,93 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// \file
+/// `block_index`: key -> cached block, a Boost.Intrusive `unordered_set` over the pool's nodes with a bucket
+/// array allocated once (a power of two >= the number of blocks), so lookups and inserts never allocate.
+///
+/// A lookup is a *verified* match (DESIGN.md invariant 3): same 128-bit key, same parent block, same B
+/// tokens, and for a chain's first block the same extra keys. The parent check makes the verification
+/// inductive: a cached block's parent is cached (leaf-first eviction), so equal parent ids mean equal
+/// prefixes. A hasher that returns one constant for everything only makes the buckets long.
+
+#include <reprise/cache/block_pool.hpp>
+
+#include <boost/intrusive/unordered_set.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <cstddef>
+#include <cstring>
+#include <span>
+#include <vector>
+
+namespace reprise::detail {
+
+/// What a lookup or insert compares against.
+struct block_probe {
+  block_key key;
+  block_id parent = no_block;
+  std::span<const token_id> tokens;         ///< exactly B tokens
+  const stored_extra_keys* extras = nullptr; ///< compared when parent == no_block
+};
+
+class block_index {
+  struct node_hash {
+    std::size_t operator()(const block_node& n) const noexcept { return static_cast<std::size_t>(n.key.lo); }
+    std::size_t operator()(const block_probe& p) const noexcept { return static_cast<std::size_t>(p.key.lo); }
+  };
+  /// Node-to-node equality is identity: two distinct cached nodes are never equal (inserts are unique).
+  struct node_identity {
+    bool operator()(const block_node& a, const block_node& b) const noexcept { return &a == &b; }
+  };
+  struct probe_equal {
+    const block_pool* pool;
+    bool operator()(const block_probe& p, const block_node& n) const noexcept { return matches(p, n); }
+    bool operator()(const block_node& n, const block_probe& p) const noexcept { return matches(p, n); }
+    bool matches(const block_probe& p, const block_node& n) const noexcept {
+      if (n.key != p.key || n.parent != p.parent) return false;
+      const auto stored = pool->tokens(pool->id_of(n));
+      if (std::memcmp(stored.data(), p.tokens.data(), p.tokens.size_bytes()) != 0) return false;
+      return p.parent != no_block || pool->root_extras(pool->id_of(n)) == *p.extras;
+    }
+  };
+  using set_type = boost::intrusive::unordered_set<
+      block_node, boost::intrusive::member_hook<block_node, index_hook, &block_node::index_link>,
+      boost::intrusive::hash<node_hash>, boost::intrusive::equal<node_identity>,
+      boost::intrusive::power_2_buckets<true>, boost::intrusive::constant_time_size<true>>;
+
+public:
+  using insert_commit_data = typename set_type::insert_commit_data;
+
+  explicit block_index(const block_pool& pool)
+      : pool_(&pool), buckets_(std::bit_ceil(std::max<std::size_t>(pool.size(), 2))),
+        set_(typename set_type::bucket_traits(buckets_.data(), buckets_.size())) {}
+  block_index(const block_index&) = delete;
+  block_index& operator=(const block_index&) = delete;
+  ~block_index() { set_.clear(); }
+
+  /// The cached block equal to `p`, or null. Complexity: O(1) expected, plus one B-token compare per
+  /// candidate with the same key.
+  block_node* find(const block_probe& p) noexcept {
+    auto it = set_.find(p, node_hash{}, probe_equal{pool_});
+    return it == set_.end() ? nullptr : &*it;
+  }
+
+  /// First half of a unique insert: null and `data` filled when no equal block is cached, else the equal one.
+  block_node* insert_check(const block_probe& p, insert_commit_data& data) noexcept {
+    auto [it, ok] = set_.insert_unique_check(p, node_hash{}, probe_equal{pool_}, data);
+    return ok ? nullptr : &*it;
+  }
+  /// Second half: links `n` (whose key the check used) without a second probe.
+  void insert_commit(block_node& n, const insert_commit_data& data) noexcept { set_.insert_unique_commit(n, data); }
+
+  void erase(block_node& n) noexcept { set_.erase(set_.iterator_to(n)); }
+  std::size_t size() const noexcept { return set_.size(); }
+  bool contains(const block_node& n) const noexcept { return n.index_link.is_linked(); }
+
+private:
+  const block_pool* pool_;
+  std::vector<typename set_type::bucket_type> buckets_;
+  set_type set_;
+};
+
+} // namespace reprise::detail

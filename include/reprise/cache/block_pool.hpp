@@ -1,0 +1,100 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// \file
+/// `block_pool`: bookkeeping for a fixed pool of KV block ids. The engine owns the block memory; the pool
+/// owns the ids, their refcounts, the tokens each block holds (for hit verification), a free queue and the
+/// LRU queue of cached blocks no sequence references.
+///
+/// Every block is in exactly one of three states:
+///   free       in the free queue (maybe waiting for its epoch), refcount 0, not in the index;
+///   cached     in the index; in the LRU queue iff refcount == 0;
+///   owned      referenced by sequences, not (yet) in the index.
+///
+/// Leaf-first LRU: a sequence always holds a whole chain from the root, and releases it deepest block first,
+/// so in the LRU queue every block precedes its parent. The head is therefore always a leaf of the cached
+/// tree and evicting it never strands a cached child (`check_invariants` of the cache verifies the order).
+
+#include <reprise/cache/epoch_fifo.hpp>
+#include <reprise/cache/types.hpp>
+#include <reprise/keys/block_key.hpp>
+
+#include <boost/intrusive/unordered_set_hook.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace reprise::detail {
+
+using index_hook = boost::intrusive::unordered_set_member_hook<
+    boost::intrusive::link_mode<boost::intrusive::safe_link>, boost::intrusive::store_hash<true>>;
+
+enum class block_state : std::uint8_t { free, owned, cached };
+
+struct block_node {
+  index_hook index_link;
+  list_hook queue_link;          ///< free queue or LRU queue
+  block_key key{};               ///< valid while cached
+  block_id parent = no_block;    ///< cached parent (no_block for a chain's first block)
+  std::uint32_t refcount = 0;
+  std::uint32_t cached_children = 0;
+  std::uint32_t depth = 0;       ///< index in its chain: the block covers [depth * B, (depth + 1) * B)
+  epoch_t tag = 0;               ///< epoch_fifo tag
+  slot_id snapshot[2] = {no_slot, no_slot}; ///< published snapshot at the block's end, by `exactness`
+  block_state state = block_state::free;
+};
+
+class block_pool {
+public:
+  using free_queue = epoch_fifo<block_node, &block_node::queue_link, &block_node::tag>;
+  using lru_queue = epoch_fifo<block_node, &block_node::queue_link, &block_node::tag>;
+
+  /// Effects: all `blocks` ids start free and immediately reusable.
+  block_pool(std::uint32_t blocks, std::uint32_t block_size)
+      : block_size_(block_size), nodes_(blocks), tokens_(std::size_t{blocks} * block_size), root_extras_(blocks) {
+    for (block_node& n : nodes_) free_.push_back(n, 0, 0);
+  }
+  block_pool(const block_pool&) = delete;
+  block_pool& operator=(const block_pool&) = delete;
+
+  std::uint32_t size() const noexcept { return static_cast<std::uint32_t>(nodes_.size()); }
+  std::uint32_t block_size() const noexcept { return block_size_; }
+
+  block_node& node(block_id b) noexcept { return nodes_[b]; }
+  const block_node& node(block_id b) const noexcept { return nodes_[b]; }
+  block_id id_of(const block_node& n) const noexcept { return static_cast<block_id>(&n - nodes_.data()); }
+
+  /// The B tokens stored for block `b` (the tokens of a partial block beyond its fill are stale).
+  std::span<token_id> tokens(block_id b) noexcept { return {tokens_.data() + std::size_t{b} * block_size_, block_size_}; }
+  std::span<const token_id> tokens(block_id b) const noexcept {
+    return {tokens_.data() + std::size_t{b} * block_size_, block_size_};
+  }
+  /// Extra keys of a chain's first block (meaningful only for cached blocks with depth 0).
+  stored_extra_keys& root_extras(block_id b) noexcept { return root_extras_[b]; }
+  const stored_extra_keys& root_extras(block_id b) const noexcept { return root_extras_[b]; }
+
+  free_queue& free() noexcept { return free_; }
+  const free_queue& free() const noexcept { return free_; }
+  lru_queue& lru() noexcept { return lru_; }
+  const lru_queue& lru() const noexcept { return lru_; }
+
+  /// Blocks an allocation could take right now without waiting for an epoch: safe free blocks plus safe
+  /// unreferenced cached blocks (evictable). Complexity: O(1).
+  std::size_t available() const noexcept { return free_.safe_count() + lru_.safe_count(); }
+
+  void advance(epoch_t safe_before) noexcept {
+    free_.advance(safe_before);
+    lru_.advance(safe_before);
+  }
+
+private:
+  std::uint32_t block_size_;
+  std::vector<block_node> nodes_;
+  std::vector<token_id> tokens_;
+  std::vector<stored_extra_keys> root_extras_;
+  free_queue free_;
+  lru_queue lru_;
+};
+
+} // namespace reprise::detail

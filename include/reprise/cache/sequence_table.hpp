@@ -1,0 +1,126 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// \file
+/// `sequence_table`: the live sequences, seq_id -> record, in a Boost.Intrusive `unordered_set` over a fixed
+/// pool of records. A record's vectors keep their capacity when the record is reused, so after warm-up
+/// admitting a sequence allocates nothing.
+
+#include <reprise/cache/types.hpp>
+#include <reprise/keys/block_key.hpp>
+
+#include <boost/intrusive/unordered_set.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace reprise::detail {
+
+struct sequence_record {
+  boost::intrusive::unordered_set_member_hook<boost::intrusive::link_mode<boost::intrusive::safe_link>> link;
+  seq_id id = 0;
+  std::vector<block_id> blocks;          ///< the block table
+  std::vector<capture_point> captures;   ///< planned captures not yet resolved by commit
+  block_key root{};                      ///< key_{-1} of the chain
+  stored_extra_keys extras{};
+  std::uint32_t tokens = 0;              ///< tokens known (prompt + extended)
+  std::uint32_t computed = 0;            ///< tokens committed as computed
+  std::uint32_t cached_blocks = 0;       ///< leading blocks known to be in the index
+  bool publish_stopped = false;          ///< a duplicate block was found: publish nothing beyond it
+  slot_id restore_slot = no_slot;        ///< held until the first commit (the restore copy has run)
+
+  void reset(seq_id s) noexcept {
+    id = s;
+    blocks.clear();
+    captures.clear();
+    root = {};
+    extras = {};
+    tokens = computed = cached_blocks = 0;
+    publish_stopped = false;
+    restore_slot = no_slot;
+  }
+};
+
+class sequence_table {
+  struct id_hash {
+    std::size_t operator()(const sequence_record& r) const noexcept { return mix(r.id); }
+    std::size_t operator()(seq_id s) const noexcept { return mix(s); }
+    static std::size_t mix(seq_id s) noexcept { // splitmix64 finalizer: engines often use dense ids
+      s = (s ^ (s >> 30)) * 0xbf58476d1ce4e5b9ULL;
+      s = (s ^ (s >> 27)) * 0x94d049bb133111ebULL;
+      return static_cast<std::size_t>(s ^ (s >> 31));
+    }
+  };
+  struct id_equal {
+    bool operator()(const sequence_record& a, const sequence_record& b) const noexcept { return a.id == b.id; }
+    bool operator()(seq_id s, const sequence_record& r) const noexcept { return s == r.id; }
+    bool operator()(const sequence_record& r, seq_id s) const noexcept { return s == r.id; }
+  };
+  using set_type = boost::intrusive::unordered_set<
+      sequence_record,
+      boost::intrusive::member_hook<sequence_record, decltype(sequence_record::link), &sequence_record::link>,
+      boost::intrusive::hash<id_hash>, boost::intrusive::equal<id_equal>, boost::intrusive::power_2_buckets<true>,
+      boost::intrusive::constant_time_size<true>>;
+
+public:
+  explicit sequence_table(std::uint32_t capacity)
+      : records_(capacity), buckets_(std::bit_ceil(std::max<std::size_t>(capacity, 2))),
+        set_(typename set_type::bucket_traits(buckets_.data(), buckets_.size())), released_(capacity, 0) {
+    free_.reserve(capacity);
+    for (std::uint32_t i = capacity; i-- > 0;) free_.push_back(i);
+  }
+  sequence_table(const sequence_table&) = delete;
+  sequence_table& operator=(const sequence_table&) = delete;
+  ~sequence_table() { set_.clear(); }
+
+  sequence_record* find(seq_id s) noexcept {
+    auto it = set_.find(s, id_hash{}, id_equal{});
+    return it == set_.end() ? nullptr : &*it;
+  }
+  const sequence_record* find(seq_id s) const noexcept {
+    auto it = set_.find(s, id_hash{}, id_equal{});
+    return it == set_.end() ? nullptr : &*it;
+  }
+  bool full() const noexcept { return free_.empty(); }
+
+  /// A reset record for `s`, not yet live (its contents may be filled before `insert`). Precondition: !full().
+  sequence_record& prepare(seq_id s) noexcept {
+    sequence_record& r = records_[free_.back()];
+    r.reset(s);
+    return r;
+  }
+  /// Makes the record returned by the last `prepare` live.
+  void insert(sequence_record& r) noexcept {
+    free_.pop_back();
+    set_.insert(r);
+  }
+  /// Ends a live record; remembers the id so a second release reports `double_release`.
+  void erase(sequence_record& r) noexcept {
+    set_.erase(set_.iterator_to(r));
+    free_.push_back(static_cast<std::uint32_t>(&r - records_.data()));
+    if (!released_.empty()) {
+      released_[released_next_] = r.id + 1; // 0 marks an empty entry
+      released_next_ = (released_next_ + 1) % released_.size();
+    }
+  }
+  /// Whether `s` was released recently (the last `capacity` releases). Only used to choose an error code.
+  bool recently_released(seq_id s) const noexcept {
+    return std::find(released_.begin(), released_.end(), s + 1) != released_.end();
+  }
+
+  std::size_t size() const noexcept { return set_.size(); }
+  auto begin() const noexcept { return set_.begin(); }
+  auto end() const noexcept { return set_.end(); }
+
+private:
+  std::vector<sequence_record> records_;
+  std::vector<typename set_type::bucket_type> buckets_;
+  set_type set_;
+  std::vector<std::uint32_t> free_;
+  std::vector<seq_id> released_;
+  std::size_t released_next_ = 0;
+};
+
+} // namespace reprise::detail

@@ -1,0 +1,145 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// \file
+/// The vocabulary of the cache façade: ids, options, the plans it hands to an engine, and its metrics.
+
+#include <reprise/keys/block_key.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <span>
+
+namespace reprise {
+
+using seq_id = std::uint64_t;   ///< an engine's request / sequence id
+using block_id = std::uint32_t; ///< a KV block of the engine's block pool, in [0, options::kv_blocks)
+using slot_id = std::uint32_t;  ///< a snapshot slot of the engine's slot pool, in [0, snapshot_slots())
+using epoch_t = std::uint64_t;  ///< a scheduler step number (see `prefix_cache::step_complete`)
+
+inline constexpr block_id no_block = std::numeric_limits<block_id>::max();
+inline constexpr slot_id no_slot = std::numeric_limits<slot_id>::max();
+
+/// How a snapshot was produced, which decides what restoring it is equivalent to (DESIGN.md section 2).
+enum class exactness : std::uint8_t {
+  prefill_exact,       ///< captured by chunked prefill on the chunk grid: restore == cold prefill, bitwise
+  decode_continuation, ///< captured after decode steps: restore == the same session continuing
+};
+
+/// Construction options of a `prefix_cache`.
+struct cache_options {
+  /// KV blocks of the engine's pool; block ids handed out are in [0, kv_blocks). Must be >= 1.
+  std::uint32_t kv_blocks = 0;
+  /// Live sequences at most (admitted and not yet released). Must be >= 1.
+  std::uint32_t max_sequences = 256;
+  /// Bytes the engine sets aside for recurrent-state snapshots (hybrid models with `snapshot_restore`):
+  /// the cache uses floor(budget / Model::bytes_per_snapshot) slots. Below one snapshot is an error
+  /// (`budget_too_small`), never a silent 0 % hit rate. Ignored by the other policies.
+  std::size_t snapshot_budget_bytes = 0;
+  /// Snapshots unused for more than this many completed steps are evicted (0: no TTL).
+  std::uint64_t snapshot_ttl_steps = 0;
+  /// The most snapshots kept along one root-to-leaf path of the prefix tree (0: no cap). Captures beyond it
+  /// are refused, shallowest first, so the deepest ones survive.
+  std::uint32_t max_snapshots_per_path = 0;
+  /// Capture interval in tokens for `policy::every_interval` (a runtime `every<I>`); must be a multiple of
+  /// the model's alignment unit. Ignored by other capture policies.
+  std::uint32_t capture_interval = 0;
+  /// Hasher seed. Empty: a random per-cache seed (the default for `xxh3_hasher`). Set it for reproducible
+  /// keys, e.g. with `sha256_hasher` across processes.
+  std::optional<std::uint64_t> hasher_seed{};
+};
+
+/// A planned snapshot capture: the prefill kernel writes every recurrent layer's state at `position` into
+/// `slot` (at the end of the chunk that ends there).
+struct capture_point {
+  std::uint32_t position = 0;
+  slot_id slot = no_slot;
+  friend constexpr bool operator==(const capture_point&, const capture_point&) = default;
+};
+
+/// What `admit` decided. Spans point into the cache and stay valid until the next non-const call.
+struct admit_plan {
+  /// The sequence's block table: ceil(L / B) blocks. The first `shared_blocks` are shared, read-only and
+  /// already hold the KV of tokens [0, kv_matched_tokens); the rest are the sequence's own.
+  std::span<const block_id> block_table{};
+  std::uint32_t shared_blocks = 0;
+  /// Tokens whose KV is cached (a multiple of B, at most L - 1 rounded down to a block). The engine writes
+  /// KV only for positions >= kv_matched_tokens.
+  std::uint32_t kv_matched_tokens = 0;
+  /// Tokens whose prefill is skipped: the engine computes [usable_tokens, L). Always <= L - 1.
+  std::uint32_t usable_tokens = 0;
+  /// kv_matched_tokens - usable_tokens: tokens whose KV was cached but must be recomputed because no
+  /// snapshot sits at a usable position (`snapshot_restore` only; 0 for `block_sharing`, and 0 for
+  /// `memory_only`, which skips nothing by design).
+  std::uint32_t tokens_lost_to_missing_snapshot = 0;
+  /// With `snapshot_restore` and usable_tokens > 0: the slot to copy into the sequence's live recurrent
+  /// state before prefill. `no_slot` otherwise (start from the zero state).
+  slot_id restore_slot = no_slot;
+  exactness restore_exactness = exactness::prefill_exact;
+  /// Captures for the prefill kernels, by increasing position, all in (usable_tokens, L].
+  std::span<const capture_point> captures{};
+};
+
+/// What `extend` decided: the blocks appended to the block table for the new tokens (possibly none).
+struct extend_plan {
+  std::span<const block_id> new_blocks{};
+  /// Index in the block table of new_blocks[0].
+  std::uint32_t first_new_block = 0;
+};
+
+/// What `finish` decided before releasing the sequence.
+struct finish_plan {
+  /// End-of-turn capture (`policy::end_of_turn`): copy the sequence's live recurrent state (which has
+  /// folded in exactly `capture.position` tokens) into `capture.slot` in the current step. `no_slot` when
+  /// no capture is taken. The snapshot is `decode_continuation` and becomes restorable once the current
+  /// step is reported complete.
+  capture_point capture{};
+};
+
+/// What `fork` decided. The destination shares every full block of the source; the partial last block,
+/// if any, is copied: the engine copies block `copy_src` into `copy_dst` (its copy kernel).
+struct fork_plan {
+  std::span<const block_id> block_table{}; ///< the destination's table
+  block_id copy_src = no_block;
+  block_id copy_dst = no_block;
+  /// True for models with recurrent layers: the engine must also copy the source's live recurrent state
+  /// into the destination's (the cache does not own live states).
+  bool copy_recurrent_state = false;
+};
+
+/// Counters since construction (monotonic) and gauges (current occupancy).
+struct cache_metrics {
+  // --- lookups (admit) ---
+  std::uint64_t lookups = 0;
+  std::uint64_t prompt_tokens = 0;
+  std::uint64_t kv_matched_tokens = 0;   ///< KV hit tokens
+  std::uint64_t usable_tokens = 0;       ///< == skipped prefill tokens
+  std::uint64_t tokens_lost_to_missing_snapshot = 0;
+  std::uint64_t blocks_shared = 0;       ///< block references taken on already cached blocks
+  std::uint64_t bytes_saved = 0;         ///< blocks_shared * bytes per KV block
+  // --- publication and eviction ---
+  std::uint64_t blocks_published = 0;
+  std::uint64_t duplicate_blocks = 0;    ///< full blocks not published because an equal block was cached first
+  std::uint64_t kv_evictions = 0;
+  // --- snapshots ---
+  std::uint64_t snapshot_hits = 0;       ///< admits that restore a snapshot
+  std::uint64_t snapshot_misses = 0;     ///< admits with a KV match but no usable snapshot
+  std::uint64_t captures_planned = 0;
+  std::uint64_t captures_written = 0;    ///< published as snapshots
+  std::uint64_t captures_refused = 0;    ///< not planned (no slot, path cap) or dropped at commit
+  std::uint64_t snapshot_evictions_lru = 0;
+  std::uint64_t snapshot_evictions_ttl = 0;
+  std::uint64_t snapshot_evictions_invalidated = 0; ///< dropped because their KV block was evicted
+  // --- gauges ---
+  std::uint32_t live_sequences = 0;
+  std::uint32_t blocks_referenced = 0;   ///< blocks held by at least one sequence
+  std::uint32_t blocks_cached = 0;       ///< blocks in the index (referenced or not)
+  std::uint32_t blocks_free = 0;         ///< blocks in the free queue (some may wait for their epoch)
+  std::uint32_t snapshots_held = 0;      ///< published snapshots
+  std::uint64_t snapshot_bytes_held = 0;
+
+  friend bool operator==(const cache_metrics&, const cache_metrics&) = default;
+};
+
+} // namespace reprise

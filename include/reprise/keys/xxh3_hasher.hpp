@@ -1,0 +1,72 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// \file
+/// `xxh3_hasher`: the default block hasher, 128-bit XXH3 (`XXH3_128bits_withSeed`) with a per-cache seed.
+///
+/// A per-cache random seed (the cache draws one unless the caller fixes it) keeps keys unpredictable from
+/// outside the process, so crafted prompts cannot aim at one index bucket. Keys are therefore not comparable
+/// across processes; use `sha256_hasher` for that.
+
+#include <reprise/keys/block_key.hpp>
+
+#include <xxhash.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+
+namespace reprise {
+
+class xxh3_hasher {
+public:
+  explicit xxh3_hasher(std::uint64_t seed) noexcept : seed_(seed) {}
+
+  std::uint64_t seed() const noexcept { return seed_; }
+
+  /// key_{-1}: the seed and every extra key.
+  /// Complexity: O(1) (at most 32 digest bytes).
+  block_key root(const extra_keys& x) const noexcept {
+    std::byte buffer[3 * sizeof(std::uint64_t) + max_multimodal_digest_bytes + 1];
+    std::size_t n = 0;
+    put(buffer, n, &x.model_revision, sizeof x.model_revision);
+    put(buffer, n, &x.lora_id, sizeof x.lora_id);
+    put(buffer, n, &x.tenant_salt, sizeof x.tenant_salt);
+    const std::size_t digest = x.multimodal_digest.size() < max_multimodal_digest_bytes
+                                   ? x.multimodal_digest.size()
+                                   : max_multimodal_digest_bytes;
+    const auto digest_size = static_cast<std::uint8_t>(digest);
+    put(buffer, n, &digest_size, 1);
+    if (digest != 0) put(buffer, n, x.multimodal_digest.data(), digest);
+    return to_key(XXH3_128bits_withSeed(buffer, n, seed_));
+  }
+
+  /// key_i = XXH3-128(key_{i-1} bytes || token bytes, seed).
+  /// Complexity: linear in `tokens.size()`: the parent key and the tokens are copied into a stack buffer and
+  /// hashed in one call, which for inputs this short is cheaper than the streaming state's setup. Blocks
+  /// longer than 1024 tokens are hashed as a chain of 1024-token pieces.
+  block_key chain(block_key parent, std::span<const token_id> tokens) const noexcept {
+    constexpr std::size_t piece = 1024;
+    alignas(16) std::byte buffer[sizeof(block_key) + piece * sizeof(token_id)];
+    do {
+      const std::span<const token_id> part = tokens.first(tokens.size() < piece ? tokens.size() : piece);
+      std::memcpy(buffer, &parent, sizeof parent);
+      if (!part.empty()) std::memcpy(buffer + sizeof parent, part.data(), part.size_bytes());
+      parent = to_key(XXH3_128bits_withSeed(buffer, sizeof parent + part.size_bytes(), seed_));
+      tokens = tokens.subspan(part.size());
+    } while (!tokens.empty());
+    return parent;
+  }
+
+private:
+  static void put(std::byte* buffer, std::size_t& n, const void* p, std::size_t bytes) noexcept {
+    std::memcpy(buffer + n, p, bytes);
+    n += bytes;
+  }
+  static block_key to_key(XXH128_hash_t h) noexcept { return {h.low64, h.high64}; }
+
+  std::uint64_t seed_;
+};
+static_assert(hasher<xxh3_hasher>);
+
+} // namespace reprise
