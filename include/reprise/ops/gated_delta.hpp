@@ -239,10 +239,11 @@ namespace detail {
 
 /// Scratch of one (sequence, value head) chunk loop on the host: fp32 tiles of the chunk and the state.
 struct gated_delta_host_scratch {
-  std::vector<float> k, q, v, g, beta, gcum, coef, kdecay, t, w, u, s;
+  std::vector<float> k, q, v, g, beta, gcum, coef, kdecay, t, x, w, u, s;
   gated_delta_host_scratch(std::uint32_t chunk, std::uint32_t kd, std::uint32_t vd)
       : k(std::size_t{chunk} * kd), q(std::size_t{chunk} * kd), v(std::size_t{chunk} * vd), g(chunk), beta(chunk),
-        gcum(chunk), coef(chunk), kdecay(chunk), t(std::size_t{chunk} * chunk), w(std::size_t{chunk} * kd),
+        gcum(chunk), coef(chunk), kdecay(chunk), t(std::size_t{chunk} * chunk),
+        x(std::size_t{gdn::wy_block} * chunk), w(std::size_t{chunk} * kd),
         u(std::size_t{chunk} * vd), s(std::size_t{kd} * vd) {}
 };
 
@@ -255,6 +256,24 @@ void load_row(const In* x, std::int64_t row, std::uint32_t heads, std::uint32_t 
   if (l2norm) {
     const float r = gdn::l2_inv_norm(out, static_cast<int>(dim), eps);
     for (std::uint32_t d = 0; d < dim; ++d) out[d] *= r;
+  }
+}
+
+/// T = (I + A)^-1 in place of N = -A (rows and columns < n), in the blocked order the CUDA kernel uses:
+/// diagonal blocks first (rows in increasing order, each row from values computed before it is stored),
+/// then block rows top-down through X (`scratch`, wy_block x n). In-place is safe on the host because
+/// row i, column c reads only entries of row i right of c, which are still N.
+inline void wy_blocked_solve(float* t, int ldt, int n, float* scratch) {
+  constexpr int B = gdn::wy_block;
+  for (int b = 0; b < n; b += B)
+    for (int i = b + 2; i < std::min(n, b + B); ++i)
+      for (int c = b; c < i - 1; ++c) t[i * ldt + c] = gdn::wy_solve(t, ldt, i, c, i);
+  for (int b = B; b < n; b += B) {
+    const int rows = std::min(n, b + B);
+    for (int i = b; i < rows; ++i)
+      for (int c = 0; c < b; ++c) scratch[(i - b) * n + c] = gdn::wy_solve(t, ldt, i, c, b);
+    for (int i = b; i < rows; ++i)
+      for (int c = 0; c < b; ++c) t[i * ldt + c] = gdn::wy_block_apply(t, ldt, scratch, n, i, c, b);
   }
 }
 
@@ -324,12 +343,10 @@ result<void> gated_delta_chunked_prefill(const gated_delta_shape& shape, const g
           sc.coef[i] = sc.beta[i] * ::expf(sc.gcum[i]);
           sc.kdecay[i] = gdn::pair_decay(glast, sc.gcum[i]);
         }
-        // -A, then T in place: row i in increasing column order reads only entries of row i right of c.
         float* T = sc.t.data();
         for (int i = 0; i < n; ++i)
           for (int j = 0; j < i; ++j) T[i * iq + j] = gdn::wy_neg_a(sc.k.data(), ik, ik, sc.gcum.data(), sc.beta.data(), i, j);
-        for (int i = 2; i < n; ++i)
-          for (int c = 0; c < i - 1; ++c) T[i * iq + c] = gdn::wy_solve(T, iq, i, c);
+        detail::wy_blocked_solve(T, iq, n, sc.x.data());
         // W = T diag(beta e^G) K, U = T diag(beta) V, then V_new = U - W S_0 in place of U.
         for (int i = 0; i < n; ++i) {
           for (int d = 0; d < ik; ++d) sc.w[i * ik + d] = gdn::wy_apply(T, iq, sc.coef.data(), sc.k.data(), ik, i, d);

@@ -110,13 +110,29 @@ REPRISE_HOST_DEVICE float wy_neg_a(const float* k, int ldk, int kdim, const floa
   return -(beta[i] * dot(k + i * ldk, 1, k + j * ldk, 1, kdim)) * pair_decay(gcum[i], gcum[j]);
 }
 
-/// Forward substitution for T = (I + A)^-1, entry (i, c) with c < i:
-///     T_ic = N_ic + sum_{c<j<i} N_ij T_jc,   N = -A.
-/// Reads row i of N (entries j > c, not yet overwritten when a row is solved in increasing c or into a
-/// separate register) and the finished rows j < i of T. The diagonal of T is 1 and is not stored.
-REPRISE_HOST_DEVICE float wy_solve(const float* t, int ldt, int i, int c) {
+/// Rows per diagonal block of the blocked forward substitution.
+inline constexpr int wy_block = 16;
+
+/// Forward substitution for T = (I + A)^-1 (unit lower triangular; the diagonal is not stored), N = -A:
+///     T_ic = N_ic + sum_{c<j<i} N_ij T_jc.
+/// This returns the partial sum N_ic + sum_{c<j<end} N_ij T_jc. With end = i it is T_ic itself, used inside
+/// a diagonal block of `wy_block` rows (row i solved after rows < i of its block, all columns of a row from
+/// registers, so row i of N is read before it is overwritten). With end = the first row of i's block it is
+/// entry (i, c) of X = sum_l N_{r,l} T_{l,m} that `wy_block_apply` turns into an off-diagonal block of T.
+/// Blocking cuts the dependent chain from Q rows to `wy_block` rows plus Q / wy_block block rows, which
+/// is what keeps the device solve short (34 barriers instead of 124 at Q = 64).
+REPRISE_HOST_DEVICE float wy_solve(const float* t, int ldt, int i, int c, int end) {
   float acc = t[i * ldt + c];
-  for (int j = c + 1; j < i; ++j) acc += t[i * ldt + j] * t[j * ldt + c];
+  for (int j = c + 1; j < end; ++j) acc += t[i * ldt + j] * t[j * ldt + c];
+  return acc;
+}
+
+/// Off-diagonal block entry: T_ic = X_ic + sum_{b<=x<i} T_ix X_xc, where b is the first row of i's block,
+/// T_ix are the (finished) strict entries of the diagonal block and X (rows b.., leading dimension ldx) comes
+/// from `wy_solve` with end = b.
+REPRISE_HOST_DEVICE float wy_block_apply(const float* t, int ldt, const float* x, int ldx, int i, int c, int b) {
+  float acc = x[(i - b) * ldx + c];
+  for (int r = b; r < i; ++r) acc += t[i * ldt + r] * x[(r - b) * ldx + c];
   return acc;
 }
 
@@ -163,23 +179,39 @@ REPRISE_HOST_DEVICE float chunk_state(float s_dc, float decay_last, const float*
 // ---------------------------------------------------------------------------------------------------------
 // Recurrent form (decode and short verification), one state column at a time.
 
-/// S[:, c] <- decay S[:, c] followed by the delta-rule update for one token; returns S_new[:, c] . q (before
-/// `scale`). `s_col` has stride `ss`. Two passes over the column: the projection S^T k needs the decayed
-/// column before the write, the output needs the column after it.
-REPRISE_HOST_DEVICE float recurrent_column(float* s_col, int ss, const float* k, const float* q, int kdim,
-                                           float decay, float beta, float v_c) {
+// The recurrence for one column c of S is split into two passes over its rows; a CUDA thread holds a
+// slice of rows of one column in registers, the host holds the whole column (one slice). Partial sums of
+// the slices are added in slice order.
+
+/// First pass over a slice of rows of column c: S[d, c] <- decay S[d, c]; returns sum_d S[d, c] k_d
+/// (the slice's part of S^T k after the decay).
+REPRISE_HOST_DEVICE float recurrent_decay_project(float* s, int ss, const float* k, int n, float decay) {
   float kv = 0.0f;
-  for (int d = 0; d < kdim; ++d) {
-    s_col[d * ss] *= decay;
-    kv += s_col[d * ss] * k[d];
+  for (int d = 0; d < n; ++d) {
+    s[d * ss] *= decay;
+    kv += s[d * ss] * k[d];
   }
-  const float u = beta * (v_c - kv);
+  return kv;
+}
+
+/// The delta-rule write strength of column c: beta (v_c - (S^T k)_c).
+REPRISE_HOST_DEVICE float recurrent_delta(float beta, float v_c, float kv) { return beta * (v_c - kv); }
+
+/// Second pass: S[d, c] += k_d u_c; returns sum_d S[d, c] q_d (the slice's part of S^T q, before `scale`).
+REPRISE_HOST_DEVICE float recurrent_write_project(float* s, int ss, const float* k, const float* q, int n, float u) {
   float o = 0.0f;
-  for (int d = 0; d < kdim; ++d) {
-    s_col[d * ss] += k[d] * u;
-    o += s_col[d * ss] * q[d];
+  for (int d = 0; d < n; ++d) {
+    s[d * ss] += k[d] * u;
+    o += s[d * ss] * q[d];
   }
   return o;
+}
+
+/// One token for a whole column (one slice): returns (S_new^T q)_c before `scale`.
+REPRISE_HOST_DEVICE float recurrent_column(float* s_col, int ss, const float* k, const float* q, int kdim,
+                                           float decay, float beta, float v_c) {
+  const float kv = recurrent_decay_project(s_col, ss, k, kdim, decay);
+  return recurrent_write_project(s_col, ss, k, q, kdim, recurrent_delta(beta, v_c, kv));
 }
 
 } // namespace reprise::ops::gdn
