@@ -1,0 +1,69 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// \file
+/// The per-token arithmetic of the example decoder, fp32 on the host.
+///
+/// Bit-exactness of prefix caching rests on one property of this file: every output element of a token is
+/// computed by the same instructions in the same order whatever other tokens share the call. Each function
+/// therefore works token by token with a fixed accumulation order (the reduction index is the outer loop and
+/// the output index the inner one, which the compiler vectorizes without reassociating any sum).
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace reprise::example::math {
+
+/// out[t, j] = sum_k x[t, k] * w[k, j] (+ bias[j]) for `tokens` rows; `w` is [in, out] row-major.
+inline void linear(const float* x, std::size_t tokens, std::size_t in, const float* w, std::size_t out,
+                   float* y, const float* bias = nullptr) {
+  for (std::size_t t = 0; t < tokens; ++t) {
+    float* yt = y + t * out;
+    for (std::size_t j = 0; j < out; ++j) yt[j] = bias ? bias[j] : 0.0f;
+    const float* xt = x + t * in;
+    for (std::size_t k = 0; k < in; ++k) {
+      const float xk = xt[k];
+      const float* wk = w + k * out;
+      for (std::size_t j = 0; j < out; ++j) yt[j] += xk * wk[j];
+    }
+  }
+}
+
+/// y = x / rms(x) * weight over rows of `width`.
+inline void rms_norm(const float* x, std::size_t rows, std::size_t width, const float* weight, float eps,
+                     float* y) {
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * width;
+    float ss = 0.0f;
+    for (std::size_t i = 0; i < width; ++i) ss += xr[i] * xr[i];
+    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(width) + eps);
+    float* yr = y + r * width;
+    for (std::size_t i = 0; i < width; ++i) yr[i] = xr[i] * inv * weight[i];
+  }
+}
+
+inline float silu(float v) { return v / (1.0f + std::exp(-v)); }
+
+/// Rotary position embedding on one head vector (pairs i and i + dim/2), at absolute position `pos`.
+inline void rope(float* v, std::size_t dim, std::uint32_t pos, float theta) {
+  const std::size_t half = dim / 2;
+  for (std::size_t i = 0; i < half; ++i) {
+    const float freq = std::pow(theta, -static_cast<float>(2 * i) / static_cast<float>(dim));
+    const float angle = static_cast<float>(pos) * freq;
+    const float c = std::cos(angle), s = std::sin(angle);
+    const float a = v[i], b = v[i + half];
+    v[i] = a * c - b * s;
+    v[i + half] = a * s + b * c;
+  }
+}
+
+/// Index of the largest value; the lowest index wins ties, so greedy decoding is deterministic.
+inline std::size_t argmax(std::span<const float> v) {
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < v.size(); ++i)
+    if (v[i] > v[best]) best = i;
+  return best;
+}
+
+} // namespace reprise::example::math
