@@ -1,0 +1,373 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+#pragma once
+// An operation-stream driver for prefix_cache with an oracle written independently of the cache. It plays
+// the engine: it "writes" KV blocks and snapshot slots (recording which token prefix each one holds) exactly
+// when the cache's plans say the kernels would, and checks after every operation that
+//   - no shared block or restored slot holds anything but the prompt's own prefix (no false hit),
+//   - no block or slot is handed out while a live sequence holds it, or before the step that last touched
+//     it completed (epoch deferral),
+//   - failed calls change nothing observable,
+//   - the hit rule holds (usable <= KV match <= L - 1, per policy) and check_invariants() passes.
+// The same driver serves the randomized model-based test, the libFuzzer target and its corpus replay.
+
+#include <reprise/reprise.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace reprise::testing {
+
+/// Reads the operation stream; yields zeros once exhausted.
+class byte_source {
+public:
+  byte_source(const std::uint8_t* data, std::size_t size) : data_(data), size_(size) {}
+  bool empty() const noexcept { return pos_ >= size_; }
+  std::uint32_t next() noexcept { return pos_ < size_ ? data_[pos_++] : 0; }
+  std::uint32_t below(std::uint32_t n) noexcept { return n == 0 ? 0 : next() % n; }
+
+private:
+  const std::uint8_t* data_;
+  std::size_t size_;
+  std::size_t pos_ = 0;
+};
+
+template <class Cache>
+class cache_op_driver {
+  using model = typename Cache::model_type;
+  using policy_type = typename Cache::policy_type;
+  static constexpr std::uint32_t B = Cache::block_size;
+  static constexpr std::uint32_t A = Cache::alignment;
+  static constexpr bool restores = policy::policy_traits<policy_type>::restores_snapshots;
+  using content = std::vector<token_id>; // tenant first, then the token prefix
+
+  struct oracle_seq {
+    std::vector<token_id> tokens;
+    token_id tenant = 0;
+    std::uint32_t computed = 0;
+    std::uint32_t valid = 0;     // tokens whose KV the blocks hold (computed or shared)
+    std::uint32_t own_from = 0;  // first block index this sequence writes
+    std::vector<capture_point> captures;
+    slot_id restore = no_slot;
+  };
+
+public:
+  std::string failure; // empty while every check passed
+
+  explicit cache_op_driver(const cache_options& o) : cache_(make(o)) {
+    blocks_.resize(cache_.kv_blocks());
+    block_touched_.assign(cache_.kv_blocks(), -1);
+    slots_.resize(cache_.snapshot_slots());
+    slot_touched_.assign(cache_.snapshot_slots(), -1);
+    for (int i = 0; i < 4; ++i) {
+      std::vector<token_id> base(48 + 40 * static_cast<std::size_t>(i));
+      for (std::size_t k = 0; k < base.size(); ++k) base[k] = static_cast<token_id>(k < 32 ? k : 1000 * i + k);
+      bases_.push_back(base);
+    }
+  }
+
+  const Cache& cache() const { return cache_; }
+
+  /// Runs operations until the stream ends or a check fails. Returns false on failure.
+  bool run(byte_source& in, std::size_t max_ops = 100000) {
+    for (std::size_t op = 0; op < max_ops && !in.empty() && failure.empty(); ++op) step(in);
+    return failure.empty();
+  }
+
+  void step(byte_source& in) {
+    switch (in.below(9)) {
+    case 0: case 1: admit(in); break;
+    case 2: case 3: commit(in); break;
+    case 4: extend(in); break;
+    case 5: end(in, in.below(2) == 0); break;
+    case 6: fork(in); break;
+    case 7: cache_.step_complete(cache_.current_epoch()); safe_before_ = cache_.current_epoch(); break;
+    case 8: bad_call(in); break;
+    }
+    if (failure.empty() && !cache_.check_invariants().has_value()) fail("check_invariants");
+    if (failure.empty()) check_live_contents();
+  }
+
+private:
+  static Cache make(const cache_options& o) {
+    auto c = Cache::create(o);
+    if (!c.has_value()) __builtin_trap();
+    return std::move(*c);
+  }
+
+  void fail(const std::string& what) {
+    if (failure.empty()) failure = what + " (op state: epoch " + std::to_string(cache_.current_epoch()) + ")";
+  }
+  void expect(bool ok, const char* what) {
+    if (!ok) fail(what);
+  }
+
+  content prefix(const oracle_seq& s, std::uint32_t n) const {
+    content c{s.tenant};
+    c.insert(c.end(), s.tokens.begin(), s.tokens.begin() + n);
+    return c;
+  }
+  bool held_by_live(block_id b) const {
+    for (const auto& [id, s] : seqs_)
+      if (std::find(cache_.block_table(id).begin(), cache_.block_table(id).end(), b) != cache_.block_table(id).end())
+        return true;
+    return false;
+  }
+  bool slot_held(slot_id slot) const {
+    for (const auto& [id, s] : seqs_) {
+      if (s.restore == slot) return true;
+      for (const capture_point& c : s.captures)
+        if (c.slot == slot) return true;
+    }
+    return false;
+  }
+  bool reusable(std::int64_t touched) const {
+    return touched < 0 || static_cast<epoch_t>(touched) < safe_before_;
+  }
+  seq_id pick(byte_source& in) const {
+    if (seqs_.empty()) return 999999;
+    auto it = seqs_.begin();
+    std::advance(it, in.below(static_cast<std::uint32_t>(seqs_.size())));
+    return it->first;
+  }
+
+  struct observed {
+    cache_metrics metrics;
+    epoch_t epoch;
+    std::vector<std::vector<block_id>> tables;
+    bool operator==(const observed&) const = default;
+  };
+  observed observe() const {
+    observed o{cache_.metrics(), cache_.current_epoch(), {}};
+    for (const auto& [id, s] : seqs_) {
+      auto t = cache_.block_table(id);
+      o.tables.emplace_back(t.begin(), t.end());
+    }
+    return o;
+  }
+
+  void admit(byte_source& in) {
+    oracle_seq s;
+    s.tenant = static_cast<token_id>(in.below(2));
+    const auto& base = bases_[in.below(static_cast<std::uint32_t>(bases_.size()))];
+    const std::uint32_t keep = 1 + in.below(static_cast<std::uint32_t>(base.size()));
+    s.tokens.assign(base.begin(), base.begin() + keep);
+    const std::uint32_t suffix = in.below(3) == 0 ? in.below(40) : 0;
+    for (std::uint32_t k = 0; k < suffix; ++k) s.tokens.push_back(static_cast<token_id>(50000 + in.below(4)));
+    const seq_id id = next_id_++;
+    const observed before = observe();
+    auto plan = cache_.admit(id, s.tokens, {.tenant_salt = static_cast<std::uint64_t>(s.tenant)});
+    if (!plan.has_value()) {
+      expect(plan.error() == errc::pool_exhausted, "admit: unexpected error");
+      expect(observe() == before, "admit: failed call changed the cache");
+      return;
+    }
+    const auto L = static_cast<std::uint32_t>(s.tokens.size());
+    expect(plan->block_table.size() == (L + B - 1) / B, "admit: table size");
+    expect(plan->kv_matched_tokens == plan->shared_blocks * B, "admit: kv_matched != shared blocks");
+    expect(plan->kv_matched_tokens <= (L - 1) / B * B, "admit: KV match beyond L - 1");
+    expect(plan->usable_tokens <= plan->kv_matched_tokens, "admit: usable beyond KV match");
+    if constexpr (std::is_same_v<policy_type, policy::block_sharing>)
+      expect(plan->usable_tokens == plan->kv_matched_tokens, "admit: block_sharing must skip the KV match");
+    if constexpr (std::is_same_v<policy_type, policy::memory_only>)
+      expect(plan->usable_tokens == 0, "admit: memory_only skips nothing");
+    for (std::uint32_t i = 0; i < plan->block_table.size(); ++i) {
+      const block_id b = plan->block_table[i];
+      if (i < plan->shared_blocks) {
+        expect(blocks_[b] == prefix(s, (i + 1) * B), "admit: FALSE HIT, shared block holds another prefix");
+      } else {
+        expect(!held_by_live(b), "admit: fresh block is held by a live sequence");
+        expect(reusable(block_touched_[b]), "admit: fresh block reused before its step completed");
+      }
+    }
+    if constexpr (restores) {
+      if (plan->usable_tokens != 0) {
+        expect(plan->restore_slot != no_slot, "admit: skip without restore slot");
+        if (plan->restore_slot != no_slot) {
+          expect(slots_[plan->restore_slot] == prefix(s, plan->usable_tokens),
+                 "admit: RESTORE of a slot holding another prefix");
+          if constexpr (!policy::policy_traits<policy_type>::accepts_decode_continuation)
+            expect(plan->restore_exactness == exactness::prefill_exact, "admit: decode snapshot not accepted");
+          if (plan->restore_exactness == exactness::prefill_exact)
+            expect(plan->usable_tokens % A == 0, "admit: prefill-exact restore off the alignment grid");
+        }
+      } else {
+        expect(plan->restore_slot == no_slot, "admit: restore slot without skip");
+      }
+      std::uint32_t last = plan->usable_tokens;
+      for (const capture_point& c : plan->captures) {
+        expect(c.position > last && c.position <= L && c.position % A == 0, "admit: capture position");
+        last = c.position;
+        expect(!slot_held(c.slot) && reusable(slot_touched_[c.slot]), "admit: capture slot still in use");
+        for (const capture_point& d : plan->captures)
+          expect(&c == &d || c.slot != d.slot, "admit: capture slots not distinct");
+      }
+      s.captures.assign(plan->captures.begin(), plan->captures.end());
+      s.restore = plan->restore_slot;
+      for (const capture_point& c : s.captures) slot_touched_[c.slot] = static_cast<std::int64_t>(cache_.current_epoch());
+      if (s.restore != no_slot) slot_touched_[s.restore] = static_cast<std::int64_t>(cache_.current_epoch());
+    }
+    s.computed = plan->usable_tokens;
+    s.valid = plan->kv_matched_tokens;
+    s.own_from = plan->shared_blocks;
+    seqs_[id] = std::move(s);
+  }
+
+  void commit(byte_source& in) {
+    if (seqs_.empty()) return;
+    const seq_id id = pick(in);
+    oracle_seq& s = seqs_[id];
+    const auto L = static_cast<std::uint32_t>(s.tokens.size());
+    const std::uint32_t n = s.computed + in.below(L - s.computed + 1);
+    std::vector<std::uint32_t> written;
+    for (const capture_point& c : s.captures)
+      if (c.position <= n && in.below(4) != 0) written.push_back(c.position);
+    // The engine computed [computed, n): it writes KV of its own blocks and the captured states.
+    const auto table = std::vector<block_id>(cache_.block_table(id).begin(), cache_.block_table(id).end());
+    auto r = cache_.commit(id, n, written);
+    expect(r.has_value(), "commit: valid commit failed");
+    if (!r.has_value()) return;
+    for (std::uint32_t i = s.own_from; i < table.size() && i * B < n; ++i)
+      blocks_[table[i]] = prefix(s, std::min(n, (i + 1) * B));
+    for (std::uint32_t p : written)
+      for (const capture_point& c : s.captures)
+        if (c.position == p) slots_[c.slot] = prefix(s, p);
+    std::erase_if(s.captures, [&](const capture_point& c) {
+      if (c.position > n) return false;
+      slot_touched_[c.slot] = static_cast<std::int64_t>(cache_.current_epoch());
+      return true;
+    });
+    if (s.restore != no_slot) {
+      slot_touched_[s.restore] = static_cast<std::int64_t>(cache_.current_epoch());
+      s.restore = no_slot;
+    }
+    s.computed = n;
+    s.valid = std::max(s.valid, n);
+  }
+
+  void extend(byte_source& in) {
+    if (seqs_.empty()) return;
+    const seq_id id = pick(in);
+    oracle_seq& s = seqs_[id];
+    std::vector<token_id> more(1 + in.below(20));
+    for (auto& t : more) t = static_cast<token_id>(60000 + in.below(3));
+    const observed before = observe();
+    auto plan = cache_.extend(id, more);
+    if (!plan.has_value()) {
+      expect(plan.error() == errc::pool_exhausted, "extend: unexpected error");
+      expect(observe() == before, "extend: failed call changed the cache");
+      return;
+    }
+    for (block_id b : plan->new_blocks) {
+      expect(reusable(block_touched_[b]), "extend: block reused before its step completed");
+      expect(std::count(cache_.block_table(id).begin(), cache_.block_table(id).end(), b) == 1 &&
+                 [&] {
+                   for (const auto& [other, o] : seqs_)
+                     if (other != id && std::find(cache_.block_table(other).begin(), cache_.block_table(other).end(),
+                                                  b) != cache_.block_table(other).end())
+                       return false;
+                   return true;
+                 }(),
+             "extend: new block held elsewhere");
+    }
+    s.tokens.insert(s.tokens.end(), more.begin(), more.end());
+  }
+
+  void end(byte_source& in, bool finish) {
+    if (seqs_.empty()) return;
+    const seq_id id = pick(in);
+    oracle_seq& s = seqs_[id];
+    const auto table = std::vector<block_id>(cache_.block_table(id).begin(), cache_.block_table(id).end());
+    const epoch_t now = cache_.current_epoch();
+    if (finish) {
+      auto plan = cache_.finish(id);
+      expect(plan.has_value(), "finish failed");
+      if (plan.has_value() && plan->capture.slot != no_slot) {
+        expect(plan->capture.position == s.computed, "finish: capture position");
+        expect(reusable(slot_touched_[plan->capture.slot]) && !slot_held(plan->capture.slot),
+               "finish: slot still in use");
+        slots_[plan->capture.slot] = prefix(s, plan->capture.position); // the engine copies its live state
+        slot_touched_[plan->capture.slot] = static_cast<std::int64_t>(now);
+      }
+    } else {
+      expect(cache_.release(id).has_value(), "release failed");
+    }
+    for (const capture_point& c : s.captures) slot_touched_[c.slot] = static_cast<std::int64_t>(now);
+    if (s.restore != no_slot) slot_touched_[s.restore] = static_cast<std::int64_t>(now);
+    seqs_.erase(id);
+    for (block_id b : table) block_touched_[b] = static_cast<std::int64_t>(now);
+    expect(cache_.release(id).error() == errc::double_release, "second release must be double_release");
+  }
+
+  void fork(byte_source& in) {
+    if (seqs_.empty()) return;
+    const seq_id src = pick(in);
+    const seq_id dst = next_id_++;
+    const observed before = observe();
+    auto plan = cache_.fork(src, dst);
+    oracle_seq& s = seqs_[src];
+    if (!plan.has_value()) {
+      expect(plan.error() == (s.computed != s.tokens.size() ? errc::invalid_argument : errc::pool_exhausted),
+             "fork: unexpected error");
+      expect(observe() == before, "fork: failed call changed the cache");
+      return;
+    }
+    oracle_seq d = s;
+    d.captures.clear();
+    d.restore = no_slot;
+    d.own_from = static_cast<std::uint32_t>(s.tokens.size() / B);
+    if (plan->copy_dst != no_block) {
+      expect(reusable(block_touched_[plan->copy_dst]), "fork: copy block reused before its step completed");
+      blocks_[plan->copy_dst] = blocks_[plan->copy_src]; // the engine's copy kernel
+    }
+    seqs_[dst] = d;
+  }
+
+  void bad_call(byte_source& in) {
+    const observed before = observe();
+    const seq_id unknown = next_id_ + 1000;
+    switch (in.below(4)) {
+    case 0: expect(cache_.commit(unknown, 0).error() == errc::unknown_sequence, "bad commit"); break;
+    case 1:
+      if (!seqs_.empty()) {
+        const seq_id id = pick(in);
+        expect(cache_.commit(id, static_cast<std::uint32_t>(seqs_[id].tokens.size()) + 1).error() == errc::out_of_range,
+               "commit beyond tokens");
+      }
+      break;
+    case 2:
+      if (!seqs_.empty()) expect(cache_.admit(pick(in), bases_[0]).error() == errc::duplicate_sequence, "dup admit");
+      break;
+    case 3: expect(cache_.extend(unknown, bases_[0]).error() == errc::unknown_sequence, "bad extend"); break;
+    }
+    expect(observe() == before, "bad call changed the cache");
+  }
+
+  /// Every live sequence's blocks still hold its own prefix over the range its KV is valid.
+  void check_live_contents() {
+    for (const auto& [id, s] : seqs_) {
+      const auto table = cache_.block_table(id);
+      for (std::uint32_t i = 0; i < table.size() && i * B < s.valid; ++i)
+        if (blocks_[table[i]] != prefix(s, std::min(s.valid, (i + 1) * B))) {
+          fail("a live sequence's block was overwritten (seq " + std::to_string(id) + ", block index " +
+               std::to_string(i) + ")");
+          return;
+        }
+    }
+  }
+
+  Cache cache_;
+  std::vector<content> blocks_, slots_;
+  std::vector<std::int64_t> block_touched_, slot_touched_;
+  std::map<seq_id, oracle_seq> seqs_;
+  std::vector<std::vector<token_id>> bases_;
+  seq_id next_id_ = 1;
+  epoch_t safe_before_ = 0;
+};
+
+} // namespace reprise::testing

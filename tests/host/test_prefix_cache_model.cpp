@@ -1,0 +1,53 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+// Randomized model-based test: thousands of random admit / commit / extend / release / finish / fork /
+// step_complete operations (evictions follow from the small pools), each checked against the oracle in
+// fuzz/cache_op_driver.hpp and check_invariants().
+#include "fuzz/cache_fuzz_entry.hpp"
+
+#include <doctest/doctest.h>
+
+#include <random>
+#include <vector>
+
+using namespace reprise::testing;
+
+TEST_CASE("random operation streams keep every oracle check and invariant") {
+  const char* names[] = {"block_sharing", "block_sharing, constant hasher", "memory_only", "snapshot_restore"};
+  for (std::uint8_t policy = 0; policy < 4; ++policy) {
+    reprise::cache_metrics total{};
+    for (std::uint32_t seed = 1; seed <= 6; ++seed) {
+      std::mt19937 rng(seed * 7919 + policy);
+      std::vector<std::uint8_t> bytes(12000);
+      bytes[0] = policy;
+      for (std::size_t i = 1; i < bytes.size(); ++i) bytes[i] = static_cast<std::uint8_t>(rng());
+      CAPTURE(names[policy]);
+      CAPTURE(seed);
+      const stream_outcome out = run_cache_operation_stream(bytes.data(), bytes.size());
+      CHECK_MESSAGE(out.failure.empty(), out.failure);
+      total.lookups += out.metrics.lookups;
+      total.blocks_shared += out.metrics.blocks_shared;
+      total.kv_evictions += out.metrics.kv_evictions;
+      total.usable_tokens += out.metrics.usable_tokens;
+      total.snapshot_hits += out.metrics.snapshot_hits;
+      total.captures_written += out.metrics.captures_written;
+      total.snapshot_evictions_lru += out.metrics.snapshot_evictions_lru;
+      total.snapshot_evictions_invalidated += out.metrics.snapshot_evictions_invalidated;
+      total.duplicate_blocks += out.metrics.duplicate_blocks;
+    }
+    MESSAGE(std::string(names[policy]), ": lookups ", total.lookups, ", blocks shared ", total.blocks_shared, ", KV evictions ",
+            total.kv_evictions, ", skipped ", total.usable_tokens, ", snapshot hits ", total.snapshot_hits,
+            ", captures ", total.captures_written, ", snapshot LRU/invalidated evictions ",
+            total.snapshot_evictions_lru, "/", total.snapshot_evictions_invalidated, ", duplicates ",
+            total.duplicate_blocks);
+    // The streams must exercise what they claim to test.
+    CHECK(total.lookups > 500);
+    CHECK(total.blocks_shared > 100);
+    CHECK(total.kv_evictions > 50);
+    if (policy != 2) CHECK(total.usable_tokens > 0);
+    if (policy == 3) {
+      CHECK(total.snapshot_hits > 10);
+      CHECK(total.captures_written > 10);
+      CHECK(total.snapshot_evictions_invalidated + total.snapshot_evictions_lru > 0);
+    }
+  }
+}
