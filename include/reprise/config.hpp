@@ -14,6 +14,14 @@
 #define REPRISE_DEVICE inline
 #endif
 
+/// Asks nvcc to unroll the next loop in device code; nothing in host passes (g++ would warn about an unknown
+/// pragma), where the optimizer decides.
+#if defined(__CUDA_ARCH__)
+#define REPRISE_UNROLL _Pragma("unroll")
+#else
+#define REPRISE_UNROLL
+#endif
+
 /// Library version, kept in step with the CMake project version.
 #define REPRISE_VERSION_MAJOR 0
 #define REPRISE_VERSION_MINOR 1

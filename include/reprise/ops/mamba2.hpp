@@ -1,0 +1,266 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// \file
+/// Mamba2 SSD chunked prefill with fp32 captures, and the selective state update (decode step).
+///
+/// Per head h (group g = h / (H / G)) and token t, with dt_t = transform_dt(dt[t, h], dt_bias[h]):
+///   S_t = exp(dt_t A_h) S_{t-1} + dt_t x_t B_t^T               (S: [P, N], fp32)
+///   y_t = (S_t C_t + D_h x_t) * silu(z_t)                       (gate only when z is given)
+/// The chunked form (ssd_minimal_discrete in state-spaces/mamba) splits the tokens of a sequence on the
+/// absolute chunk grid (multiples of Q from position 0). With a_t = A dt_t and the in-chunk inclusive
+/// cumulative sum Acum:
+///   y_t  = sum_{s<=t} (C_t . B_s) exp(Acum_t - Acum_s) dt_s x_s + exp(Acum_t) S_prev C_t + D x_t
+///   S_end = exp(Acum_last) S_prev + sum_s exp(Acum_last - Acum_s) dt_s x_s B_s^T
+/// Each chunk is a pure function of S_prev and its own tokens, computed in a fixed order. A prefill resumed
+/// from the fp32 state captured at a chunk boundary therefore repeats every later chunk bit for bit: aligned
+/// restores are exact by construction, on the host and (between two device runs) on the device.
+
+#include <reprise/errc.hpp>
+#include <reprise/ops/math.hpp>
+#include <reprise/ops/slots.hpp>
+#include <reprise/ops/stream.hpp>
+#include <reprise/ops/tensor.hpp>
+#include <reprise/state/shapes.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace reprise::ops {
+
+/// Operands of a Mamba2 mixer's SSM part. Rows are tokens (prefill) or batch entries (decode).
+template <activation_element T>
+struct mamba2_args {
+  tensor<const T, 3> x;           ///< [rows, H, P]
+  tensor<const T, 2> dt;          ///< [rows, H] raw dt (before bias, softplus and clamp)
+  tensor<const float, 1> A;       ///< [H] negative decay rates (A = -exp(A_log))
+  tensor<const T, 3> B;           ///< [rows, G, N]
+  tensor<const T, 3> C;           ///< [rows, G, N]
+  tensor<const float, 1> D;       ///< [H] skip weights, or absent
+  tensor<const float, 1> dt_bias; ///< [H], or absent
+  tensor<const T, 3> z;           ///< [rows, H, P] gate input, or absent
+  tensor<float, 4> state_pool;    ///< [slots, H, P, N] fp32 SSM states
+  tensor<T, 3> y;                 ///< [rows, H, P] output; must not alias an input
+  std::int64_t chunk = 256;       ///< Q, prefill only: 64, 128 or 256
+  dt_transform dt_mode{};
+};
+
+/// The sizes a Mamba2 kernel instantiation is compiled for.
+struct mamba2_kernel_config {
+  std::int64_t head_dim = 0;  ///< P
+  std::int64_t state_dim = 0; ///< N
+  std::int64_t chunk = 0;     ///< Q (0 for the decode update, which has no chunks)
+  dtype input = dtype::bf16;  ///< element type of x, dt, B, C, z, y
+  friend constexpr bool operator==(const mamba2_kernel_config&, const mamba2_kernel_config&) = default;
+};
+
+/// The configuration of `a` for a prefill (`chunked`) or a decode update.
+template <activation_element T>
+mamba2_kernel_config config_of(const mamba2_args<T>& a, bool chunked) noexcept {
+  return {a.x.extent(2), a.B.extent(2), chunked ? a.chunk : 0, dtype_of<T>};
+}
+
+/// Checks that the operands agree. Errors: `size_mismatch` (extents disagree); `invalid_argument` (H not a
+/// multiple of G, or an empty dimension). Complexity: O(1).
+template <activation_element T>
+errc validate_mamba2(const mamba2_args<T>& a) noexcept {
+  const std::int64_t rows = a.x.extent(0), H = a.x.extent(1), P = a.x.extent(2);
+  const std::int64_t G = a.B.extent(1), N = a.B.extent(2);
+  if (H == 0 || P == 0 || G == 0 || N == 0 || H % G != 0) return errc::invalid_argument;
+  if (a.dt.extent(0) != rows || a.dt.extent(1) != H || a.A.extent(0) != H) return errc::size_mismatch;
+  if (a.B.extent(0) != rows || a.C.extent(0) != rows || a.C.extent(1) != G || a.C.extent(2) != N)
+    return errc::size_mismatch;
+  if (!is_absent(a.D) && a.D.extent(0) != H) return errc::size_mismatch;
+  if (!is_absent(a.dt_bias) && a.dt_bias.extent(0) != H) return errc::size_mismatch;
+  if (!is_absent(a.z) && (a.z.extent(0) != rows || a.z.extent(1) != H || a.z.extent(2) != P))
+    return errc::size_mismatch;
+  if (a.state_pool.extent(1) != H || a.state_pool.extent(2) != P || a.state_pool.extent(3) != N)
+    return errc::size_mismatch;
+  if (a.y.extent(0) != rows || a.y.extent(1) != H || a.y.extent(2) != P) return errc::size_mismatch;
+  return errc{};
+}
+
+// ---- building blocks shared by the host implementation and the kernels -------------------------------------
+
+/// State passing across one chunk: `S_end = decay * S_prev + local` (decay = exp(Acum_last)).
+REPRISE_HOST_DEVICE float ssd_pass_state(float decay, float s_prev, float local) noexcept {
+  return decay * s_prev + local;
+}
+
+/// One decode step of one state element: `s * exp(dt A) + (dt x) * b`.
+REPRISE_HOST_DEVICE float ssm_step(float s, float decay, float dt_x, float b) noexcept { return s * decay + dt_x * b; }
+
+/// Output of one (token, head, p): the SSM term plus the D skip, gated by silu(z) when z is given.
+REPRISE_HOST_DEVICE float mamba2_output(float ssm, float d, float x, bool has_z, float z) noexcept {
+  const float v = ssm + d * x;
+  return has_z ? gate(v, z) : v;
+}
+
+namespace detail {
+
+/// One sequence, one head, all of its chunks: the host SSD.
+template <activation_element T>
+void ssd_head_host(const mamba2_args<T>& a, std::int64_t t0, std::int64_t len, std::int64_t p0, std::int32_t initial,
+                   std::int32_t final_slot, std::span<const capture_point> caps, std::int64_t h,
+                   std::vector<float>& buf) {
+  const std::int64_t P = a.x.extent(2), N = a.B.extent(2), Q = a.chunk;
+  const std::int64_t g = h / (a.x.extent(1) / a.B.extent(1));
+  const float A = a.A(h), bias = is_absent(a.dt_bias) ? 0.0f : a.dt_bias(h);
+  const float Dh = is_absent(a.D) ? 0.0f : a.D(h);
+  buf.assign(static_cast<std::size_t>(P * N + 2 * Q + Q * (P + 2 * N) + Q), 0.0f);
+  float* S = buf.data();
+  float* dtv = S + P * N;
+  float* acum = dtv + Q;
+  float* xs = acum + Q;
+  float* bs = xs + Q * P;
+  float* cs = bs + Q * N;
+  float* w = cs + Q * N;
+  if (initial >= 0)
+    for (std::int64_t p = 0; p < P; ++p)
+      for (std::int64_t n = 0; n < N; ++n) S[p * N + n] = a.state_pool(initial, h, p, n);
+  auto store = [&](std::int32_t slot) {
+    for (std::int64_t p = 0; p < P; ++p)
+      for (std::int64_t n = 0; n < N; ++n) a.state_pool(slot, h, p, n) = S[p * N + n];
+  };
+  for (std::int64_t i = 0, pos = p0; i < len;) {
+    const std::int64_t L = std::min(Q - pos % Q, len - i); // short first chunk up to the next multiple of Q
+    for (std::int64_t j = 0; j < L; ++j) {
+      const std::int64_t r = t0 + i + j;
+      dtv[j] = transform_dt(to_float(a.dt(r, h)), bias, a.dt_mode);
+      acum[j] = (j == 0 ? 0.0f : acum[j - 1]) + A * dtv[j];
+      for (std::int64_t p = 0; p < P; ++p) xs[j * P + p] = to_float(a.x(r, h, p));
+      for (std::int64_t n = 0; n < N; ++n) {
+        bs[j * N + n] = to_float(a.B(r, g, n));
+        cs[j * N + n] = to_float(a.C(r, g, n));
+      }
+    }
+    for (std::int64_t t = 0; t < L; ++t) {
+      for (std::int64_t s = 0; s <= t; ++s) {
+        float cb = 0.0f;
+        for (std::int64_t n = 0; n < N; ++n) cb += cs[t * N + n] * bs[s * N + n];
+        w[s] = cb * (expf(acum[t] - acum[s]) * dtv[s]);
+      }
+      const float decay_t = expf(acum[t]);
+      const std::int64_t r = t0 + i + t;
+      for (std::int64_t p = 0; p < P; ++p) {
+        float intra = 0.0f, inter = 0.0f;
+        for (std::int64_t s = 0; s <= t; ++s) intra += w[s] * xs[s * P + p];
+        for (std::int64_t n = 0; n < N; ++n) inter += cs[t * N + n] * S[p * N + n];
+        const bool has_z = !is_absent(a.z);
+        const float zv = has_z ? to_float(a.z(r, h, p)) : 0.0f;
+        a.y(r, h, p) = from_float<T>(mamba2_output(intra + decay_t * inter, Dh, xs[t * P + p], has_z, zv));
+      }
+    }
+    const float last = acum[L - 1], decay = expf(last);
+    for (std::int64_t s = 0; s < L; ++s) w[s] = expf(last - acum[s]) * dtv[s];
+    for (std::int64_t p = 0; p < P; ++p)
+      for (std::int64_t n = 0; n < N; ++n) {
+        float local = 0.0f;
+        for (std::int64_t s = 0; s < L; ++s) local += (w[s] * xs[s * P + p]) * bs[s * N + n];
+        S[p * N + n] = ssd_pass_state(decay, S[p * N + n], local);
+      }
+    i += L;
+    pos += L;
+    for (const capture_point& c : caps)
+      if (c.position == pos) store(c.slot);
+  }
+  if (final_slot >= 0) store(final_slot);
+}
+
+} // namespace detail
+
+/// Host Mamba2 SSD chunked prefill over a varlen batch.
+/// Effects: writes y for every token; reads each sequence's initial state (zero when negative), writes the
+/// fp32 state at every capture point (a chunk end) and the final state into the live slot.
+/// Errors: as `validate_mamba2`; `unsupported_config` (Q not 64, 128 or 256); as `validate_batch` and
+/// `validate_prefill_slots` with the chunk grid (`misaligned` capture, slot `out_of_range`, ...). On error
+/// nothing is written. Complexity: O(tokens x H x (Q (N + P) + P N)).
+template <activation_element T>
+result<void> mamba2_ssd_prefill_host(const mamba2_args<T>& a, const varlen_batch& b, const prefill_slots& slots) {
+  if (errc e = validate_mamba2(a); e != errc{}) return e;
+  if (!is_supported_chunk(static_cast<std::uint32_t>(a.chunk))) return errc::unsupported_config;
+  if (errc e = validate_batch(b, a.x.extent(0)); e != errc{}) return e;
+  if (errc e = validate_prefill_slots(b, slots, a.state_pool.extent(0), a.chunk); e != errc{}) return e;
+  std::vector<float> buf;
+  std::vector<capture_point> caps;
+  for (std::int64_t s = 0; s < b.sequences(); ++s) {
+    caps.clear();
+    for (const capture_point& c : slots.captures)
+      if (c.sequence == s) caps.push_back(c);
+    for (std::int64_t h = 0; h < a.x.extent(1); ++h)
+      detail::ssd_head_host(a, b.cu_seqlens[s], b.length(s), b.start_positions[s], slots.initial[s], slots.final[s],
+                            caps, h, buf);
+  }
+  return {};
+}
+
+/// Host selective state update (one decode token per row): row r reads state slot `pairs[r].src`, writes the
+/// advanced state to `pairs[r].dst` (copy-on-write fused in; src == dst updates in place) and y[r]. Rows with
+/// a negative index are padding: y[r] and every slot stay untouched.
+/// Errors: as `validate_mamba2`; `size_mismatch` (pairs.size() != rows); as `validate_decode_slots`.
+/// Complexity: O(rows x H x P x N).
+template <activation_element T>
+result<void> mamba2_state_update_host(const mamba2_args<T>& a, std::span<const copy_pair> pairs) {
+  if (errc e = validate_mamba2(a); e != errc{}) return e;
+  if (static_cast<std::int64_t>(pairs.size()) != a.x.extent(0)) return errc::size_mismatch;
+  if (errc e = validate_decode_slots(pairs, a.state_pool.extent(0)); e != errc{}) return e;
+  const std::int64_t H = a.x.extent(1), P = a.x.extent(2), N = a.B.extent(2), hpg = H / a.B.extent(1);
+  for (std::int64_t r = 0; r < static_cast<std::int64_t>(pairs.size()); ++r) {
+    const copy_pair pr = pairs[r];
+    if (pr.src < 0 || pr.dst < 0) continue;
+    for (std::int64_t h = 0; h < H; ++h) {
+      const std::int64_t g = h / hpg;
+      const float dt = transform_dt(to_float(a.dt(r, h)), is_absent(a.dt_bias) ? 0.0f : a.dt_bias(h), a.dt_mode);
+      const float decay = expf(dt * a.A(h)), Dh = is_absent(a.D) ? 0.0f : a.D(h);
+      for (std::int64_t p = 0; p < P; ++p) {
+        const float x = to_float(a.x(r, h, p)), dt_x = dt * x;
+        float acc = 0.0f;
+        for (std::int64_t n = 0; n < N; ++n) {
+          const float s = ssm_step(a.state_pool(pr.src, h, p, n), decay, dt_x, to_float(a.B(r, g, n)));
+          a.state_pool(pr.dst, h, p, n) = s;
+          acc += s * to_float(a.C(r, g, n));
+        }
+        const bool has_z = !is_absent(a.z);
+        a.y(r, h, p) = from_float<T>(mamba2_output(acc, Dh, x, has_z, has_z ? to_float(a.z(r, h, p)) : 0.0f));
+      }
+    }
+  }
+  return {};
+}
+
+// ---- device launchers (reprise::kernels) -------------------------------------------------------------------
+
+/// The configurations this build instantiated (the reduced CI set or the full set).
+std::span<const mamba2_kernel_config> mamba2_instantiated_configs() noexcept;
+
+/// `errc{}` when this build has a kernel for `c`, else `unsupported_config`. Decode configs have chunk 0.
+errc mamba2_supports(const mamba2_kernel_config& c) noexcept;
+
+/// Device workspace `mamba2_ssd_prefill` needs: metadata plus per-chunk dt, cumulative decay and chunk states
+/// (fp32 [chunks, H, P, N]).
+std::size_t mamba2_ssd_prefill_workspace_bytes(const mamba2_args<float>& a, const varlen_batch& b,
+                                               const prefill_slots& slots) noexcept;
+std::size_t mamba2_ssd_prefill_workspace_bytes(const mamba2_args<bfloat16>& a, const varlen_batch& b,
+                                               const prefill_slots& slots) noexcept;
+
+/// Device SSD chunked prefill: same effects and errors as the host version, plus `unsupported_config` when
+/// this build has no instantiation for the sizes, `size_mismatch` (workspace too small) and `device_error`.
+/// Four kernels run on `stream`: chunk cumsum (CUB BlockScan), chunk states, state passing (captures, final
+/// state) and chunk scan.
+result<void> mamba2_ssd_prefill(const mamba2_args<float>& a, const varlen_batch& b, const prefill_slots& slots,
+                                device_workspace ws, stream_handle stream);
+result<void> mamba2_ssd_prefill(const mamba2_args<bfloat16>& a, const varlen_batch& b, const prefill_slots& slots,
+                                device_workspace ws, stream_handle stream);
+
+/// Device workspace `mamba2_state_update` needs for `rows` rows.
+std::size_t mamba2_state_update_workspace_bytes(std::size_t rows) noexcept;
+
+/// Device selective state update: as the host version, plus the device errors above.
+result<void> mamba2_state_update(const mamba2_args<float>& a, std::span<const copy_pair> pairs,
+                                 device_workspace ws, stream_handle stream);
+result<void> mamba2_state_update(const mamba2_args<bfloat16>& a, std::span<const copy_pair> pairs,
+                                 device_workspace ws, stream_handle stream);
+
+} // namespace reprise::ops

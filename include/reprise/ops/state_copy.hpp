@@ -1,0 +1,156 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// \file
+/// Batched movement of whole states and KV blocks: slot copy (snapshot save, restore, fork), KV block copy
+/// (copy-on-write of a partial block) and the opt-in KV gather.
+///
+/// A pool is `units` fixed-size units of `unit_bytes` (a slot of one state component of one layer, or a KV
+/// block of one layer). One call applies the same `(src, dst)` pairs to every pool in the list, so copying a
+/// snapshot across all recurrent layers (conv windows and SSM states alike) is a single launch. The device
+/// copy moves 16-byte vectors when every pool base and unit size is a multiple of 16 bytes (always true for
+/// real model shapes), and narrower words otherwise.
+
+#include <reprise/errc.hpp>
+#include <reprise/ops/slots.hpp>
+#include <reprise/ops/stream.hpp>
+#include <reprise/ops/tensor.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+
+namespace reprise::ops {
+
+/// A pool of equally sized units (state slots or KV blocks) at `base`.
+struct pool_view {
+  void* base = nullptr;
+  std::size_t unit_bytes = 0;
+  std::int64_t units = 0;
+};
+
+/// Checks pools and pairs for a batched copy. Errors: `invalid_argument` (a pool with a null base or zero
+/// unit size); `out_of_range` / `overlapping_pairs` as `validate_copy_pairs` (against the smallest pool).
+inline errc validate_copy(std::span<const pool_view> pools, std::span<const copy_pair> pairs) noexcept {
+  std::int64_t units = -1;
+  for (const pool_view& p : pools) {
+    if (p.base == nullptr || p.unit_bytes == 0 || p.units <= 0) return errc::invalid_argument;
+    units = units < 0 ? p.units : (p.units < units ? p.units : units);
+  }
+  if (pools.empty()) return pairs.empty() ? errc{} : errc::invalid_argument;
+  return validate_copy_pairs(pairs, units);
+}
+
+/// Host implementation of the batched unit copy: for every pool and pair, unit `dst` = unit `src`.
+/// Effects: byte-exact copies. Errors: as `validate_copy`; on error nothing is written.
+/// Complexity: O(pools x pairs x unit_bytes).
+inline result<void> copy_units_host(std::span<const pool_view> pools, std::span<const copy_pair> pairs) {
+  if (errc e = validate_copy(pools, pairs); e != errc{}) return e;
+  for (const pool_view& p : pools) {
+    auto* base = static_cast<std::byte*>(p.base);
+    for (const copy_pair& c : pairs)
+      std::memcpy(base + static_cast<std::size_t>(c.dst) * p.unit_bytes,
+                  base + static_cast<std::size_t>(c.src) * p.unit_bytes, p.unit_bytes);
+  }
+  return {};
+}
+
+/// Device workspace `copy_units` needs for `pools` pools and `pairs` pairs.
+std::size_t copy_units_workspace_bytes(std::size_t pools, std::size_t pairs) noexcept;
+
+/// Device batched unit copy (reprise::kernels): one launch for every pool and pair, on `stream`.
+/// Effects: as `copy_units_host`, stream-ordered. Errors: as `validate_copy` (nothing launched);
+/// `size_mismatch` (workspace too small); `device_error` (launch failed).
+/// Complexity: one kernel; bandwidth-bound, 2 x pools x pairs x unit_bytes bytes moved.
+result<void> copy_units(std::span<const pool_view> pools, std::span<const copy_pair> pairs, device_workspace ws,
+                        stream_handle stream);
+
+/// Snapshot save / restore / fork: `copy_units` over the slot pools of every recurrent layer.
+inline result<void> copy_state_slots(std::span<const pool_view> slot_pools, std::span<const copy_pair> pairs,
+                                     device_workspace ws, stream_handle stream) {
+  return copy_units(slot_pools, pairs, ws, stream);
+}
+
+/// KV copy-on-write: `copy_units` over the block pools of every attention layer.
+inline result<void> copy_kv_blocks(std::span<const pool_view> block_pools, std::span<const copy_pair> pairs,
+                                   device_workspace ws, stream_handle stream) {
+  return copy_units(block_pools, pairs, ws, stream);
+}
+
+/// Layout of one paged KV tensor (K or V of one layer): `[blocks, block_size, kv_heads, head_dim]` elements
+/// of `element_bytes`, the layout of vLLM's and SGLang's paged caches.
+struct kv_pool_layout {
+  std::int64_t blocks = 0;
+  std::int64_t block_size = 0;
+  std::int64_t kv_heads = 0;
+  std::int64_t head_dim = 0;
+  std::size_t element_bytes = 2;
+
+  constexpr std::size_t row_bytes() const noexcept { return static_cast<std::size_t>(head_dim) * element_bytes; }
+};
+
+/// Arguments of the opt-in KV gather: materialize `out[b, h, t, :]` = token t of sequence b (head h) for
+/// t < seq_lens[b], zero for seq_lens[b] <= t < out_tokens. The cache never calls it: engines whose attention
+/// reads paged blocks directly pay nothing.
+struct kv_gather_args {
+  const void* pool = nullptr;                  ///< one K or V pool, `layout`
+  kv_pool_layout layout;
+  tensor<const std::int32_t, 2> block_table;   ///< host [batch, max_blocks] block ids
+  std::span<const std::int32_t> seq_lens;      ///< host [batch]
+  void* out = nullptr;                         ///< [batch, kv_heads, out_tokens, head_dim]
+  std::int64_t out_tokens = 0;
+};
+
+/// Checks gather arguments. Errors: `invalid_argument` (null pointers, empty layout); `size_mismatch`
+/// (seq_lens length, a sequence longer than out_tokens or than its block-table row covers); `out_of_range`
+/// (a block id used by a sequence outside the pool).
+inline errc validate_kv_gather(const kv_gather_args& a) noexcept {
+  const kv_pool_layout& l = a.layout;
+  if (a.pool == nullptr || a.out == nullptr || l.blocks <= 0 || l.block_size <= 0 || l.kv_heads <= 0 ||
+      l.head_dim <= 0 || l.element_bytes == 0 || a.out_tokens < 0)
+    return errc::invalid_argument;
+  const std::int64_t batch = a.block_table.extent(0);
+  if (static_cast<std::int64_t>(a.seq_lens.size()) != batch) return errc::size_mismatch;
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const std::int64_t len = a.seq_lens[b];
+    if (len < 0 || len > a.out_tokens || len > a.block_table.extent(1) * l.block_size) return errc::size_mismatch;
+    for (std::int64_t i = 0; i * l.block_size < len; ++i) {
+      const std::int32_t blk = a.block_table(b, i);
+      if (blk < 0 || blk >= l.blocks) return errc::out_of_range;
+    }
+  }
+  return errc{};
+}
+
+/// Host implementation of the KV gather. Errors: as `validate_kv_gather`; nothing written on error.
+/// Complexity: O(batch x kv_heads x out_tokens x head_dim).
+inline result<void> gather_kv_host(const kv_gather_args& a) {
+  if (errc e = validate_kv_gather(a); e != errc{}) return e;
+  const kv_pool_layout& l = a.layout;
+  const std::size_t row = l.row_bytes();
+  const auto* pool = static_cast<const std::byte*>(a.pool);
+  auto* out = static_cast<std::byte*>(a.out);
+  for (std::int64_t b = 0; b < a.block_table.extent(0); ++b)
+    for (std::int64_t h = 0; h < l.kv_heads; ++h)
+      for (std::int64_t t = 0; t < a.out_tokens; ++t) {
+        std::byte* dst = out + static_cast<std::size_t>((b * l.kv_heads + h) * a.out_tokens + t) * row;
+        if (t >= a.seq_lens[b]) {
+          std::memset(dst, 0, row);
+          continue;
+        }
+        const std::int64_t blk = a.block_table(b, t / l.block_size);
+        const std::int64_t src_row = (blk * l.block_size + t % l.block_size) * l.kv_heads + h;
+        std::memcpy(dst, pool + static_cast<std::size_t>(src_row) * row, row);
+      }
+  return {};
+}
+
+/// Device workspace `gather_kv` needs for a block table of `batch` x `max_blocks`.
+std::size_t gather_kv_workspace_bytes(std::int64_t batch, std::int64_t max_blocks) noexcept;
+
+/// Device KV gather (reprise::kernels). Effects: as `gather_kv_host`, stream-ordered, 16-byte vectors when
+/// rows are 16-byte multiples. Errors: as `validate_kv_gather`; `size_mismatch` (workspace too small);
+/// `device_error`.
+result<void> gather_kv(const kv_gather_args& a, device_workspace ws, stream_handle stream);
+
+} // namespace reprise::ops

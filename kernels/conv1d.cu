@@ -1,0 +1,138 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+// Launchers of the causal conv1d kernels (include/reprise/ops/conv1d.hpp), W in {2, 3, 4}, fp32 and bf16.
+#include <reprise/ops/conv1d.hpp>
+
+#include "conv1d.cuh"
+
+#include <vector>
+
+namespace reprise::ops {
+namespace {
+using device_runtime::workspace_layout;
+
+struct prefill_layout {
+  std::size_t seqs, tiles, writes;
+  workspace_layout l;
+  prefill_layout(std::size_t ns, std::size_t nt, std::size_t nw) {
+    seqs = l.take<device::seq_desc>(ns);
+    tiles = l.take<device::token_tile>(nt);
+    writes = l.take<device::conv_write>(nw);
+  }
+};
+
+std::size_t count_tiles(const varlen_batch& b) {
+  std::size_t n = 0;
+  for (std::int64_t s = 0; s < b.sequences(); ++s)
+    n += static_cast<std::size_t>((b.length(s) + device::conv_tile_tokens - 1) / device::conv_tile_tokens);
+  return n;
+}
+
+std::size_t count_writes(const varlen_batch& b, const prefill_slots& slots) {
+  std::size_t n = slots.captures.size();
+  for (std::int64_t s = 0; s < b.sequences(); ++s) n += slots.final[s] >= 0 ? 1 : 0;
+  return n;
+}
+
+template <class T>
+result<void> prefill(const conv1d_args<T>& a, const varlen_batch& b, const prefill_slots& slots, device_workspace ws,
+                     stream_handle stream) {
+  if (errc e = validate_conv1d(a); e != errc{}) return e;
+  if (errc e = validate_batch(b, a.x.extent(0)); e != errc{}) return e;
+  if (errc e = validate_prefill_slots(b, slots, a.conv_pool.extent(0), 1); e != errc{}) return e;
+  const std::int64_t S = b.sequences();
+  std::vector<device::seq_desc> seqs(static_cast<std::size_t>(S));
+  std::vector<device::token_tile> tiles;
+  std::vector<device::conv_write> writes;
+  for (std::int64_t s = 0; s < S; ++s) {
+    seqs[s] = {b.cu_seqlens[s], b.length(s), b.start_positions[s], slots.initial[s], slots.final[s]};
+    for (std::int64_t o = 0; o < b.length(s); o += device::conv_tile_tokens)
+      tiles.push_back({static_cast<std::int32_t>(s), static_cast<std::int32_t>(o),
+                       static_cast<std::int32_t>(std::min<std::int64_t>(device::conv_tile_tokens, b.length(s) - o))});
+  }
+  for (const capture_point& c : slots.captures) writes.push_back({c.position, c.sequence, c.slot});
+  for (std::int64_t s = 0; s < S; ++s)
+    if (slots.final[s] >= 0) writes.push_back({b.end_position(s), static_cast<std::int32_t>(s), slots.final[s]});
+  const prefill_layout layout(seqs.size(), tiles.size(), writes.size());
+  if (ws.data == nullptr || ws.bytes < layout.l.bytes()) return errc::size_mismatch;
+  const std::int64_t C = a.x.extent(1);
+  if (C == 0) return {};
+  device_runtime::metadata_upload up(layout.l.bytes());
+  up.put<device::seq_desc>(layout.seqs, seqs);
+  up.put<device::token_tile>(layout.tiles, tiles);
+  up.put<device::conv_write>(layout.writes, writes);
+  if (auto r = up.upload(ws.data, stream); !r) return r;
+  const auto* d_seqs = device_runtime::at<device::seq_desc>(ws.data, layout.seqs);
+  const auto* d_tiles = device_runtime::at<device::token_tile>(ws.data, layout.tiles);
+  const auto* d_writes = device_runtime::at<device::conv_write>(ws.data, layout.writes);
+  const unsigned cblocks = static_cast<unsigned>((C + device::conv_threads - 1) / device::conv_threads);
+  auto launch = [&]<int W>() -> result<void> {
+    if (!tiles.empty())
+      device::conv1d_prefill_kernel<W, T>
+          <<<dim3(static_cast<unsigned>(tiles.size()), cblocks), device::conv_threads, 0, stream>>>(a, d_seqs, d_tiles);
+    if (auto r = device_runtime::launch_status(); !r) return r;
+    if (!writes.empty())
+      device::conv1d_store_kernel<W, T>
+          <<<dim3(static_cast<unsigned>(writes.size()), cblocks), device::conv_threads, 0, stream>>>(a, d_seqs, d_writes);
+    return device_runtime::launch_status();
+  };
+  switch (a.weight.extent(1)) {
+  case 2: return launch.template operator()<2>();
+  case 3: return launch.template operator()<3>();
+  default: return launch.template operator()<4>();
+  }
+}
+
+template <class T>
+result<void> update(const conv1d_args<T>& a, std::span<const copy_pair> pairs, device_workspace ws,
+                    stream_handle stream) {
+  if (errc e = validate_conv1d(a); e != errc{}) return e;
+  if (static_cast<std::int64_t>(pairs.size()) != a.x.extent(0)) return errc::size_mismatch;
+  if (errc e = validate_decode_slots(pairs, a.conv_pool.extent(0)); e != errc{}) return e;
+  const std::int64_t C = a.x.extent(1);
+  if (pairs.empty() || C == 0) return {};
+  workspace_layout l;
+  const std::size_t off = l.take<copy_pair>(pairs.size());
+  if (ws.data == nullptr || ws.bytes < l.bytes()) return errc::size_mismatch;
+  device_runtime::metadata_upload up(l.bytes());
+  up.put<copy_pair>(off, pairs);
+  if (auto r = up.upload(ws.data, stream); !r) return r;
+  const dim3 grid(static_cast<unsigned>(pairs.size()),
+                  static_cast<unsigned>((C + device::conv_threads - 1) / device::conv_threads));
+  const auto* d_pairs = device_runtime::at<copy_pair>(ws.data, off);
+  switch (a.weight.extent(1)) {
+  case 2: device::conv1d_update_kernel<2, T><<<grid, device::conv_threads, 0, stream>>>(a, d_pairs); break;
+  case 3: device::conv1d_update_kernel<3, T><<<grid, device::conv_threads, 0, stream>>>(a, d_pairs); break;
+  default: device::conv1d_update_kernel<4, T><<<grid, device::conv_threads, 0, stream>>>(a, d_pairs); break;
+  }
+  return device_runtime::launch_status();
+}
+} // namespace
+
+std::size_t causal_conv1d_prefill_workspace_bytes(const varlen_batch& b, const prefill_slots& slots) noexcept {
+  return prefill_layout(static_cast<std::size_t>(b.sequences()), count_tiles(b), count_writes(b, slots)).l.bytes();
+}
+
+std::size_t causal_conv1d_update_workspace_bytes(std::size_t rows) noexcept {
+  workspace_layout l;
+  (void)l.take<copy_pair>(rows);
+  return l.bytes();
+}
+
+result<void> causal_conv1d_prefill(const conv1d_args<float>& a, const varlen_batch& b, const prefill_slots& slots,
+                                   device_workspace ws, stream_handle stream) {
+  return prefill(a, b, slots, ws, stream);
+}
+result<void> causal_conv1d_prefill(const conv1d_args<bfloat16>& a, const varlen_batch& b,
+                                   const prefill_slots& slots, device_workspace ws, stream_handle stream) {
+  return prefill(a, b, slots, ws, stream);
+}
+result<void> causal_conv1d_update(const conv1d_args<float>& a, std::span<const copy_pair> pairs,
+                                  device_workspace ws, stream_handle stream) {
+  return update(a, pairs, ws, stream);
+}
+result<void> causal_conv1d_update(const conv1d_args<bfloat16>& a, std::span<const copy_pair> pairs,
+                                  device_workspace ws, stream_handle stream) {
+  return update(a, pairs, ws, stream);
+}
+
+} // namespace reprise::ops

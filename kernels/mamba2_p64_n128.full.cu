@@ -1,0 +1,11 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+// Mamba2 instances of Nemotron-H (P64 N128; the model runs Q256) at every supported chunk size, fp32 and
+// bf16 inputs. Full build only.
+#include "mamba2.cuh"
+
+REPRISE_DEFINE_MAMBA2_INSTANCE(64, 64, 128, f32)
+REPRISE_DEFINE_MAMBA2_INSTANCE(64, 64, 128, bf16)
+REPRISE_DEFINE_MAMBA2_INSTANCE(128, 64, 128, f32)
+REPRISE_DEFINE_MAMBA2_INSTANCE(128, 64, 128, bf16)
+REPRISE_DEFINE_MAMBA2_INSTANCE(256, 64, 128, f32)
+REPRISE_DEFINE_MAMBA2_INSTANCE(256, 64, 128, bf16)

@@ -1,0 +1,101 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+// Launchers of the batched unit copy and the KV gather (include/reprise/ops/state_copy.hpp).
+#include <reprise/ops/state_copy.hpp>
+
+#include "state_copy.cuh"
+
+#include <vector>
+
+namespace reprise::ops {
+namespace {
+using device_runtime::workspace_layout;
+
+struct copy_layout {
+  std::size_t pools, pairs;
+  workspace_layout l;
+  copy_layout(std::size_t np, std::size_t nq) {
+    pools = l.take<device::copy_pool_desc>(np);
+    pairs = l.take<copy_pair>(nq);
+  }
+};
+
+struct gather_layout {
+  std::size_t table, lens;
+  workspace_layout l;
+  gather_layout(std::int64_t batch, std::int64_t max_blocks) {
+    table = l.take<std::int32_t>(static_cast<std::size_t>(batch * max_blocks));
+    lens = l.take<std::int32_t>(static_cast<std::size_t>(batch));
+  }
+};
+
+std::uint32_t access_width(std::uint64_t base, std::uint64_t unit) {
+  if (base % 16 == 0 && unit % 16 == 0) return 16;
+  if (base % 4 == 0 && unit % 4 == 0) return 4;
+  return 1;
+}
+} // namespace
+
+std::size_t copy_units_workspace_bytes(std::size_t pools, std::size_t pairs) noexcept {
+  return copy_layout(pools, pairs).l.bytes();
+}
+
+result<void> copy_units(std::span<const pool_view> pools, std::span<const copy_pair> pairs, device_workspace ws,
+                        stream_handle stream) {
+  if (errc e = validate_copy(pools, pairs); e != errc{}) return e;
+  if (pairs.empty()) return {};
+  const copy_layout layout(pools.size(), pairs.size());
+  if (ws.bytes < layout.l.bytes() || ws.data == nullptr) return errc::size_mismatch;
+  std::vector<device::copy_pool_desc> desc(pools.size());
+  std::uint64_t chunks = 0;
+  for (std::size_t i = 0; i < pools.size(); ++i) {
+    const auto base = reinterpret_cast<std::uint64_t>(pools[i].base);
+    desc[i] = {base, pools[i].unit_bytes, access_width(base, pools[i].unit_bytes), static_cast<std::uint32_t>(chunks)};
+    chunks += (pools[i].unit_bytes + device::copy_chunk_bytes - 1) / device::copy_chunk_bytes;
+  }
+  const std::uint64_t blocks = chunks * pairs.size();
+  if (chunks > 0xffffffffu || blocks > 0x7fffffffu) return errc::invalid_argument;
+  device_runtime::metadata_upload up(layout.l.bytes());
+  up.put<device::copy_pool_desc>(layout.pools, desc);
+  up.put<copy_pair>(layout.pairs, pairs);
+  if (auto r = up.upload(ws.data, stream); !r) return r;
+  device::copy_units_kernel<<<static_cast<unsigned>(blocks), device::copy_threads, 0, stream>>>(
+      device_runtime::at<device::copy_pool_desc>(ws.data, layout.pools), static_cast<int>(pools.size()),
+      device_runtime::at<copy_pair>(ws.data, layout.pairs), static_cast<std::uint32_t>(chunks));
+  return device_runtime::launch_status();
+}
+
+std::size_t gather_kv_workspace_bytes(std::int64_t batch, std::int64_t max_blocks) noexcept {
+  return gather_layout(batch, max_blocks).l.bytes();
+}
+
+result<void> gather_kv(const kv_gather_args& a, device_workspace ws, stream_handle stream) {
+  if (errc e = validate_kv_gather(a); e != errc{}) return e;
+  const std::int64_t batch = a.block_table.extent(0), max_blocks = a.block_table.extent(1);
+  if (batch == 0 || a.out_tokens == 0) return {};
+  const gather_layout layout(batch, max_blocks);
+  if (ws.bytes < layout.l.bytes() || ws.data == nullptr) return errc::size_mismatch;
+  device_runtime::metadata_upload up(layout.l.bytes());
+  up.put<std::int32_t>(layout.table, {a.block_table.data_handle(), static_cast<std::size_t>(batch * max_blocks)});
+  up.put<std::int32_t>(layout.lens, a.seq_lens);
+  if (auto r = up.upload(ws.data, stream); !r) return r;
+  const kv_pool_layout& l = a.layout;
+  const dim3 grid(static_cast<unsigned>(batch * l.kv_heads),
+                  static_cast<unsigned>((a.out_tokens + device::gather_tokens_per_block - 1) /
+                                        device::gather_tokens_per_block));
+  const auto* pool = static_cast<const unsigned char*>(a.pool);
+  auto* out = static_cast<unsigned char*>(a.out);
+  const auto* table = device_runtime::at<std::int32_t>(ws.data, layout.table);
+  const auto* lens = device_runtime::at<std::int32_t>(ws.data, layout.lens);
+  const std::size_t row = l.row_bytes();
+  const bool aligned16 = row % 16 == 0 && reinterpret_cast<std::uintptr_t>(a.pool) % 16 == 0 &&
+                         reinterpret_cast<std::uintptr_t>(a.out) % 16 == 0;
+  if (aligned16)
+    device::gather_kv_kernel<uint4><<<grid, device::gather_threads, 0, stream>>>(
+        pool, l.block_size, l.kv_heads, static_cast<std::int64_t>(row / 16), table, max_blocks, lens, out, a.out_tokens);
+  else
+    device::gather_kv_kernel<unsigned char><<<grid, device::gather_threads, 0, stream>>>(
+        pool, l.block_size, l.kv_heads, static_cast<std::int64_t>(row), table, max_blocks, lens, out, a.out_tokens);
+  return device_runtime::launch_status();
+}
+
+} // namespace reprise::ops
