@@ -26,47 +26,14 @@
 /// of (S_0, the chunk's inputs), which is what makes a resume from a captured fp32 state at a chunk boundary
 /// bitwise equal to the uninterrupted run on the same implementation.
 ///
-/// All buffers here are fp32; the callers convert inputs and states at load and store time.
+/// All buffers here are fp32; the callers convert inputs and states (`ops::to_float`, `ops::from_float`)
+/// at load and store time.
 
 #include <reprise/config.hpp>
 
-#include <cmath>
-#include <cstdint>
-#include <cstring>
-#include <type_traits>
+#include <math.h> // expf / sqrtf: the same names resolve to the CUDA math library in device code
 
 namespace reprise::ops::gdn {
-
-// ---------------------------------------------------------------------------------------------------------
-// Element types
-
-/// bfloat16 storage (the upper half of an IEEE-754 binary32). Layout-compatible with `__nv_bfloat16`, so a
-/// device buffer of either type can be passed to the kernels; arithmetic always happens in fp32.
-struct bf16 {
-  std::uint16_t bits;
-};
-static_assert(sizeof(bf16) == 2 && std::is_trivially_copyable_v<bf16>);
-
-REPRISE_HOST_DEVICE float to_float(float x) { return x; }
-REPRISE_HOST_DEVICE float to_float(bf16 x) {
-  const std::uint32_t u = static_cast<std::uint32_t>(x.bits) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-/// fp32 -> bf16 with round-to-nearest-even (NaN stays a quiet NaN), as `__float2bfloat16_rn` does.
-REPRISE_HOST_DEVICE bf16 to_bf16(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0)
-    return bf16{static_cast<std::uint16_t>((u >> 16) | 0x0040u)};
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return bf16{static_cast<std::uint16_t>(u >> 16)};
-}
-
-REPRISE_HOST_DEVICE void store(float* dst, float x) { *dst = x; }
-REPRISE_HOST_DEVICE void store(bf16* dst, float x) { *dst = to_bf16(x); }
 
 // ---------------------------------------------------------------------------------------------------------
 // Scalars and dot products

@@ -1,0 +1,397 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Gated delta rule kernels: chunked prefill (WY form) with fp32 captures, and the recurrent step (decode and
+// short verification) with a rollback ring. The per-entry math is `reprise/ops/gated_delta_math.hpp`, the
+// same functions the host implementation calls; this file only decides which thread computes which entry
+// and where the tiles live.
+//
+// Prefill: one CTA per (V tile, value head, sequence), 256 threads, sequential over the chunks of its
+// sequence. The CTA keeps its [K, BV] state tile in shared memory for the whole sequence (loaded once,
+// stored at captures and at the end) and stages the chunk's k, q (normalized, fp32) and v tile beside it.
+// The V tiles of one head recompute the same WY factors (A, T, W): the columns of S evolve independently
+// given those factors, so splitting V is exact and buys V / BV times more CTAs for short batches.
+// Shared-memory strides are padded (K + 1, Q + 1) so that a warp walking rows or columns hits 32 banks.
+//
+// Recurrent step: one CTA per (V tile, value head, sequence); lane = column, warp = slice of K rows, the
+// state slice in registers across the tokens of the sequence; slice partial sums meet in shared memory and
+// are added in slice order.
+#include "common.cuh"
+
+#include <reprise/ops/gated_delta.hpp>
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+REPRISE_DEVICE_NAMESPACE_BEGIN
+
+namespace gdn = ::reprise::ops::gdn;
+using ::reprise::ops::from_float;
+using ::reprise::ops::to_float;
+
+/// A sequence as the gated-delta kernels see it (built from the validated host metadata).
+struct gd_seq {
+  std::int64_t row0;   ///< first row in the packed tensors
+  std::int64_t length; ///< tokens
+  std::int64_t start;  ///< absolute position of the first token
+  std::int32_t first;  ///< prefill: initial slot (< 0: zero state); step: source slot (< 0: padding)
+  std::int32_t last;   ///< prefill: final slot (< 0: none); step: destination slot (< 0: padding)
+};
+
+/// A capture as the prefill kernel reads it: sorted by (sequence, position), indexed per sequence.
+struct gd_capture {
+  std::int64_t position;
+  std::int32_t slot;
+  std::int32_t seq;
+};
+
+/// Operands of the prefill kernel (device pointers; metadata validated and uploaded by the launcher).
+template <class In, class State>
+struct gd_prefill_params {
+  const In* q;
+  const In* k;
+  const In* v;
+  const float* g;
+  const float* beta;
+  In* o;
+  const gd_seq* seqs;                 // [S]
+  const gd_capture* captures;         // sorted by (seq, position)
+  const std::int32_t* capture_begin;  // [S + 1]: sequence s owns [capture_begin[s], capture_begin[s + 1])
+  State* states;
+  std::int32_t num_slots;
+  std::int32_t key_heads;
+  std::int32_t value_heads;
+  float scale;
+  float l2norm_eps;
+  bool l2norm;
+};
+
+/// Shared-memory plan of the prefill kernel, in floats.
+template <int Q, int K, int BV>
+struct gd_prefill_smem {
+  static constexpr int ldk = K + 1; // rows of k, q, W: a warp walking a column of rows hits distinct banks
+  static constexpr int ldt = Q + 1; // -A, T and the causal scores
+  static constexpr int state = 0;
+  static constexpr int k = state + K * BV;
+  static constexpr int q = k + Q * ldk;
+  static constexpr int w = q + Q * ldk; // W; the X blocks of the solve before that
+  static constexpr int t = w + Q * ldk;
+  static constexpr int v = t + Q * ldt;
+  static constexpr int u = v + Q * BV; // U, then V_new in place
+  static constexpr int g = u + Q * BV;
+  static constexpr int beta = g + Q;
+  static constexpr int gcum = beta + Q;
+  static constexpr int coef = gcum + Q;
+  static constexpr int kdecay = coef + Q;
+  static constexpr int floats = kdecay + Q;
+  static constexpr std::size_t bytes = std::size_t{floats} * sizeof(float);
+  static_assert(gdn::wy_block * Q <= Q * ldk, "the solve's X blocks live in the W buffer");
+};
+
+inline constexpr int gd_prefill_threads = 256;
+
+template <int Q, int K, int V, int BV, class In, class State>
+__global__ void __launch_bounds__(gd_prefill_threads, 1) gd_chunked_prefill_kernel(gd_prefill_params<In, State> p) {
+  static_assert(V % BV == 0 && Q % gdn::wy_block == 0);
+  using L = gd_prefill_smem<Q, K, BV>;
+  constexpr int ldk = L::ldk, ldt = L::ldt, B = gdn::wy_block, NT = gd_prefill_threads;
+  extern __shared__ float smem[];
+  float* s_state = smem + L::state;
+  float* s_k = smem + L::k;
+  float* s_q = smem + L::q;
+  float* s_w = smem + L::w;
+  float* s_t = smem + L::t;
+  float* s_v = smem + L::v;
+  float* s_u = smem + L::u;
+  float* s_g = smem + L::g;
+  float* s_beta = smem + L::beta;
+  float* s_gcum = smem + L::gcum;
+  float* s_coef = smem + L::coef;
+  float* s_kdecay = smem + L::kdecay;
+
+  const int tid = threadIdx.x;
+  const int seq = blockIdx.x;
+  const int hv = blockIdx.y;
+  const int c0 = blockIdx.z * BV;
+  const int H = p.key_heads, HV = p.value_heads;
+  const int h = hv / (HV / H);
+  const gd_seq sq = p.seqs[seq];
+  const std::int64_t row0 = sq.row0, start = sq.start, end = sq.start + sq.length;
+  constexpr std::int64_t slot_stride = std::int64_t{K} * V; // per value head; slots are [HV, K, V]
+  const std::int64_t head_off = std::int64_t{hv} * K * V + c0;
+
+  const bool has_init = sq.first >= 0 && sq.first < p.num_slots;
+  const State* init = p.states + (has_init ? sq.first : 0) * (slot_stride * HV) + head_off;
+  for (int e = tid; e < K * BV; e += NT) {
+    const int d = e / BV, c = e % BV;
+    s_state[e] = has_init ? to_float(init[std::int64_t{d} * V + c]) : 0.0f;
+  }
+  auto store_state = [&](std::int32_t slot) {
+    if (slot < 0 || slot >= p.num_slots) return; // validated on the host; never write out of bounds
+    State* dst = p.states + slot * (slot_stride * HV) + head_off;
+    for (int e = tid; e < K * BV; e += NT) {
+      const int d = e / BV, c = e % BV;
+      dst[std::int64_t{d} * V + c] = from_float<State>(s_state[e]);
+    }
+  };
+
+  std::int32_t cap = p.capture_begin[seq];
+  const std::int32_t cap_end = p.capture_begin[seq + 1];
+  for (std::int64_t pos = start; pos < end;) {
+    const std::int64_t chunk_end = end < (pos / Q + 1) * Q ? end : (pos / Q + 1) * Q;
+    const int n = static_cast<int>(chunk_end - pos);
+    const std::int64_t r0 = row0 + (pos - start);
+    __syncthreads(); // the previous chunk is done with every buffer
+
+    // Stage the chunk: rows of k and q (one warp reads one contiguous row segment), the v tile, g, beta.
+    for (int e = tid; e < n * K; e += NT) {
+      const int i = e / K, d = e % K;
+      const std::int64_t src = ((r0 + i) * H + h) * K + d;
+      s_k[i * ldk + d] = to_float(p.k[src]);
+      s_q[i * ldk + d] = to_float(p.q[src]);
+    }
+    for (int e = tid; e < n * BV; e += NT) {
+      const int i = e / BV, c = e % BV;
+      s_v[i * BV + c] = to_float(p.v[((r0 + i) * HV + hv) * V + c0 + c]);
+    }
+    if (tid < n) {
+      s_g[tid] = p.g[(r0 + tid) * HV + hv];
+      s_beta[tid] = p.beta[(r0 + tid) * HV + hv];
+    }
+    __syncthreads();
+    if (p.l2norm && tid < 2 * n) { // one thread per row: lanes are on distinct rows, so distinct banks
+      float* row = tid < n ? s_k + tid * ldk : s_q + (tid - n) * ldk;
+      const float r = gdn::l2_inv_norm(row, K, p.l2norm_eps);
+      for (int d = 0; d < K; ++d) row[d] *= r;
+    }
+    if (tid == 0) gdn::chunk_gate_cumsum(s_g, 1, n, s_gcum);
+    __syncthreads();
+    const float glast = s_gcum[n - 1];
+    if (tid < n) {
+      s_coef[tid] = s_beta[tid] * ::expf(s_gcum[tid]);
+      s_kdecay[tid] = gdn::pair_decay(glast, s_gcum[tid]);
+    }
+    // -A (strict lower, zero elsewhere so the padded rows of a short chunk solve to identity rows).
+    for (int e = tid; e < Q * Q; e += NT) {
+      const int i = e % Q, j = e / Q;
+      s_t[i * ldt + j] = (i < n && j < i) ? gdn::wy_neg_a(s_k, ldk, K, s_gcum, s_beta, i, j) : 0.0f;
+    }
+    __syncthreads();
+
+    // T = (I + A)^-1, blocked: the diagonal blocks row by row (all blocks at once) ...
+    for (int il = 2; il < B; ++il) {
+      const int blk = tid / B, cl = tid % B;
+      const int i = blk * B + il, c = blk * B + cl;
+      const bool active = blk < Q / B && i < n && cl < il - 1;
+      const float val = active ? gdn::wy_solve(s_t, ldt, i, c, i) : 0.0f;
+      __syncthreads();
+      if (active) s_t[i * ldt + c] = val;
+      __syncthreads();
+    }
+    // ... then each block row below the first from the block rows above it.
+    for (int b = B; b < n; b += B) {
+      const int rows = (n < b + B ? n : b + B) - b;
+      for (int e = tid; e < rows * b; e += NT) {
+        const int xi = e / b, c = e % b;
+        s_w[xi * Q + c] = gdn::wy_solve(s_t, ldt, b + xi, c, b);
+      }
+      __syncthreads();
+      for (int e = tid; e < rows * b; e += NT) {
+        const int xi = e / b, c = e % b;
+        s_t[(b + xi) * ldt + c] = gdn::wy_block_apply(s_t, ldt, s_w, Q, b + xi, c, b);
+      }
+      __syncthreads();
+    }
+
+    // W = T diag(beta e^G) K and U = T diag(beta) V.
+    for (int e = tid; e < n * K; e += NT) {
+      const int i = e / K, d = e % K;
+      s_w[i * ldk + d] = gdn::wy_apply(s_t, ldt, s_coef, s_k, ldk, i, d);
+    }
+    for (int e = tid; e < n * BV; e += NT) {
+      const int i = e / BV, c = e % BV;
+      s_u[i * BV + c] = gdn::wy_apply(s_t, ldt, s_beta, s_v, BV, i, c);
+    }
+    __syncthreads();
+    // V_new = U - W S_0 (each entry read and written by one thread); causal scores over T, now free.
+    for (int e = tid; e < n * BV; e += NT) {
+      const int i = e / BV, c = e % BV;
+      s_u[e] = gdn::wy_new_value(s_u[e], s_w + i * ldk, s_state, BV, c, K);
+    }
+    for (int e = tid; e < Q * Q; e += NT) {
+      const int i = e % Q, j = e / Q;
+      if (i < n && j <= i) s_t[i * ldt + j] = gdn::causal_score(s_q + i * ldk, s_k + j * ldk, K, s_gcum[i], s_gcum[j]);
+    }
+    __syncthreads();
+    for (int e = tid; e < n * BV; e += NT) {
+      const int i = e / BV, c = e % BV;
+      const float out = p.scale * gdn::chunk_output(s_q + i * ldk, s_state, BV, c, K, s_gcum[i], s_t + i * ldt, s_u, BV, i);
+      p.o[((r0 + i) * HV + hv) * V + c0 + c] = from_float<In>(out);
+    }
+    __syncthreads(); // outputs read S_0
+    const float decay_last = ::expf(glast);
+    for (int e = tid; e < K * BV; e += NT) {
+      const int d = e / BV, c = e % BV;
+      s_state[e] = gdn::chunk_state(s_state[e], decay_last, s_k, ldk, d, s_kdecay, s_u, BV, c, n);
+    }
+    pos = chunk_end;
+    if (cap < cap_end && p.captures[cap].position == pos) {
+      __syncthreads();
+      store_state(p.captures[cap].slot);
+      ++cap;
+    }
+  }
+  __syncthreads();
+  store_state(sq.last);
+}
+
+/// Operands of the recurrent step kernel.
+template <class In, class State>
+struct gd_step_params {
+  const In* q;
+  const In* k;
+  const In* v;
+  const float* g;
+  const float* beta;
+  In* o;
+  const gd_seq* seqs;             // [S]; first = src, last = dst, either < 0: padding
+  const std::int32_t* ring_slots; // [S, ring_size] or null
+  std::int32_t ring_size;
+  State* states;
+  std::int32_t num_slots;
+  std::int32_t key_heads;
+  std::int32_t value_heads;
+  float scale;
+  float l2norm_eps;
+  bool l2norm;
+};
+
+/// Threads of the recurrent step: BV lanes (columns) x `slices` warps (row slices of K).
+template <int K, int BV>
+struct gd_step_config {
+  static constexpr int slices = K >= 128 ? 8 : (K >= 32 ? 4 : 1);
+  static constexpr int rows = K / slices;
+  static constexpr int threads = BV * slices;
+  static_assert(K % slices == 0);
+};
+
+template <int K, int V, int BV, class In, class State>
+__global__ void __launch_bounds__(gd_step_config<K, BV>::threads) gd_recurrent_step_kernel(gd_step_params<In, State> p) {
+  using C = gd_step_config<K, BV>;
+  constexpr int R = C::rows, NS = C::slices, NT = C::threads;
+  __shared__ float s_k[K], s_q[K], s_part[NS][BV], s_norm[2];
+
+  const int tid = threadIdx.x;
+  const int c = tid % BV, slice = tid / BV;
+  const int seq = blockIdx.x;
+  const int hv = blockIdx.y;
+  const int c0 = blockIdx.z * BV;
+  const gd_seq sq = p.seqs[seq];
+  // Padding row (either index negative; out-of-pool indices were refused on the host and are skipped here
+  // rather than trusted): nothing read, nothing written.
+  if (sq.first < 0 || sq.last < 0 || sq.first >= p.num_slots || sq.last >= p.num_slots) return;
+  const int H = p.key_heads, HV = p.value_heads;
+  const int h = hv / (HV / H);
+  const std::int64_t row0 = sq.row0, len = sq.length;
+  const std::int64_t slot_elems = std::int64_t{HV} * K * V;
+  const std::int64_t head_off = std::int64_t{hv} * K * V + c0 + c;
+  const int d0 = slice * R;
+
+  // The slice of column c in registers: each load instruction of a warp reads BV consecutive elements.
+  float s[R];
+  const State* src = p.states + sq.first * slot_elems + head_off;
+#pragma unroll
+  for (int r = 0; r < R; ++r) s[r] = to_float(src[std::int64_t{d0 + r} * V]);
+  auto store_state = [&](std::int32_t slot) {
+    if (slot < 0 || slot >= p.num_slots) return;
+    State* dst = p.states + slot * slot_elems + head_off;
+#pragma unroll
+    for (int r = 0; r < R; ++r) dst[std::int64_t{d0 + r} * V] = from_float<State>(s[r]);
+  };
+
+  for (std::int64_t i = 0; i < len; ++i) {
+    const std::int64_t row = row0 + i;
+    for (int d = tid; d < K; d += NT) {
+      s_k[d] = to_float(p.k[(row * H + h) * K + d]);
+      s_q[d] = to_float(p.q[(row * H + h) * K + d]);
+    }
+    __syncthreads();
+    if (p.l2norm) {
+      if (tid < 2) s_norm[tid] = gdn::l2_inv_norm(tid == 0 ? s_k : s_q, K, p.l2norm_eps);
+      __syncthreads();
+      for (int d = tid; d < K; d += NT) {
+        s_k[d] *= s_norm[0];
+        s_q[d] *= s_norm[1];
+      }
+      __syncthreads();
+    }
+    const float decay = ::expf(p.g[row * HV + hv]);
+    const float beta = p.beta[row * HV + hv];
+    const float v_c = to_float(p.v[(row * HV + hv) * V + c0 + c]);
+
+    s_part[slice][c] = gdn::recurrent_decay_project(s, 1, s_k + d0, R, decay);
+    __syncthreads();
+    float kv = 0.0f;
+#pragma unroll
+    for (int w = 0; w < NS; ++w) kv += s_part[w][c];
+    __syncthreads(); // every slice has read the projection before the buffer is reused
+    const float u = gdn::recurrent_delta(beta, v_c, kv);
+    s_part[slice][c] = gdn::recurrent_write_project(s, 1, s_k + d0, s_q + d0, R, u);
+    __syncthreads();
+    if (slice == 0) {
+      float o = 0.0f;
+#pragma unroll
+      for (int w = 0; w < NS; ++w) o += s_part[w][c];
+      p.o[(row * HV + hv) * V + c0 + c] = from_float<In>(p.scale * o);
+    }
+    if (p.ring_slots) {
+      const std::int64_t pos = sq.start + i + 1;
+      store_state(p.ring_slots[std::int64_t{seq} * p.ring_size + pos % p.ring_size]);
+    }
+    __syncthreads(); // s_k, s_q and s_part are reused by the next token
+  }
+  store_state(sq.last);
+}
+
+/// Launches the prefill kernel: grid (sequences, value heads, V / BV), the shared-memory plan above.
+template <int Q, int K, int V, int BV, class In>
+result<void> gd_launch_prefill(const gd_prefill_params<In, float>& p, std::int32_t num_seqs, ops::stream_handle stream) {
+  using L = gd_prefill_smem<Q, K, BV>;
+  auto* kernel = gd_chunked_prefill_kernel<Q, K, V, BV, In, float>;
+  // Above 48 KiB a kernel must opt into its dynamic shared memory (Qwen3-Next: ~146 KiB of 227 KiB).
+  REPRISE_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(L::bytes)));
+  kernel<<<dim3(static_cast<unsigned>(num_seqs), static_cast<unsigned>(p.value_heads), V / BV), gd_prefill_threads,
+           L::bytes, stream>>>(p);
+  return device_runtime::launch_status();
+}
+
+/// Launches the recurrent step kernel: grid (sequences, value heads, V / BV).
+template <int K, int V, int BV, class In>
+result<void> gd_launch_step(const gd_step_params<In, float>& p, std::int32_t num_seqs, ops::stream_handle stream) {
+  gd_recurrent_step_kernel<K, V, BV, In, float>
+      <<<dim3(static_cast<unsigned>(num_seqs), static_cast<unsigned>(p.value_heads), V / BV),
+         gd_step_config<K, BV>::threads, 0, stream>>>(p);
+  return device_runtime::launch_status();
+}
+
+REPRISE_DEVICE_NAMESPACE_END
+
+// The (Q, K, V, BV) shapes reprise::kernels instantiates, one family per file so that compile time stays
+// bounded and visible: the small test shape in gated_delta_small.cu (every build), Qwen3-Next (H16 HV32 K128
+// V128 Q64) in gated_delta_qwen3_next.full.cu (full build only). The dispatch in gated_delta.cu lists them.
+#define REPRISE_GD_SMALL_SHAPES(X) X(64, 32, 16, 16)
+#define REPRISE_GD_QWEN3_NEXT_SHAPES(X) X(64, 128, 128, 32)
+
+// Explicit instantiation definitions (PREFIX empty) or declarations (PREFIX extern) of one shape's launchers
+// for fp32 and bf16 activations, fp32 states. Expand inside REPRISE_DEVICE_NAMESPACE_BEGIN / _END.
+#define REPRISE_GD_LAUNCHERS(PREFIX, Q_, K_, V_, BV_)                                                              \
+  PREFIX template result<void> gd_launch_prefill<Q_, K_, V_, BV_, float>(const gd_prefill_params<float, float>&,  \
+                                                                         std::int32_t, ops::stream_handle);       \
+  PREFIX template result<void> gd_launch_prefill<Q_, K_, V_, BV_, ops::bfloat16>(                                 \
+      const gd_prefill_params<ops::bfloat16, float>&, std::int32_t, ops::stream_handle);                          \
+  PREFIX template result<void> gd_launch_step<K_, V_, BV_, float>(const gd_step_params<float, float>&,            \
+                                                                  std::int32_t, ops::stream_handle);              \
+  PREFIX template result<void> gd_launch_step<K_, V_, BV_, ops::bfloat16>(                                        \
+      const gd_step_params<ops::bfloat16, float>&, std::int32_t, ops::stream_handle);
+#define REPRISE_GD_INSTANTIATE(Q_, K_, V_, BV_) REPRISE_GD_LAUNCHERS(, Q_, K_, V_, BV_)
+#define REPRISE_GD_DECLARE(Q_, K_, V_, BV_) REPRISE_GD_LAUNCHERS(extern, Q_, K_, V_, BV_)
