@@ -51,26 +51,23 @@ void gated_delta_mixer::forward(pass p, std::span<const float> x, std::span<floa
       g[t * HV + h] = -std::exp(a_log_[h]) * sp;
     }
 
-  const ops::gated_delta_options opt{.l2norm_qk = true};
-  const ops::gated_delta_io<float> io{q.data(), k.data(), v.data(), g.data(), beta.data(), o.data(),
-                                      static_cast<std::int64_t>(T)};
-  const ops::state_pool<float> pool{states.delta(ordinal_), static_cast<std::int32_t>(states.slots()),
-                                    static_cast<std::int64_t>(HV) * s.key_dim * s.value_dim};
-  const auto nseq = static_cast<std::int32_t>(steps.size());
-  result<void> r;
-  if (p == pass::prefill) {
-    std::vector<ops::state_capture> caps;
-    for (const ops::capture_point& cp : m.captures) caps.push_back({cp.sequence, cp.slot, cp.position});
-    const ops::gated_delta_prefill_batch b{nseq,           m.cu_seqlens.data(), m.start.data(), m.initial.data(),
-                                           m.live.data(),  caps.data(),         static_cast<std::int32_t>(caps.size())};
-    r = ops::gated_delta_chunked_prefill(s, opt, io, b, pool);
-  } else {
-    const ops::gated_delta_step_batch b{.num_seqs = nseq, .cu_seqlens = m.cu_seqlens.data(),
-                                        .start_pos = m.start.data(), .src_slot = m.live.data(),
-                                        .dst_slot = m.live.data()};
-    r = ops::gated_delta_recurrent_step(s, opt, io, b, pool);
-  }
-  detail::check(r, p == pass::prefill ? "gated-delta chunked prefill" : "gated-delta recurrent step");
+  const auto rows = static_cast<std::int64_t>(T), hk = static_cast<std::int64_t>(s.key_heads),
+             hv = static_cast<std::int64_t>(HV), kd = static_cast<std::int64_t>(s.key_dim),
+             vd = static_cast<std::int64_t>(s.value_dim);
+  const ops::gated_delta_args<float> args{
+      .q = ops::tensor<const float, 3>(q.data(), rows, hk, kd),
+      .k = ops::tensor<const float, 3>(k.data(), rows, hk, kd),
+      .v = ops::tensor<const float, 3>(v.data(), rows, hv, vd),
+      .g = ops::tensor<const float, 2>(g.data(), rows, hv),
+      .beta = ops::tensor<const float, 2>(beta.data(), rows, hv),
+      .state_pool = ops::tensor<float, 4>(states.delta(ordinal_), states.slots(), hv, kd, vd),
+      .out = ops::tensor<float, 3>(o.data(), rows, hv, vd)};
+  const ops::gated_delta_options opt{.chunk = s.chunk, .l2norm_qk = true};
+  if (p == pass::prefill)
+    detail::check(ops::gated_delta_chunked_prefill_host(args, opt, m.batch(), m.slots()), "gated-delta prefill");
+  else
+    detail::check(ops::gated_delta_recurrent_step_host(args, opt, m.batch(), ops::recurrent_slots{m.in_place}),
+                  "gated-delta recurrent step");
 
   std::vector<float> z = detail::columns(proj, T, width, conv, value);
   detail::gated_head_norm(o.data(), z.data(), T * HV, s.value_dim, norm_.data(), c.rms_eps);
