@@ -60,9 +60,7 @@ public:
           float top = -INFINITY;
           for (std::uint32_t j = 0; j <= pos; ++j) {
             const float* k = kv.keys(ordinal_, s.blocks[j / bs]) + std::size_t{j % bs} * kv_width_ + kv_off;
-            float dot = 0.0f;
-            for (std::uint32_t d = 0; d < hd; ++d) dot += q[d] * k[d];
-            scores[j] = dot * scale;
+            scores[j] = math::dot(q, k, hd) * scale;
             top = std::max(top, scores[j]);
           }
           float* o = heads_out.data() + t * q_width_ + std::size_t{h} * hd;

@@ -30,6 +30,20 @@ inline void linear(const float* x, std::size_t tokens, std::size_t in, const flo
   }
 }
 
+/// sum_i a[i] * b[i] in eight interleaved partial sums combined by a fixed tree: a different order than a
+/// sequential sum, but the same for every call, so a token's attention score has the same bits in any batch;
+/// the lanes let the compiler vectorize without being allowed to reassociate.
+inline float dot(const float* a, const float* b, std::size_t n) {
+  constexpr std::size_t lanes = 8;
+  float acc[lanes] = {};
+  std::size_t i = 0;
+  for (; i + lanes <= n; i += lanes)
+    for (std::size_t l = 0; l < lanes; ++l) acc[l] += a[i + l] * b[i + l];
+  float tail = 0.0f;
+  for (; i < n; ++i) tail += a[i] * b[i];
+  return (((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))) + tail;
+}
+
 /// y = x / rms(x) * weight over rows of `width`.
 inline void rms_norm(const float* x, std::size_t rows, std::size_t width, const float* weight, float eps,
                      float* y) {
