@@ -4,9 +4,10 @@
 /// The per-token arithmetic of the example decoder, fp32 on the host.
 ///
 /// Bit-exactness of prefix caching rests on one property of this file: every output element of a token is
-/// computed by the same instructions in the same order whatever other tokens share the call. Each function
-/// therefore works token by token with a fixed accumulation order (the reduction index is the outer loop and
-/// the output index the inner one, which the compiler vectorizes without reassociating any sum).
+/// computed by the same operations in the same order whatever other tokens share the call. Each function
+/// therefore works token by token with a fixed accumulation order: projections put the reduction index in the
+/// outer loop and the output index in the inner one (vectorized without reassociating any sum), dot products
+/// use fixed lanes and a fixed combining tree.
 
 #include <cmath>
 #include <cstddef>

@@ -45,10 +45,16 @@ const decoder& model_of(const decoder_config& c) {
   return it->second;
 }
 
+/// The caching-off run of `w` (memoized: several test cases compare against the same one).
 template <class Preset>
-workload_result cold_run(const workload& w) {
-  uncached off(256, Preset::cache_model::block_size);
-  return run_workload(model_of(Preset::config()), off, w);
+const workload_result& cold_run(const workload& w) {
+  static std::map<std::uint64_t, workload_result> runs;
+  auto it = runs.find(w.config.seed);
+  if (it == runs.end()) {
+    uncached off(256, Preset::cache_model::block_size);
+    it = runs.emplace(w.config.seed, run_workload(model_of(Preset::config()), off, w)).first;
+  }
+  return it->second;
 }
 
 template <class Preset, class Policy>
@@ -84,7 +90,7 @@ using exact_restore = policy::snapshot_restore<policy::capture<policy::last_alig
 
 TEST_CASE("block_sharing on the attention-only model decodes bitwise what caching off decodes") {
   const workload w = test_workload(tiny_attention::config().vocab);
-  const workload_result cold = cold_run<tiny_attention>(w);
+  const workload_result& cold = cold_run<tiny_attention>(w);
   auto cache = make_cache<tiny_attention, policy::block_sharing>();
   const workload_result warm = run_workload(model_of(tiny_attention::config()), cache, w);
   check_same(warm, cold);
@@ -96,7 +102,7 @@ TEST_CASE("block_sharing on the attention-only model decodes bitwise what cachin
 
 TEST_CASE("snapshot_restore with prefill-exact snapshots decodes bitwise what caching off decodes") {
   const workload w = test_workload(tiny_hybrid::config().vocab);
-  const workload_result cold = cold_run<tiny_hybrid>(w);
+  const workload_result& cold = cold_run<tiny_hybrid>(w);
   auto cache = make_cache<tiny_hybrid, exact_restore>();
   const workload_result warm = run_workload(model_of(tiny_hybrid::config()), cache, w);
   check_same(warm, cold);
@@ -108,7 +114,7 @@ TEST_CASE("snapshot_restore with prefill-exact snapshots decodes bitwise what ca
 
 TEST_CASE("memory_only shares KV blocks, skips nothing, and decodes bitwise what caching off decodes") {
   const workload w = test_workload(tiny_hybrid::config().vocab);
-  const workload_result cold = cold_run<tiny_hybrid>(w);
+  const workload_result& cold = cold_run<tiny_hybrid>(w);
   auto cache = make_cache<tiny_hybrid, policy::memory_only>();
   const workload_result warm = run_workload(model_of(tiny_hybrid::config()), cache, w);
   check_same(warm, cold);
@@ -164,7 +170,7 @@ TEST_CASE("skipped and KV-matched token counts equal the numbers derived from th
 
 TEST_CASE("tiny budgets force KV and snapshot evictions mid-workload and outputs still equal caching off") {
   const workload w = test_workload(tiny_hybrid::config().vocab);
-  const workload_result cold = cold_run<tiny_hybrid>(w);
+  const workload_result& cold = cold_run<tiny_hybrid>(w);
   // One running sequence needs at most ceil(152 / 16) + 1 = 11 blocks; 14 blocks leave room for only a few
   // cached ones, and two snapshot slots for far fewer snapshots than the workload captures.
   auto cache = make_cache<tiny_hybrid, exact_restore>(/*kv_blocks=*/14, /*snapshots=*/2);
@@ -179,7 +185,7 @@ TEST_CASE("tiny budgets force KV and snapshot evictions mid-workload and outputs
 
 TEST_CASE("corrupting one value of a restored snapshot changes the output, and the comparison notices") {
   const workload w = test_workload(tiny_hybrid::config().vocab);
-  const workload_result cold = cold_run<tiny_hybrid>(w);
+  const workload_result& cold = cold_run<tiny_hybrid>(w);
   auto cache = make_cache<tiny_hybrid, exact_restore>();
   std::uint32_t tampered = 0;
   engine<decltype(cache)>::options o{.max_running = w.config.conversations};
