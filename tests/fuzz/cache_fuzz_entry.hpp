@@ -21,7 +21,7 @@ inline stream_outcome run_cache_operation_stream(const std::uint8_t* data, std::
   if (size == 0) return {};
   byte_source in(data + 1, size - 1);
   const cache_options small{.kv_blocks = 24, .max_sequences = 6, .hasher_seed = 3};
-  switch (data[0] % 4) {
+  switch (data[0] % 5) {
   case 0: {
     cache_op_driver<prefix_cache<attn_model, policy::block_sharing>> d(small);
     d.run(in, 4096);
@@ -37,7 +37,7 @@ inline stream_outcome run_cache_operation_stream(const std::uint8_t* data, std::
     d.run(in, 4096);
     return {d.failure, d.cache().metrics()};
   }
-  default: {
+  case 3: {
     cache_options o = small;
     o.snapshot_budget_bytes = 5 * small_hybrid::bytes_per_snapshot;
     o.max_snapshots_per_path = 3;
@@ -45,6 +45,17 @@ inline stream_outcome run_cache_operation_stream(const std::uint8_t* data, std::
                                                    policy::capture<policy::every<64>, policy::last_aligned,
                                                                    policy::branch_point, policy::end_of_turn>,
                                                    policy::accept_any>>>
+        d(o);
+    d.run(in, 4096);
+    return {d.failure, d.cache().metrics()};
+  }
+  default: {
+    cache_options o = small;
+    o.snapshot_budget_bytes = 3 * small_hybrid::bytes_per_snapshot;
+    o.snapshot_ttl_steps = 3;
+    cache_op_driver<prefix_cache<small_hybrid, policy::snapshot_restore<
+                                                   policy::capture<policy::last_aligned, policy::end_of_turn>,
+                                                   policy::accept_prefill_exact>>>
         d(o);
     d.run(in, 4096);
     return {d.failure, d.cache().metrics()};

@@ -112,6 +112,10 @@ private:
     c.insert(c.end(), s.tokens.begin(), s.tokens.begin() + n);
     return c;
   }
+  /// Whether `c` is exactly s's tenant followed by its first n tokens (no allocation: this runs per block).
+  static bool holds(const content& c, const oracle_seq& s, std::uint32_t n) {
+    return c.size() == std::size_t{n} + 1 && c[0] == s.tenant && std::equal(c.begin() + 1, c.end(), s.tokens.begin());
+  }
   bool held_by_live(block_id b) const {
     for (const auto& [id, s] : seqs_)
       if (std::find(cache_.block_table(id).begin(), cache_.block_table(id).end(), b) != cache_.block_table(id).end())
@@ -179,7 +183,7 @@ private:
     for (std::uint32_t i = 0; i < plan->block_table.size(); ++i) {
       const block_id b = plan->block_table[i];
       if (i < plan->shared_blocks) {
-        expect(blocks_[b] == prefix(s, (i + 1) * B), "admit: FALSE HIT, shared block holds another prefix");
+        expect(holds(blocks_[b], s, (i + 1) * B), "admit: FALSE HIT, shared block holds another prefix");
       } else {
         expect(!held_by_live(b), "admit: fresh block is held by a live sequence");
         expect(reusable(block_touched_[b]), "admit: fresh block reused before its step completed");
@@ -189,7 +193,7 @@ private:
       if (plan->usable_tokens != 0) {
         expect(plan->restore_slot != no_slot, "admit: skip without restore slot");
         if (plan->restore_slot != no_slot) {
-          expect(slots_[plan->restore_slot] == prefix(s, plan->usable_tokens),
+          expect(holds(slots_[plan->restore_slot], s, plan->usable_tokens),
                  "admit: RESTORE of a slot holding another prefix");
           if constexpr (!policy::policy_traits<policy_type>::accepts_decode_continuation)
             expect(plan->restore_exactness == exactness::prefill_exact, "admit: decode snapshot not accepted");
@@ -353,7 +357,7 @@ private:
     for (const auto& [id, s] : seqs_) {
       const auto table = cache_.block_table(id);
       for (std::uint32_t i = 0; i < table.size() && i * B < s.valid; ++i)
-        if (blocks_[table[i]] != prefix(s, std::min(s.valid, (i + 1) * B))) {
+        if (!holds(blocks_[table[i]], s, std::min(s.valid, (i + 1) * B))) {
           fail("a live sequence's block was overwritten (seq " + std::to_string(id) + ", block index " +
                std::to_string(i) + ")");
           return;

@@ -216,7 +216,7 @@ TEST_CASE("blocks given up in step n are not reused before step n completes") {
   CHECK(c.check_invariants().has_value());
 }
 
-TEST_CASE("decode: extend appends tokens and blocks; commit publishes blocks that became full") {
+TEST_CASE("decode: extend appends tokens and blocks, commit publishes blocks that became full") {
   cache c = make(16);
   auto prompt = iota_tokens(30);
   REQUIRE(c.admit(1, prompt).has_value());
@@ -286,13 +286,19 @@ TEST_CASE("two equal prompts in flight: the first commit publishes, the second k
   REQUIRE(c.commit(1, 40).has_value());
   REQUIRE(c.commit(2, 40).has_value());
   CHECK(c.metrics().blocks_published == 2);
-  CHECK(c.metrics().duplicate_blocks == 1);
+  CHECK(c.metrics().duplicate_blocks == 2);
+  CHECK(c.check_invariants().has_value());
+  // The second sequence's chain continues through the published blocks: its next full block publishes.
+  REQUIRE(c.extend(2, iota_tokens(8, 40)).has_value());
+  REQUIRE(c.commit(2, 48).has_value());
+  CHECK(c.metrics().blocks_published == 3);
   CHECK(c.check_invariants().has_value());
   REQUIRE(c.release(2).has_value());
   REQUIRE(c.release(1).has_value());
-  auto p = c.admit(3, prompt);
+  auto p = c.admit(3, iota_tokens(49));
   REQUIRE(p.has_value());
-  CHECK(p->kv_matched_tokens == 32);
+  CHECK(p->kv_matched_tokens == 48);
+  CHECK(c.check_invariants().has_value());
 }
 
 TEST_CASE("every error returns an errc and leaves the cache unchanged") {

@@ -12,12 +12,14 @@
 using namespace reprise::testing;
 
 TEST_CASE("random operation streams keep every oracle check and invariant") {
-  const char* names[] = {"block_sharing", "block_sharing, constant hasher", "memory_only", "snapshot_restore"};
-  for (std::uint8_t policy = 0; policy < 4; ++policy) {
+  const char* names[] = {"block_sharing", "block_sharing, constant hasher", "memory_only",
+                         "snapshot_restore<every, last_aligned, branch_point, end_of_turn; accept_any>",
+                         "snapshot_restore<last_aligned, end_of_turn; accept_prefill_exact>, TTL"};
+  for (std::uint8_t policy = 0; policy < 5; ++policy) {
     reprise::cache_metrics total{};
-    for (std::uint32_t seed = 1; seed <= 6; ++seed) {
+    for (std::uint32_t seed = 1; seed <= 4; ++seed) {
       std::mt19937 rng(seed * 7919 + policy);
-      std::vector<std::uint8_t> bytes(12000);
+      std::vector<std::uint8_t> bytes(10000);
       bytes[0] = policy;
       for (std::size_t i = 1; i < bytes.size(); ++i) bytes[i] = static_cast<std::uint8_t>(rng());
       CAPTURE(names[policy]);
@@ -32,22 +34,25 @@ TEST_CASE("random operation streams keep every oracle check and invariant") {
       total.captures_written += out.metrics.captures_written;
       total.snapshot_evictions_lru += out.metrics.snapshot_evictions_lru;
       total.snapshot_evictions_invalidated += out.metrics.snapshot_evictions_invalidated;
+      total.snapshot_evictions_ttl += out.metrics.snapshot_evictions_ttl;
       total.duplicate_blocks += out.metrics.duplicate_blocks;
     }
     MESSAGE(std::string(names[policy]), ": lookups ", total.lookups, ", blocks shared ", total.blocks_shared, ", KV evictions ",
             total.kv_evictions, ", skipped ", total.usable_tokens, ", snapshot hits ", total.snapshot_hits,
             ", captures ", total.captures_written, ", snapshot LRU/invalidated evictions ",
-            total.snapshot_evictions_lru, "/", total.snapshot_evictions_invalidated, ", duplicates ",
+            total.snapshot_evictions_lru, "/", total.snapshot_evictions_invalidated, ", TTL evictions ",
+            total.snapshot_evictions_ttl, ", duplicates ",
             total.duplicate_blocks);
     // The streams must exercise what they claim to test.
     CHECK(total.lookups > 500);
     CHECK(total.blocks_shared > 100);
     CHECK(total.kv_evictions > 50);
     if (policy != 2) CHECK(total.usable_tokens > 0);
-    if (policy == 3) {
+    if (policy >= 3) {
       CHECK(total.snapshot_hits > 10);
       CHECK(total.captures_written > 10);
       CHECK(total.snapshot_evictions_invalidated + total.snapshot_evictions_lru > 0);
     }
+    if (policy == 4) CHECK(total.snapshot_evictions_ttl > 0);
   }
 }

@@ -433,7 +433,7 @@ private:
       }
       r.tokens = length;
       r.computed = usable;
-      r.cached_blocks = matched;
+      r.chain.assign(r.blocks.begin(), r.blocks.begin() + matched);
       sequences_.insert(r);
 
       admit_plan plan;
@@ -493,14 +493,14 @@ private:
       // A cached block that already holds a prefill-exact snapshot needs no second one.
       std::erase_if(c, [&](const capture_point& p) {
         const std::uint32_t i = p.position / block_size - 1;
-        return i < r.cached_blocks &&
-               blocks_.node(r.blocks[i]).snapshot[static_cast<int>(exactness::prefill_exact)] != no_slot;
+        return i < r.chain.size() &&
+               blocks_.node(r.chain[i]).snapshot[static_cast<int>(exactness::prefill_exact)] != no_slot;
       });
       std::size_t keep_from = 0;
       if (options_.max_snapshots_per_path != 0) {
         std::uint32_t existing = 0;
-        for (std::uint32_t i = 0; i < r.cached_blocks; ++i) {
-          const detail::block_node& b = blocks_.node(r.blocks[i]);
+        for (const block_id id : r.chain) {
+          const detail::block_node& b = blocks_.node(id);
           existing += (b.snapshot[0] != no_slot || b.snapshot[1] != no_slot) ? 1 : 0;
         }
         const std::size_t room = options_.max_snapshots_per_path > existing ? options_.max_snapshots_per_path - existing : 0;
@@ -551,7 +551,7 @@ private:
           detail::slot_node& slot = slots_.node(c.slot);
           const std::uint32_t i = c.position / block_size - 1;
           const bool was_written = std::find(written.begin(), written.end(), c.position) != written.end();
-          detail::block_node* b = i < r->cached_blocks ? &blocks_.node(r->blocks[i]) : nullptr;
+          detail::block_node* b = i < r->chain.size() ? &blocks_.node(r->chain[i]) : nullptr;
           if (was_written && b != nullptr && b->snapshot[static_cast<int>(exactness::prefill_exact)] == no_slot) {
             publish_slot(slot, *b, exactness::prefill_exact, 0);
             ++metrics_.captures_written;
@@ -572,23 +572,26 @@ private:
     /// Publishes the sequence's blocks that are full and computed, in chain order.
     void publish_blocks(detail::sequence_record& r) noexcept {
       const std::uint32_t full = r.computed / block_size;
-      while (r.cached_blocks < full && !r.publish_stopped) {
-        const std::uint32_t i = r.cached_blocks;
+      while (r.chain.size() < full) {
+        const auto i = static_cast<std::uint32_t>(r.chain.size());
         detail::block_node& n = blocks_.node(r.blocks[i]);
         if (n.state == detail::block_state::cached) { // published by a fork sibling
-          ++r.cached_blocks;
+          r.chain.push_back(r.blocks[i]);
           continue;
         }
-        const block_id parent = i == 0 ? no_block : r.blocks[i - 1];
+        const block_id parent = i == 0 ? no_block : r.chain[i - 1];
         const block_key parent_key = i == 0 ? r.root : blocks_.node(parent).key;
         const auto tokens = std::span<const token_id>(blocks_.tokens(r.blocks[i]));
         const block_key key = hasher_.chain(parent_key, tokens);
         detail::block_index::insert_commit_data data;
-        if (index_.insert_check({key, parent, tokens, &r.extras}, data) != nullptr) {
-          // An equal block was published first (two equal prompts in flight): keep ours private.
-          r.publish_stopped = true;
+        if (detail::block_node* equal = index_.insert_check({key, parent, tokens, &r.extras}, data)) {
+          // An equal block was published first (two equal prompts in flight). Ours stays private (the
+          // engine's table points at it); the chain continues through the published one, which the sequence
+          // now also holds.
+          reference(*equal);
+          r.chain.push_back(blocks_.id_of(*equal));
           ++metrics_.duplicate_blocks;
-          break;
+          continue;
         }
         n.key = key;
         n.parent = parent;
@@ -597,7 +600,7 @@ private:
         if (i == 0) blocks_.root_extras(r.blocks[i]) = r.extras;
         else ++blocks_.node(parent).cached_children;
         index_.insert_commit(n, data);
-        ++r.cached_blocks;
+        r.chain.push_back(r.blocks[i]);
         ++metrics_.blocks_published;
         ++metrics_.blocks_cached;
       }
@@ -639,6 +642,10 @@ private:
         reference(blocks_.node(a->blocks[i]));
         b.blocks.push_back(a->blocks[i]);
       }
+      for (std::size_t i = 0; i < a->chain.size(); ++i) {
+        if (a->chain[i] != a->blocks[i]) reference(blocks_.node(a->chain[i]));
+        b.chain.push_back(a->chain[i]);
+      }
       fork_plan plan;
       if (partial) {
         const block_id copy = take_block();
@@ -652,8 +659,6 @@ private:
       b.extras = a->extras;
       b.tokens = a->tokens;
       b.computed = a->computed;
-      b.cached_blocks = a->cached_blocks;
-      b.publish_stopped = a->publish_stopped;
       sequences_.insert(b);
       ++metrics_.live_sequences;
       plan.block_table = b.blocks;
@@ -667,8 +672,8 @@ private:
       finish_plan plan;
       if constexpr (places<policy::end_of_turn>()) {
         const std::uint32_t p = r->computed;
-        if (p != 0 && p % block_size == 0 && p / block_size <= r->cached_blocks) {
-          detail::block_node& b = blocks_.node(r->blocks[p / block_size - 1]);
+        if (p != 0 && p % block_size == 0 && p / block_size <= r->chain.size()) {
+          detail::block_node& b = blocks_.node(r->chain[p / block_size - 1]);
           if (b.snapshot[0] == no_slot && b.snapshot[1] == no_slot) {
             if (detail::slot_node* n = take_slot()) {
               // Written by the engine in the current step: restorable once that step completes.
@@ -698,7 +703,11 @@ private:
         if (r.restore_slot != no_slot) unreference_slot(slots_.node(r.restore_slot));
         for (const capture_point& c : r.captures) free_slot(slots_.node(c.slot), /*reusable_now=*/false);
       }
-      for (std::size_t i = r.blocks.size(); i-- > 0;) unreference(blocks_.node(r.blocks[i]));
+      // Deepest first, so in the LRU queue every block precedes its parent (leaf-first eviction).
+      for (std::size_t i = r.blocks.size(); i-- > 0;) {
+        if (i < r.chain.size() && r.chain[i] != r.blocks[i]) unreference(blocks_.node(r.chain[i]));
+        unreference(blocks_.node(r.blocks[i]));
+      }
       sequences_.erase(r);
       --metrics_.live_sequences;
     }
@@ -713,15 +722,20 @@ private:
       std::vector<std::uint32_t> slot_refs(slots_.size(), 0), slot_pending(slots_.size(), 0);
       for (const detail::sequence_record& r : sequences_) {
         if (r.blocks.size() != (std::size_t{r.tokens} + block_size - 1) / block_size) return fail();
-        if (r.computed > r.tokens || r.cached_blocks > r.blocks.size()) return fail();
+        if (r.computed > r.tokens || r.chain.size() > r.tokens / block_size) return fail();
         for (block_id b : r.blocks) {
           if (b >= nblocks) return fail();
           ++refs[b];
         }
-        for (std::uint32_t i = 0; i < r.cached_blocks; ++i) {
-          const detail::block_node& n = blocks_.node(r.blocks[i]);
+        for (std::uint32_t i = 0; i < r.chain.size(); ++i) {
+          if (r.chain[i] >= nblocks) return fail();
+          if (r.chain[i] != r.blocks[i]) {
+            ++refs[r.chain[i]];
+            if (blocks_.node(r.blocks[i]).state == detail::block_state::cached) return fail();
+          }
+          const detail::block_node& n = blocks_.node(r.chain[i]);
           if (n.state != detail::block_state::cached || n.depth != i) return fail();
-          if (n.parent != (i == 0 ? no_block : r.blocks[i - 1])) return fail();
+          if (n.parent != (i == 0 ? no_block : r.chain[i - 1])) return fail();
         }
         if (r.restore_slot != no_slot) ++slot_refs[r.restore_slot];
         for (const capture_point& c : r.captures) {

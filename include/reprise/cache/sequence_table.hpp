@@ -27,18 +27,21 @@ struct sequence_record {
   stored_extra_keys extras{};
   std::uint32_t tokens = 0;              ///< tokens known (prompt + extended)
   std::uint32_t computed = 0;            ///< tokens committed as computed
-  std::uint32_t cached_blocks = 0;       ///< leading blocks known to be in the index
-  bool publish_stopped = false;          ///< a duplicate block was found: publish nothing beyond it
+  /// The cached chain of the sequence's prefix: chain[i] is the cached block holding tokens of block i, for
+  /// i < chain.size(). It is blocks[i] except where the sequence computed a block that an equal one had
+  /// already been published for (two equal prompts in flight); then the sequence also holds a reference on
+  /// the published one, so its chain stays whole and later blocks publish under it.
+  std::vector<block_id> chain;
   slot_id restore_slot = no_slot;        ///< held until the first commit (the restore copy has run)
 
   void reset(seq_id s) noexcept {
     id = s;
     blocks.clear();
+    chain.clear();
     captures.clear();
     root = {};
     extras = {};
-    tokens = computed = cached_blocks = 0;
-    publish_stopped = false;
+    tokens = computed = 0;
     restore_slot = no_slot;
   }
 };
