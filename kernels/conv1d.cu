@@ -20,6 +20,8 @@ struct prefill_layout {
   }
 };
 
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
 std::size_t count_tiles(const varlen_batch& b) {
   std::size_t n = 0;
   for (std::int64_t s = 0; s < b.sequences(); ++s)
@@ -65,10 +67,17 @@ result<void> prefill(const conv1d_args<T>& a, const varlen_batch& b, const prefi
   const auto* d_tiles = device_runtime::at<device::token_tile>(ws.data, layout.tiles);
   const auto* d_writes = device_runtime::at<device::conv_write>(ws.data, layout.writes);
   const unsigned cblocks = static_cast<unsigned>((C + device::conv_threads - 1) / device::conv_threads);
+  // 16-byte channel vectors when every row of x, out and the pool starts on a 16-byte boundary.
+  constexpr int V = static_cast<int>(16 / sizeof(T));
+  const bool vector = C % V == 0 && aligned16(a.x.data_handle()) && aligned16(a.out.data_handle()) &&
+                      aligned16(a.conv_pool.data_handle());
+  const unsigned vblocks = static_cast<unsigned>((C / V + device::conv_threads - 1) / device::conv_threads);
   auto launch = [&]<int W>() -> result<void> {
-    if (!tiles.empty())
-      device::conv1d_prefill_kernel<W, T>
-          <<<dim3(static_cast<unsigned>(tiles.size()), cblocks), device::conv_threads, 0, stream>>>(a, d_seqs, d_tiles);
+    const unsigned nt = static_cast<unsigned>(tiles.size());
+    if (nt > 0 && vector)
+      device::conv1d_prefill_kernel<W, V, T><<<dim3(nt, vblocks), device::conv_threads, 0, stream>>>(a, d_seqs, d_tiles);
+    else if (nt > 0)
+      device::conv1d_prefill_kernel<W, 1, T><<<dim3(nt, cblocks), device::conv_threads, 0, stream>>>(a, d_seqs, d_tiles);
     if (auto r = device_runtime::launch_status(); !r) return r;
     if (!writes.empty())
       device::conv1d_store_kernel<W, T>

@@ -62,6 +62,19 @@ result<const device::mamba2_instance<T>*> dispatch(const mamba2_kernel_config& c
   return errc::unsupported_config;
 }
 
+/// The kernels move states as 16-byte vectors: the pool must start on a 16-byte boundary (cudaMalloc
+/// gives 256) and N must be a multiple of 4 (every instantiated N is).
+bool vector_aligned(const tensor<float, 4>& pool) noexcept {
+  return reinterpret_cast<std::uintptr_t>(pool.data_handle()) % 16 == 0;
+}
+
+/// The chunk scan reads x and z and writes y four head-dim elements at a time (16 bytes of fp32, 8 of bf16).
+template <class T>
+bool rows_aligned(const mamba2_args<T>& a) noexcept {
+  auto ok = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % (4 * sizeof(T)) == 0; };
+  return ok(a.x.data_handle()) && ok(a.y.data_handle()) && (is_absent(a.z) || ok(a.z.data_handle()));
+}
+
 /// The chunks of a batch on the absolute grid, with the capture slot of each chunk end.
 struct ssd_plan {
   std::vector<device::ssd_chunk_desc> chunks;
@@ -125,6 +138,7 @@ result<void> ssd_prefill(const mamba2_args<T>& a, const varlen_batch& b, const p
   if (errc e = validate_prefill_slots(b, slots, a.state_pool.extent(0), a.chunk); e != errc{}) return e;
   auto inst = dispatch<T>(config_of(a, true));
   if (!inst) return inst.error();
+  if (!vector_aligned(a.state_pool) || !rows_aligned(a)) return errc::misaligned;
   const ssd_plan plan = make_plan(b, slots, a.chunk);
   const ssd_layout layout = layout_of(a, plan);
   if (ws.data == nullptr || ws.bytes < layout.l.bytes()) return errc::size_mismatch;
@@ -149,6 +163,7 @@ result<void> state_update(const mamba2_args<T>& a, std::span<const copy_pair> pa
   if (errc e = validate_decode_slots(pairs, a.state_pool.extent(0)); e != errc{}) return e;
   auto inst = dispatch<T>(config_of(a, false));
   if (!inst) return inst.error();
+  if (!vector_aligned(a.state_pool)) return errc::misaligned;
   workspace_layout l;
   const std::size_t off = l.take<copy_pair>(pairs.size());
   if (ws.data == nullptr || ws.bytes < l.bytes()) return errc::size_mismatch;

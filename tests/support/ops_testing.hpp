@@ -1,6 +1,6 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
 #pragma once
-// Helpers shared by the state-kernel tests (host and GPU): seeded random operands, views over vectors and
+// Utilities shared by the state-kernel tests (host and GPU): seeded random operands, views over vectors and
 // the relative RMS error the tolerances are stated in.
 #include <reprise/ops/tensor.hpp>
 

@@ -246,7 +246,9 @@ std::size_t mamba2_ssd_prefill_workspace_bytes(const mamba2_args<bfloat16>& a, c
                                                const prefill_slots& slots) noexcept;
 
 /// Device SSD chunked prefill: same effects and errors as the host version, plus `unsupported_config` when
-/// this build has no instantiation for the sizes, `size_mismatch` (workspace too small) and `device_error`.
+/// this build has no instantiation for the sizes, `misaligned` (state pool not 16-byte aligned, or x, z, y
+/// not aligned to four elements),
+/// `size_mismatch` (workspace too small) and `device_error`.
 /// Four kernels run on `stream`: chunk cumsum (CUB BlockScan), chunk states, state passing (captures, final
 /// state) and chunk scan.
 result<void> mamba2_ssd_prefill(const mamba2_args<float>& a, const varlen_batch& b, const prefill_slots& slots,

@@ -26,6 +26,12 @@ namespace reprise::ops {
 template <class T, std::size_t Rank>
 using tensor = cuda::std::mdspan<T, cuda::std::dextents<std::int64_t, Rank>>;
 
+/// A row-major view of `data` with the given extents: `make_tensor(ptr, tokens, heads, head_dim)`.
+template <class T, class... Extents>
+REPRISE_HOST_DEVICE constexpr tensor<T, sizeof...(Extents)> make_tensor(T* data, Extents... extents) noexcept {
+  return tensor<T, sizeof...(Extents)>(data, static_cast<std::int64_t>(extents)...);
+}
+
 /// True when an optional operand was not given.
 template <class View>
 REPRISE_HOST_DEVICE constexpr bool is_absent(const View& t) noexcept {
