@@ -28,7 +28,7 @@ struct dims {
 };
 
 dims bench_dims() {
-  if (gated_delta_kernel_available(128, 128, 64)) return {16, 32, 128, 128};
+  if (gated_delta_supports({128, 128, 64, dtype::bf16}) == errc{}) return {16, 32, 128, 128};
   return {2, 4, 32, 16};
 }
 

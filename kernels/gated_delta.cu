@@ -7,14 +7,16 @@
 #include "gated_delta.cuh"
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
-REPRISE_DEVICE_NAMESPACE_BEGIN
-REPRISE_GD_SMALL_SHAPES(REPRISE_GD_DECLARE)
+// The dispatch table. Reduced set (CI): the small test shape. Full set: Qwen3-Next (K128 V128 Q64).
+REPRISE_DECLARE_GATED_DELTA_INSTANCE(64, 32, 16, f32)
+REPRISE_DECLARE_GATED_DELTA_INSTANCE(64, 32, 16, bf16)
 #if REPRISE_KERNELS_FULL
-REPRISE_GD_QWEN3_NEXT_SHAPES(REPRISE_GD_DECLARE)
+REPRISE_DECLARE_GATED_DELTA_INSTANCE(64, 128, 128, f32)
+REPRISE_DECLARE_GATED_DELTA_INSTANCE(64, 128, 128, bf16)
 #endif
-REPRISE_DEVICE_NAMESPACE_END
 
 namespace reprise::ops {
 namespace {
@@ -39,18 +41,46 @@ struct step_layout {
   }
 };
 
-/// Calls `f.template operator()<Q, K, V, BV>()` for the instantiation matching (K, V, Q); returns
-/// `unsupported_config` when there is none in this build.
-template <class F>
-result<void> dispatch(std::int64_t K, std::int64_t V, std::uint32_t Q, F&& f) {
-#define REPRISE_GD_TRY(Q_, K_, V_, BV_)                                                                           \
-  if (Q == Q_ && K == K_ && V == V_) return f.template operator()<Q_, K_, V_, BV_>();
-  REPRISE_GD_SMALL_SHAPES(REPRISE_GD_TRY)
+namespace di = reprise::device_instances;
+
+template <class T>
+std::span<const device::gated_delta_instance<T>* const> instances() noexcept {
+  if constexpr (std::is_same_v<T, float>) {
+    static const device::gated_delta_instance<float>* const table[] = {
+        &di::REPRISE_GATED_DELTA_INSTANCE_NAME(64, 32, 16, f32),
 #if REPRISE_KERNELS_FULL
-  REPRISE_GD_QWEN3_NEXT_SHAPES(REPRISE_GD_TRY)
+        &di::REPRISE_GATED_DELTA_INSTANCE_NAME(64, 128, 128, f32),
 #endif
-#undef REPRISE_GD_TRY
+    };
+    return table;
+  } else {
+    static const device::gated_delta_instance<bfloat16>* const table[] = {
+        &di::REPRISE_GATED_DELTA_INSTANCE_NAME(64, 32, 16, bf16),
+#if REPRISE_KERNELS_FULL
+        &di::REPRISE_GATED_DELTA_INSTANCE_NAME(64, 128, 128, bf16),
+#endif
+    };
+    return table;
+  }
+}
+
+/// The instance for `c`, or `unsupported_config`. A step config (chunk 0) matches any chunk.
+template <class T>
+result<const device::gated_delta_instance<T>*> dispatch(const gated_delta_kernel_config& c) noexcept {
+  for (const auto* inst : instances<T>()) {
+    const gated_delta_kernel_config& k = inst->config;
+    if (k.key_dim == c.key_dim && k.value_dim == c.value_dim && k.input == c.input &&
+        (c.chunk == 0 || k.chunk == c.chunk))
+      return inst;
+  }
   return errc::unsupported_config;
+}
+
+std::vector<gated_delta_kernel_config> all_configs() {
+  std::vector<gated_delta_kernel_config> v;
+  for (const auto* i : instances<float>()) v.push_back(i->config);
+  for (const auto* i : instances<bfloat16>()) v.push_back(i->config);
+  return v;
 }
 
 template <class T>
@@ -59,7 +89,8 @@ result<void> prefill(const gated_delta_args<T>& a, const gated_delta_options& o,
   if (errc e = validate_gated_delta(a, o); e != errc{}) return e;
   if (errc e = validate_batch(b, a.q.extent(0)); e != errc{}) return e;
   if (errc e = validate_prefill_slots(b, slots, a.state_pool.extent(0), o.chunk); e != errc{}) return e;
-  if (!gated_delta_kernel_available(a.q.extent(2), a.v.extent(2), o.chunk)) return errc::unsupported_config;
+  const auto inst = dispatch<T>(config_of(a, o, true));
+  if (!inst) return inst.error();
   const std::int64_t S = b.sequences();
   const prefill_layout layout(static_cast<std::size_t>(S), slots.captures.size());
   if (ws.data == nullptr || ws.bytes < layout.l.bytes()) return errc::size_mismatch;
@@ -101,9 +132,7 @@ result<void> prefill(const gated_delta_args<T>& a, const gated_delta_options& o,
                                               o.effective_scale(a.q.extent(2)),
                                               o.l2norm_eps,
                                               o.l2norm_qk};
-  return dispatch(a.q.extent(2), a.v.extent(2), o.chunk, [&]<int Q, int K, int V, int BV>() {
-    return device::gd_launch_prefill<Q, K, V, BV, T>(p, static_cast<std::int32_t>(S), stream);
-  });
+  return (*inst)->chunked_prefill(p, static_cast<std::int32_t>(S), stream);
 }
 
 template <class T>
@@ -112,7 +141,8 @@ result<void> step(const gated_delta_args<T>& a, const gated_delta_options& o, co
   if (errc e = validate_gated_delta(a, o); e != errc{}) return e;
   if (errc e = validate_batch(b, a.q.extent(0)); e != errc{}) return e;
   if (errc e = validate_recurrent_slots(b, r, a.state_pool.extent(0)); e != errc{}) return e;
-  if (!gated_delta_kernel_available(a.q.extent(2), a.v.extent(2), o.chunk)) return errc::unsupported_config;
+  const auto inst = dispatch<T>(config_of(a, o, false));
+  if (!inst) return inst.error();
   const std::int64_t S = b.sequences();
   const step_layout layout(static_cast<std::size_t>(S), r.ring.size());
   if (ws.data == nullptr || ws.bytes < layout.l.bytes()) return errc::size_mismatch;
@@ -145,22 +175,20 @@ result<void> step(const gated_delta_args<T>& a, const gated_delta_options& o, co
                                            o.effective_scale(a.q.extent(2)),
                                            o.l2norm_eps,
                                            o.l2norm_qk};
-  return dispatch(a.q.extent(2), a.v.extent(2), o.chunk, [&]<int Q, int K, int V, int BV>() {
-    return device::gd_launch_step<K, V, BV, T>(p, static_cast<std::int32_t>(S), stream);
-  });
+  return (*inst)->recurrent_step(p, static_cast<std::int32_t>(S), stream);
 }
 
 } // namespace
 
-bool gated_delta_kernel_available(std::int64_t key_dim, std::int64_t value_dim, std::uint32_t chunk) noexcept {
-#define REPRISE_GD_MATCH(Q_, K_, V_, BV_)                                                                         \
-  if (chunk == Q_ && key_dim == K_ && value_dim == V_) return true;
-  REPRISE_GD_SMALL_SHAPES(REPRISE_GD_MATCH)
-#if REPRISE_KERNELS_FULL
-  REPRISE_GD_QWEN3_NEXT_SHAPES(REPRISE_GD_MATCH)
-#endif
-#undef REPRISE_GD_MATCH
-  return false;
+std::span<const gated_delta_kernel_config> gated_delta_instantiated_configs() noexcept {
+  static const std::vector<gated_delta_kernel_config> configs = all_configs();
+  return configs;
+}
+
+errc gated_delta_supports(const gated_delta_kernel_config& c) noexcept {
+  if (c.input == dtype::f32) return dispatch<float>(c).has_value() ? errc{} : errc::unsupported_config;
+  if (c.input == dtype::bf16) return dispatch<bfloat16>(c).has_value() ? errc{} : errc::unsupported_config;
+  return errc::unsupported_config;
 }
 
 std::size_t gated_delta_chunked_prefill_workspace_bytes(const varlen_batch& b, const prefill_slots& slots) noexcept {

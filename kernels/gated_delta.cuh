@@ -19,6 +19,7 @@
 
 #include <reprise/ops/gated_delta.hpp>
 
+#include <cub/warp/warp_reduce.cuh>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -95,6 +96,10 @@ __global__ void __launch_bounds__(gd_prefill_threads, 1) gd_chunked_prefill_kern
   static_assert(V % BV == 0 && Q % gdn::wy_block == 0);
   using L = gd_prefill_smem<Q, K, BV>;
   constexpr int ldk = L::ldk, ldt = L::ldt, B = gdn::wy_block, NT = gd_prefill_threads;
+  // Entries per thread of the blocked products: QR of a Q x Q score matrix, VR of a Q x BV tile, SR of the
+  // K x BV state tile; the thread grid must tile each matrix exactly.
+  static_assert(NT % Q == 0 && Q % (NT / Q) == 0 && NT % BV == 0 && Q % (NT / BV) == 0 && K % (NT / BV) == 0);
+  constexpr int QR = Q / (NT / Q), VR = Q / (NT / BV), SR = K / (NT / BV);
   extern __shared__ float smem[];
   float* s_state = smem + L::state;
   float* s_k = smem + L::k;
@@ -171,11 +176,10 @@ __global__ void __launch_bounds__(gd_prefill_threads, 1) gd_chunked_prefill_kern
       s_coef[tid] = s_beta[tid] * ::expf(s_gcum[tid]);
       s_kdecay[tid] = gdn::pair_decay(glast, s_gcum[tid]);
     }
-    // -A (strict lower, zero elsewhere so the padded rows of a short chunk solve to identity rows).
-    for (int e = tid; e < Q * Q; e += NT) {
-      const int i = e % Q, j = e / Q;
-      s_t[i * ldt + j] = (i < n && j < i) ? gdn::wy_neg_a(s_k, ldk, K, s_gcum, s_beta, i, j) : 0.0f;
-    }
+    // -A (strict lower, zero elsewhere so the padded rows of a short chunk solve to identity rows). Lane = row
+    // i (distinct banks thanks to the K + 1 stride), the R columns j of a thread are uniform across its warp
+    // (broadcast loads).
+    gdn::wy_neg_a<QR>(s_t, ldt, s_k, ldk, K, s_gcum, s_beta, tid % Q, tid / Q, NT / Q, n);
     __syncthreads();
 
     // T = (I + A)^-1, blocked: the diagonal blocks row by row (all blocks at once) ...
@@ -213,27 +217,23 @@ __global__ void __launch_bounds__(gd_prefill_threads, 1) gd_chunked_prefill_kern
       s_u[i * BV + c] = gdn::wy_apply(s_t, ldt, s_beta, s_v, BV, i, c);
     }
     __syncthreads();
-    // V_new = U - W S_0 (each entry read and written by one thread); causal scores over T, now free.
-    for (int e = tid; e < n * BV; e += NT) {
-      const int i = e / BV, c = e % BV;
-      s_u[e] = gdn::wy_new_value(s_u[e], s_w + i * ldk, s_state, BV, c, K);
-    }
-    for (int e = tid; e < Q * Q; e += NT) {
-      const int i = e % Q, j = e / Q;
-      if (i < n && j <= i) s_t[i * ldt + j] = gdn::causal_score(s_q + i * ldk, s_k + j * ldk, K, s_gcum[i], s_gcum[j]);
-    }
+    // V_new = U - W S_0 in place (lane = column c, the thread's R rows share its column of S_0); causal scores
+    // over T, now free.
+    gdn::wy_new_values<VR>(s_u, BV, s_w, ldk, s_state, BV, tid % BV, K, tid / BV, NT / BV, n);
+    gdn::causal_scores<QR>(s_t, ldt, s_q, s_k, ldk, K, s_gcum, tid % Q, tid / Q, NT / Q, n);
     __syncthreads();
-    for (int e = tid; e < n * BV; e += NT) {
-      const int i = e / BV, c = e % BV;
-      const float out = p.scale * gdn::chunk_output(s_q + i * ldk, s_state, BV, c, K, s_gcum[i], s_t + i * ldt, s_u, BV, i);
-      p.o[((r0 + i) * HV + hv) * V + c0 + c] = from_float<In>(out);
+    {
+      float out[VR];
+      const int c = tid % BV, i0 = tid / BV;
+      gdn::chunk_outputs<VR>(out, s_q, ldk, s_state, BV, c, K, s_gcum, s_t, ldt, s_u, BV, i0, NT / BV);
+#pragma unroll
+      for (int r = 0; r < VR; ++r) {
+        const int i = i0 + r * (NT / BV);
+        if (i < n) p.o[((r0 + i) * HV + hv) * V + c0 + c] = from_float<In>(p.scale * out[r]);
+      }
     }
     __syncthreads(); // outputs read S_0
-    const float decay_last = ::expf(glast);
-    for (int e = tid; e < K * BV; e += NT) {
-      const int d = e / BV, c = e % BV;
-      s_state[e] = gdn::chunk_state(s_state[e], decay_last, s_k, ldk, d, s_kdecay, s_u, BV, c, n);
-    }
+    gdn::chunk_states<SR>(s_state, BV, tid % BV, tid / BV, NT / BV, ::expf(glast), s_k, ldk, s_kdecay, s_u, BV, n);
     pos = chunk_end;
     if (cap < cap_end && p.captures[cap].position == pos) {
       __syncthreads();
@@ -273,13 +273,16 @@ struct gd_step_config {
   static constexpr int rows = K / slices;
   static constexpr int threads = BV * slices;
   static_assert(K % slices == 0);
+  static_assert(threads >= 64, "two warps reduce the q and k norms");
 };
 
 template <int K, int V, int BV, class In, class State>
 __global__ void __launch_bounds__(gd_step_config<K, BV>::threads) gd_recurrent_step_kernel(gd_step_params<In, State> p) {
   using C = gd_step_config<K, BV>;
   constexpr int R = C::rows, NS = C::slices, NT = C::threads;
+  using warp_reduce = cub::WarpReduce<float>;
   __shared__ float s_k[K], s_q[K], s_part[NS][BV], s_norm[2];
+  __shared__ typename warp_reduce::TempStorage s_reduce[2];
 
   const int tid = threadIdx.x;
   const int c = tid % BV, slice = tid / BV;
@@ -317,7 +320,16 @@ __global__ void __launch_bounds__(gd_step_config<K, BV>::threads) gd_recurrent_s
     }
     __syncthreads();
     if (p.l2norm) {
-      if (tid < 2) s_norm[tid] = gdn::l2_inv_norm(tid == 0 ? s_k : s_q, K, p.l2norm_eps);
+      // Warp 0 reduces the squares of k, warp 1 those of q: a one-thread walk over K would put ~K dependent
+      // shared-memory loads on the critical path of every token.
+      const int warp = tid / 32, lane = tid % 32;
+      if (warp < 2) {
+        const float* x = warp == 0 ? s_k : s_q;
+        float ss = 0.0f;
+        for (int d = lane; d < K; d += 32) ss += x[d] * x[d];
+        ss = warp_reduce(s_reduce[warp]).Sum(ss);
+        if (lane == 0) s_norm[warp] = 1.0f / ::sqrtf(ss + p.l2norm_eps);
+      }
       __syncthreads();
       for (int d = tid; d < K; d += NT) {
         s_k[d] *= s_norm[0];
@@ -374,24 +386,40 @@ result<void> gd_launch_step(const gd_step_params<In, float>& p, std::int32_t num
   return device_runtime::launch_status();
 }
 
+// ---- instances ----------------------------------------------------------------------------------------------
+/// Entry points of one compiled configuration; the dispatch table in gated_delta.cu lists them.
+template <class T>
+struct gated_delta_instance {
+  ops::gated_delta_kernel_config config;
+  result<void> (*chunked_prefill)(const gd_prefill_params<T, float>&, std::int32_t seqs, ops::stream_handle);
+  result<void> (*recurrent_step)(const gd_step_params<T, float>&, std::int32_t seqs, ops::stream_handle);
+};
+
+/// The instance of (Q, K, V, T) with V tiles of BV columns: chunked prefill for chunk Q and the step for (K, V).
+template <int Q, int K, int V, int BV, class T>
+inline constexpr gated_delta_instance<T> gated_delta_instance_of{
+    {K, V, Q, ops::dtype_of<T>}, &gd_launch_prefill<Q, K, V, BV, T>, &gd_launch_step<K, V, BV, T>};
+
 REPRISE_DEVICE_NAMESPACE_END
 
-// The (Q, K, V, BV) shapes reprise::kernels instantiates, one family per file so that compile time stays
-// bounded and visible: the small test shape in gated_delta_small.cu (every build), Qwen3-Next (H16 HV32 K128
-// V128 Q64) in gated_delta_qwen3_next.full.cu (full build only). The dispatch in gated_delta.cu lists them.
-#define REPRISE_GD_SMALL_SHAPES(X) X(64, 32, 16, 16)
-#define REPRISE_GD_QWEN3_NEXT_SHAPES(X) X(64, 128, 128, 32)
+// The element-type tokens of the instance macros (the same aliases as mamba2.cuh; redeclaring an alias to the
+// same type is allowed, so both headers may meet in one translation unit).
+namespace reprise::device_types {
+using f32 = float;
+using bf16 = ::reprise::ops::bfloat16;
+} // namespace reprise::device_types
 
-// Explicit instantiation definitions (PREFIX empty) or declarations (PREFIX extern) of one shape's launchers
-// for fp32 and bf16 activations, fp32 states. Expand inside REPRISE_DEVICE_NAMESPACE_BEGIN / _END.
-#define REPRISE_GD_LAUNCHERS(PREFIX, Q_, K_, V_, BV_)                                                              \
-  PREFIX template result<void> gd_launch_prefill<Q_, K_, V_, BV_, float>(const gd_prefill_params<float, float>&,  \
-                                                                         std::int32_t, ops::stream_handle);       \
-  PREFIX template result<void> gd_launch_prefill<Q_, K_, V_, BV_, ops::bfloat16>(                                 \
-      const gd_prefill_params<ops::bfloat16, float>&, std::int32_t, ops::stream_handle);                          \
-  PREFIX template result<void> gd_launch_step<K_, V_, BV_, float>(const gd_step_params<float, float>&,            \
-                                                                  std::int32_t, ops::stream_handle);              \
-  PREFIX template result<void> gd_launch_step<K_, V_, BV_, ops::bfloat16>(                                        \
-      const gd_step_params<ops::bfloat16, float>&, std::int32_t, ops::stream_handle);
-#define REPRISE_GD_INSTANTIATE(Q_, K_, V_, BV_) REPRISE_GD_LAUNCHERS(, Q_, K_, V_, BV_)
-#define REPRISE_GD_DECLARE(Q_, K_, V_, BV_) REPRISE_GD_LAUNCHERS(extern, Q_, K_, V_, BV_)
+/// Declares (in a header context) or defines (in an instantiation file, one shape family per file) the
+/// instance of one configuration. BV, the V tile of a thread block, is a tuning choice of the definition.
+#define REPRISE_GATED_DELTA_INSTANCE_NAME(Q, K, V, T) gated_delta_q##Q##_k##K##_v##V##_##T
+#define REPRISE_DECLARE_GATED_DELTA_INSTANCE(Q, K, V, T)                                                        \
+  namespace reprise::device_instances {                                                                        \
+  extern const ::reprise::device::gated_delta_instance<::reprise::device_types::T>                             \
+      REPRISE_GATED_DELTA_INSTANCE_NAME(Q, K, V, T);                                                           \
+  }
+#define REPRISE_DEFINE_GATED_DELTA_INSTANCE(Q, K, V, BV, T)                                                     \
+  REPRISE_DECLARE_GATED_DELTA_INSTANCE(Q, K, V, T)                                                             \
+  namespace reprise::device_instances {                                                                        \
+  const ::reprise::device::gated_delta_instance<::reprise::device_types::T> REPRISE_GATED_DELTA_INSTANCE_NAME( \
+      Q, K, V, T) = ::reprise::device::gated_delta_instance_of<Q, K, V, BV, ::reprise::device_types::T>;       \
+  }

@@ -1,7 +1,7 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
-// Gated-delta kernels at Qwen3-Next-80B-A3B sizes (H16 HV32 K128 V128, Q64), full build only.
+// Gated-delta instances at Qwen3-Next-80B-A3B sizes (H16 HV32 K128 V128, Q64), fp32 and bf16 inputs, V tiles
+// of 32 columns (4 x 32 = 128 thread blocks for one sequence on 132 SMs). Full build only.
 #include "gated_delta.cuh"
 
-REPRISE_DEVICE_NAMESPACE_BEGIN
-REPRISE_GD_QWEN3_NEXT_SHAPES(REPRISE_GD_INSTANTIATE)
-REPRISE_DEVICE_NAMESPACE_END
+REPRISE_DEFINE_GATED_DELTA_INSTANCE(64, 128, 128, 32, f32)
+REPRISE_DEFINE_GATED_DELTA_INSTANCE(64, 128, 128, 32, bf16)

@@ -1,7 +1,7 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
-// Gated-delta kernels for the small test shape (K32 V16 Q64), built in every configuration (CI included).
+// Gated-delta instances of the small test shape (K32 V16, Q64; H and HV are runtime values), fp32 and bf16
+// inputs: the reduced set CI compiles.
 #include "gated_delta.cuh"
 
-REPRISE_DEVICE_NAMESPACE_BEGIN
-REPRISE_GD_SMALL_SHAPES(REPRISE_GD_INSTANTIATE)
-REPRISE_DEVICE_NAMESPACE_END
+REPRISE_DEFINE_GATED_DELTA_INSTANCE(64, 32, 16, 16, f32)
+REPRISE_DEFINE_GATED_DELTA_INSTANCE(64, 32, 16, 16, bf16)

@@ -28,7 +28,7 @@ using reprise::testing::gd_dims;
 using reprise::testing::gd_problem;
 using reprise::testing::relative_rms;
 
-constexpr gd_dims small{2, 4, 32, 16};      // the reduced set's instantiation
+constexpr gd_dims small{2, 4, 32, 16};          // the reduced set's instantiation
 constexpr gd_dims qwen3_next{16, 32, 128, 128}; // full build only
 
 /// Device copies of a problem's operands.
@@ -68,7 +68,7 @@ std::vector<double> widen(const std::vector<float>& v, std::size_t from, std::si
 }
 
 template <class T>
-void prefill_matches_host(gd_dims dims, std::uint32_t chunk) {
+void matches_host(gd_dims dims, std::uint32_t chunk) {
   gated_delta_options o;
   o.chunk = chunk;
   o.l2norm_qk = true;
@@ -93,21 +93,53 @@ void prefill_matches_host(gd_dims dims, std::uint32_t chunk) {
     CHECK(relative_rms(widen(ds, slot * host.matrix(), host.matrix()),
                        widen(host.pool, slot * host.matrix(), host.matrix())) <= 1e-5);
   }
+  // Then a 2-token verification step per sequence from the live slots (the host's states on both sides):
+  // in place, copy-on-write into another slot, in place.
+  gd_problem<T> step_host(dims, 6, 8, 9);
+  step_host.pool = host.pool;
+  device_problem<T> step_dev(step_host);
+  const std::vector<std::int32_t> cu2 = {0, 2, 4, 6};
+  const std::vector<std::int64_t> start2 = {150, 138, 198};
+  const std::vector<copy_pair> pairs = {{1, 1}, {2, 7}, {3, 3}};
+  const varlen_batch b2{cu2, start2};
+  REQUIRE(gated_delta_recurrent_step_host(step_host.args(), o, b2, recurrent_slots{pairs}));
+  REQUIRE(gated_delta_recurrent_step(step_dev.args(), o, b2, recurrent_slots{pairs}, step_dev.ws(), nullptr));
+  REQUIRE(device_ok());
+  CHECK(relative_rms(step_dev.outputs(), step_host.outputs(0, 6)) <= tol);
+  const auto ss = step_dev.states();
+  for (int slot : {1, 7, 3}) {
+    CAPTURE(slot);
+    CHECK(relative_rms(widen(ss, slot * host.matrix(), host.matrix()),
+                       widen(step_host.pool, slot * host.matrix(), host.matrix())) <= 1e-5);
+  }
 }
 
 } // namespace
 
-TEST_CASE("device chunked prefill matches the host implementation (small shape, fp32 and bf16)") {
-  prefill_matches_host<float>(small, 64);
-  prefill_matches_host<bfloat16>(small, 64);
+TEST_CASE("device chunked prefill and step match the host for every instantiated configuration") {
+  const auto configs = gated_delta_instantiated_configs();
+  REQUIRE(!configs.empty());
+  for (const gated_delta_kernel_config& c : configs) {
+    CAPTURE(c.key_dim);
+    CAPTURE(c.value_dim);
+    CAPTURE(c.chunk);
+    CAPTURE(static_cast<int>(c.input));
+    CHECK(gated_delta_supports(c) == errc{});
+    CHECK(gated_delta_supports({c.key_dim, c.value_dim, 0, c.input}) == errc{}); // the step of the same sizes
+    const gd_dims dims{2, 4, c.key_dim, c.value_dim}; // head counts are runtime values
+    if (c.input == dtype::f32) matches_host<float>(dims, static_cast<std::uint32_t>(c.chunk));
+    else matches_host<bfloat16>(dims, static_cast<std::uint32_t>(c.chunk));
+  }
+  CHECK(gated_delta_supports({48, 16, 64, dtype::f32}) == errc::unsupported_config);
+  CHECK(gated_delta_supports({32, 16, 64, dtype::f16}) == errc::unsupported_config);
 }
 
-TEST_CASE("device chunked prefill matches the host implementation at Qwen3-Next sizes (full build)") {
-  if (!gated_delta_kernel_available(qwen3_next.k, qwen3_next.v, 64)) {
+TEST_CASE("device chunked prefill matches the host at Qwen3-Next head counts (full build)") {
+  if (gated_delta_supports({qwen3_next.k, qwen3_next.v, 64, dtype::bf16}) != errc{}) {
     MESSAGE("Qwen3-Next instantiation not in this build (REPRISE_KERNELS_FULL=OFF)");
     return;
   }
-  prefill_matches_host<bfloat16>(qwen3_next, 64);
+  matches_host<bfloat16>(qwen3_next, 64);
 }
 
 TEST_CASE("device resume from an fp32 capture at an aligned position is bitwise equal") {

@@ -265,6 +265,19 @@ TEST_CASE("bad shapes, slots and captures return an errc and write nothing") {
     o.l2norm_eps = 0.0f;
     CHECK(prefill(a) == errc::invalid_argument);
   }
+  SUBCASE("the shape and kernel config an argument set describes") {
+    const gated_delta_shape sh = shape_of(a, o);
+    CHECK(sh.key_heads == 2);
+    CHECK(sh.value_heads == 4);
+    CHECK(sh.key_dim == 32);
+    CHECK(sh.value_dim == 16);
+    CHECK(sh.chunk == 64);
+    CHECK(sh.state_type == dtype::f32);
+    CHECK(sh.validate() == errc{});
+    CHECK(sh.matrix_state_bytes() == p.matrix() * sizeof(float));
+    CHECK(config_of(a, o, true) == gated_delta_kernel_config{32, 16, 64, dtype::f32});
+    CHECK(config_of(a, o, false) == gated_delta_kernel_config{32, 16, 0, dtype::f32});
+  }
   SUBCASE("token counts") {
     cu[1] = static_cast<std::int32_t>(len - 1);
     CHECK(prefill(a) == errc::size_mismatch);

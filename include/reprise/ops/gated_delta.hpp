@@ -72,6 +72,22 @@ constexpr gated_delta_shape shape_of(const gated_delta_args<T, State>& a, const 
   return s;
 }
 
+/// The sizes a gated-delta kernel instantiation is compiled for (the head counts are runtime values).
+struct gated_delta_kernel_config {
+  std::int64_t key_dim = 0;   ///< K
+  std::int64_t value_dim = 0; ///< V
+  std::int64_t chunk = 0;     ///< Q (0 for the recurrent step, which has no chunks)
+  dtype input = dtype::bf16;  ///< element type of q, k, v, out
+  friend constexpr bool operator==(const gated_delta_kernel_config&, const gated_delta_kernel_config&) = default;
+};
+
+/// The configuration of `a` for a chunked prefill (`chunked`) or a recurrent step.
+template <activation_element T, gated_delta_state_element State>
+constexpr gated_delta_kernel_config config_of(const gated_delta_args<T, State>& a, const gated_delta_options& o,
+                                              bool chunked) noexcept {
+  return {a.q.extent(2), a.v.extent(2), chunked ? std::int64_t{o.chunk} : 0, dtype_of<T>};
+}
+
 /// Slots of a recurrent step. `pairs[s]` = (src, dst) per sequence: the step reads the state from src and
 /// writes the final state to dst (src == dst: in place; different: copy-on-write fused in). A pair with a
 /// negative index on either side is a padding row: nothing is read or written, its outputs stay untouched.
@@ -224,29 +240,38 @@ void gated_delta_host_chunk(const gated_delta_args<T, State>& a, const gated_del
     sc.coef[i] = sc.beta[i] * expf(sc.gcum[i]);
     sc.kdecay[i] = gdn::pair_decay(glast, sc.gcum[i]);
   }
+  // R = 8 entries side by side (Q is a multiple of 8; the buffers hold Q rows, so the rows past n that a
+  // block touches exist and are simply not stored).
+  constexpr int R = 8;
   float* tm = sc.t.data();
   for (int i = 0; i < n; ++i)
-    for (int j = 0; j < i; ++j) tm[i * Q + j] = gdn::wy_neg_a(sc.k.data(), K, K, sc.gcum.data(), sc.beta.data(), i, j);
+    for (int j0 = 0; j0 < i; j0 += R)
+      gdn::wy_neg_a<R>(tm, Q, sc.k.data(), K, K, sc.gcum.data(), sc.beta.data(), i, j0, 1, n);
   wy_blocked_solve(tm, Q, n, sc.x.data());
   // W = T diag(beta e^G) K, U = T diag(beta) V, then V_new = U - W S_0 in place of U.
   for (int i = 0; i < n; ++i) {
     for (int d = 0; d < K; ++d) sc.w[i * K + d] = gdn::wy_apply(tm, Q, sc.coef.data(), sc.k.data(), K, i, d);
     for (int c = 0; c < V; ++c) sc.u[i * V + c] = gdn::wy_apply(tm, Q, sc.beta.data(), sc.v.data(), V, i, c);
   }
-  for (int i = 0; i < n; ++i)
-    for (int c = 0; c < V; ++c) sc.u[i * V + c] = gdn::wy_new_value(sc.u[i * V + c], &sc.w[i * K], S, V, c, K);
+  for (int c = 0; c < V; ++c)
+    for (int i0 = 0; i0 < n; i0 += R) gdn::wy_new_values<R>(sc.u.data(), V, sc.w.data(), K, S, V, c, K, i0, 1, n);
   // Causal scores over T (no longer needed), then outputs from S_0, then the end-of-chunk state.
   for (int i = 0; i < n; ++i)
-    for (int j = 0; j <= i; ++j)
-      tm[i * Q + j] = gdn::causal_score(&sc.q[i * K], &sc.k[j * K], K, sc.gcum[i], sc.gcum[j]);
-  for (int i = 0; i < n; ++i)
-    for (int c = 0; c < V; ++c)
-      a.out(r0 + i, hv, c) = from_float<T>(
-          scale * gdn::chunk_output(&sc.q[i * K], S, V, c, K, sc.gcum[i], &tm[i * Q], sc.u.data(), V, i));
+    for (int j0 = 0; j0 <= i; j0 += R) gdn::causal_scores<R>(tm, Q, sc.q.data(), sc.k.data(), K, K, sc.gcum.data(), i, j0, 1, n);
+  for (int c = 0; c < V; ++c)
+    for (int i0 = 0; i0 < n; i0 += R) {
+      float out[R];
+      gdn::chunk_outputs<R>(out, sc.q.data(), K, S, V, c, K, sc.gcum.data(), tm, Q, sc.u.data(), V, i0, 1);
+      for (int r = 0; r < R && i0 + r < n; ++r) a.out(r0 + i0 + r, hv, c) = from_float<T>(scale * out[r]);
+    }
   const float decay_last = expf(glast);
-  for (int d = 0; d < K; ++d)
-    for (int c = 0; c < V; ++c)
-      S[d * V + c] = gdn::chunk_state(S[d * V + c], decay_last, sc.k.data(), K, d, sc.kdecay.data(), sc.u.data(), V, c, n);
+  for (int c = 0; c < V; ++c) {
+    int d0 = 0;
+    for (; d0 + R <= K; d0 += R)
+      gdn::chunk_states<R>(S, V, c, d0, 1, decay_last, sc.k.data(), K, sc.kdecay.data(), sc.u.data(), V, n);
+    for (; d0 < K; ++d0)
+      gdn::chunk_states<1>(S, V, c, d0, 1, decay_last, sc.k.data(), K, sc.kdecay.data(), sc.u.data(), V, n);
+  }
 }
 
 } // namespace detail
@@ -346,9 +371,12 @@ result<void> gated_delta_recurrent_step_host(const gated_delta_args<T, State>& a
 // Device launchers (reprise::kernels). Tensors are device memory; the batch and slot lists are host metadata,
 // validated like the host implementations and uploaded into the workspace with one asynchronous copy.
 
-/// Whether reprise::kernels has an instantiation for this (K, V, Q) with fp32 states. The reduced build (CI)
-/// has the small test shape K32 V16 Q64; the full build adds Qwen3-Next (K128 V128 Q64).
-bool gated_delta_kernel_available(std::int64_t key_dim, std::int64_t value_dim, std::uint32_t chunk) noexcept;
+/// The configurations this build instantiated (fp32 states): the reduced CI set has the small test shape
+/// K32 V16 Q64, the full set adds Qwen3-Next (K128 V128 Q64); fp32 and bf16 inputs each.
+std::span<const gated_delta_kernel_config> gated_delta_instantiated_configs() noexcept;
+
+/// `errc{}` when this build has a kernel for `c`, else `unsupported_config`. Step configs have chunk 0.
+errc gated_delta_supports(const gated_delta_kernel_config& c) noexcept;
 
 /// Device workspace the launchers need.
 std::size_t gated_delta_chunked_prefill_workspace_bytes(const varlen_batch& b, const prefill_slots& slots) noexcept;

@@ -20,9 +20,9 @@
 ///     O  = scale (diag(exp(G)) Q S_0 + lower(Q K^T * exp(G_i - G_j)) V_new)
 ///     S_n = exp(G_{n-1}) S_0 + (K * exp(G_{n-1} - G_j))^T V_new
 ///
-/// Every function below computes ONE entry of one of these matrices with a fixed, sequential order of
-/// floating-point operations over plain row-major buffers. The host implementation loops over all entries;
-/// a CUDA thread block assigns entries to threads. Either way the arithmetic of a chunk is a pure function
+/// Every function below computes one entry (or R independent entries side by side) of one of these matrices
+/// with a fixed, sequential order of floating-point operations over plain row-major buffers. The host
+/// implementation loops over all entries; a CUDA thread block assigns entries to threads. Either way the arithmetic of a chunk is a pure function
 /// of (S_0, the chunk's inputs), which is what makes a resume from a captured fp32 state at a chunk boundary
 /// bitwise equal to the uninterrupted run on the same implementation.
 ///
@@ -71,12 +71,6 @@ REPRISE_HOST_DEVICE void chunk_gate_cumsum(const float* g, int sg, int n, float*
 // ---------------------------------------------------------------------------------------------------------
 // WY representation of one chunk. `k`, `q` are [n, K] with leading dimension ldk, `t` is [n, n] (ld ldt).
 
-/// Entry (i, j), j < i, of -A: -(beta_i k_i . k_j) exp(G_i - G_j).
-REPRISE_HOST_DEVICE float wy_neg_a(const float* k, int ldk, int kdim, const float* gcum, const float* beta, int i,
-                                   int j) {
-  return -(beta[i] * dot(k + i * ldk, 1, k + j * ldk, 1, kdim)) * pair_decay(gcum[i], gcum[j]);
-}
-
 /// Rows per diagonal block of the blocked forward substitution.
 inline constexpr int wy_block = 16;
 
@@ -113,34 +107,96 @@ REPRISE_HOST_DEVICE float wy_apply(const float* t, int ldt, const float* coef, c
   return acc;
 }
 
-/// Entry (i, c) of V_new = U - W S_0, S_0 [K, *] with leading dimension lds.
-REPRISE_HOST_DEVICE float wy_new_value(float u_ic, const float* w_row, const float* s, int lds, int c, int kdim) {
-  return u_ic - dot(w_row, 1, s + c, lds, kdim);
+// The matrix products of a chunk are computed R entries at a time: entries that share an operand (a column
+// of S or of V_new, a row of k) load it once for all R accumulators. Each entry still sees exactly the
+// operations, in exactly the order, of its own scalar loop; R only changes how many such loops run side by
+// side. On the device this cuts shared-memory loads per FMA from two to about one. Entries are rows
+// first + r * stride, r < R; rows past the chunk's end are computed (their buffers are allocated) but
+// never stored.
+
+/// Entries (i, j_r), j_r = j0 + r * dj, of the WY matrix -A (strict lower; 0 on and above the diagonal and
+/// for rows >= n): -(beta_i k_i . k_j) exp(G_i - G_j). Row i of k is loaded once for the R dot products.
+template <int R>
+REPRISE_HOST_DEVICE void wy_neg_a(float* t, int ldt, const float* k, int ldk, int kdim, const float* gcum,
+                                  const float* beta, int i, int j0, int dj, int n) {
+  float acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  for (int d = 0; d < kdim; ++d) {
+    const float ki = k[i * ldk + d];
+    for (int r = 0; r < R; ++r) acc[r] += ki * k[(j0 + r * dj) * ldk + d];
+  }
+  for (int r = 0; r < R; ++r) {
+    const int j = j0 + r * dj;
+    t[i * ldt + j] = (i < n && j < i) ? -(beta[i] * acc[r]) * pair_decay(gcum[i], gcum[j]) : 0.0f;
+  }
 }
 
-/// Entry (i, j), j <= i, of the causal in-chunk score matrix (q_i . k_j) exp(G_i - G_j).
-REPRISE_HOST_DEVICE float causal_score(const float* q_row, const float* k_row, int kdim, float gi, float gj) {
-  return dot(q_row, 1, k_row, 1, kdim) * pair_decay(gi, gj);
+/// Entries (i, j_r), j_r <= i < n, of the causal in-chunk scores P_ij = (q_i . k_j) exp(G_i - G_j).
+template <int R>
+REPRISE_HOST_DEVICE void causal_scores(float* p, int ldp, const float* q, const float* k, int ldk, int kdim,
+                                       const float* gcum, int i, int j0, int dj, int n) {
+  float acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  for (int d = 0; d < kdim; ++d) {
+    const float qi = q[i * ldk + d];
+    for (int r = 0; r < R; ++r) acc[r] += qi * k[(j0 + r * dj) * ldk + d];
+  }
+  for (int r = 0; r < R; ++r) {
+    const int j = j0 + r * dj;
+    if (i < n && j <= i) p[i * ldp + j] = acc[r] * pair_decay(gcum[i], gcum[j]);
+  }
 }
 
-/// Entry (i, c) of the chunk output before `scale`:
+/// Entries (i_r, c), i_r = i0 + r * di < n, of V_new = U - W S_0, in place of U. Column c of S_0 ([K, *],
+/// leading dimension lds) is loaded once for the R rows.
+template <int R>
+REPRISE_HOST_DEVICE void wy_new_values(float* u, int ldu, const float* w, int ldw, const float* s, int lds, int c,
+                                       int kdim, int i0, int di, int n) {
+  float acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  for (int d = 0; d < kdim; ++d) {
+    const float sv = s[d * lds + c];
+    for (int r = 0; r < R; ++r) acc[r] += w[(i0 + r * di) * ldw + d] * sv;
+  }
+  for (int r = 0; r < R; ++r)
+    if (i0 + r * di < n) u[(i0 + r * di) * ldu + c] = u[(i0 + r * di) * ldu + c] - acc[r];
+}
+
+/// Entries (i_r, c), i_r = i0 + r * di, of the chunk output before `scale`:
 ///     exp(G_i) (q_i . S_0[:, c]) + sum_{j<=i} P_ij V_new[j, c]
-/// (`p_row` holds the causal scores of row i).
-REPRISE_HOST_DEVICE float chunk_output(const float* q_row, const float* s, int lds, int c, int kdim, float gi,
-                                       const float* p_row, const float* vnew, int ldv, int i) {
-  float acc = dot(q_row, 1, s + c, lds, kdim) * ::expf(gi);
-  for (int j = 0; j <= i; ++j) acc += p_row[j] * vnew[j * ldv + c];
-  return acc;
+/// into out[r]. Column c of S_0 and of V_new is loaded once for the R rows.
+template <int R>
+REPRISE_HOST_DEVICE void chunk_outputs(float (&out)[R], const float* q, int ldq, const float* s, int lds, int c,
+                                       int kdim, const float* gcum, const float* p, int ldp, const float* vnew,
+                                       int ldv, int i0, int di) {
+  for (int r = 0; r < R; ++r) out[r] = 0.0f;
+  for (int d = 0; d < kdim; ++d) {
+    const float sv = s[d * lds + c];
+    for (int r = 0; r < R; ++r) out[r] += q[(i0 + r * di) * ldq + d] * sv;
+  }
+  for (int r = 0; r < R; ++r) out[r] = out[r] * ::expf(gcum[i0 + r * di]);
+  const int last = i0 + (R - 1) * di;
+  for (int j = 0; j <= last; ++j) {
+    const float vv = vnew[j * ldv + c];
+    for (int r = 0; r < R; ++r)
+      if (j <= i0 + r * di) out[r] += p[(i0 + r * di) * ldp + j] * vv;
+  }
 }
 
-/// Entry (d, c) of the end-of-chunk state:
-///     exp(G_{n-1}) S_0[d, c] + sum_j (k_j,d exp(G_{n-1} - G_j)) V_new[j, c]
-/// (`kdecay[j]` = exp(G_{n-1} - G_j), `decay_last` = exp(G_{n-1})).
-REPRISE_HOST_DEVICE float chunk_state(float s_dc, float decay_last, const float* k, int ldk, int d,
-                                      const float* kdecay, const float* vnew, int ldv, int c, int n) {
-  float acc = decay_last * s_dc;
-  for (int j = 0; j < n; ++j) acc += (k[j * ldk + d] * kdecay[j]) * vnew[j * ldv + c];
-  return acc;
+/// Entries (d_r, c), d_r = d0 + r * dd, of the end-of-chunk state, in place:
+///     exp(G_{n-1}) S_0[d, c] + sum_{j<n} (k_j,d exp(G_{n-1} - G_j)) V_new[j, c]
+/// (`kdecay[j]` = exp(G_{n-1} - G_j), `decay_last` = exp(G_{n-1})). Column c of V_new is loaded once for the
+/// R rows.
+template <int R>
+REPRISE_HOST_DEVICE void chunk_states(float* s, int lds, int c, int d0, int dd, float decay_last, const float* k,
+                                      int ldk, const float* kdecay, const float* vnew, int ldv, int n) {
+  float acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = decay_last * s[(d0 + r * dd) * lds + c];
+  for (int j = 0; j < n; ++j) {
+    const float vv = vnew[j * ldv + c], kd = kdecay[j];
+    for (int r = 0; r < R; ++r) acc[r] += (k[j * ldk + d0 + r * dd] * kd) * vv;
+  }
+  for (int r = 0; r < R; ++r) s[(d0 + r * dd) * lds + c] = acc[r];
 }
 
 // ---------------------------------------------------------------------------------------------------------
