@@ -85,22 +85,38 @@ int parse(int argc, char** argv, options& o) {
       return 2;
     }
     const char* v = argv[++i];
-    std::uint32_t n = 0;
-    bool ok = true;
-    if (a == "--conversations") ok = parse_u32(v, n) && n > 0, o.workload.conversations = n;
-    else if (a == "--turns") ok = parse_u32(v, n) && n > 0, o.workload.turns = n;
-    else if (a == "--system-tokens") ok = parse_u32(v, n), o.workload.system_tokens = n;
-    else if (a == "--user-tokens") ok = parse_u32(v, n) && n > 0, o.workload.user_tokens = n;
-    else if (a == "--reply-tokens") ok = parse_u32(v, n) && n > 0, o.workload.reply_tokens = n;
-    else if (a == "--seed") ok = parse_u32(v, n), o.workload.seed = n;
-    else if (a == "--policy") {
+    // Numeric options: where the value goes and whether 0 is allowed.
+    const struct {
+      std::string_view name;
+      std::uint32_t* value;
+      bool zero_ok;
+    } numeric[] = {{"--conversations", &o.workload.conversations, false},
+                   {"--turns", &o.workload.turns, false},
+                   {"--system-tokens", &o.workload.system_tokens, true},
+                   {"--user-tokens", &o.workload.user_tokens, false},
+                   {"--reply-tokens", &o.workload.reply_tokens, false}};
+    bool ok = true, known = false;
+    for (const auto& opt : numeric) {
+      if (a != opt.name) continue;
+      known = true;
+      ok = parse_u32(v, *opt.value) && (opt.zero_ok || *opt.value > 0);
+    }
+    if (a == "--seed") {
+      std::uint32_t seed = 0;
+      known = true;
+      ok = parse_u32(v, seed);
+      o.workload.seed = seed;
+    } else if (a == "--policy") {
+      known = true;
       o.policy = v;
       ok = o.policy == "all" || o.policy == "off" || o.policy == "block-sharing" || o.policy == "snapshot-restore" ||
            o.policy == "memory-only";
     } else if (a == "--device") {
+      known = true;
       o.device = v;
       ok = o.device == "cpu" || o.device == "gpu";
-    } else {
+    }
+    if (!known) {
       std::fprintf(stderr, "reprise-demo: unknown option %s (try --help)\n", argv[i - 1]);
       return 2;
     }
