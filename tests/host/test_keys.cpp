@@ -5,10 +5,12 @@
 
 #include <doctest/doctest.h>
 #include <openssl/sha.h>
+#include <xxhash.h>
 
 #include <array>
 #include <cstring>
 #include <numeric>
+#include <span>
 #include <vector>
 
 using namespace reprise;
@@ -68,6 +70,28 @@ TEST_CASE("sha256_hasher keys are SHA-256 of the documented byte string (reprodu
     expected.hi |= std::uint64_t{digest[8 + i]} << (8 * i);
   }
   CHECK(h.chain(parent, t) == expected);
+}
+
+TEST_CASE("xxh3_hasher keys are XXH3-128 of parent bytes || token bytes, in 1024-token pieces") {
+  const xxh3_hasher h(99);
+  const block_key parent{0x0102030405060708ULL, 0x1112131415161718ULL};
+  auto reference = [&](block_key p, std::span<const token_id> t) {
+    std::vector<std::byte> bytes(sizeof p + t.size_bytes());
+    std::memcpy(bytes.data(), &p, sizeof p);
+    if (!t.empty()) std::memcpy(bytes.data() + sizeof p, t.data(), t.size_bytes());
+    const XXH128_hash_t d = XXH3_128bits_withSeed(bytes.data(), bytes.size(), 99);
+    return block_key{d.low64, d.high64};
+  };
+  // Both sides of the short-block buffer (64 tokens) and of a piece (1024 tokens).
+  for (std::size_t n : {0, 1, 16, 63, 64, 65, 1000, 1024}) {
+    const auto t = tokens(n, 7);
+    CHECK(h.chain(parent, t) == reference(parent, t));
+  }
+  const auto t = tokens(2500, 3);
+  const std::span<const token_id> all(t);
+  const block_key first = reference(parent, all.first(1024));
+  const block_key second = reference(first, all.subspan(1024, 1024));
+  CHECK(h.chain(parent, all) == reference(second, all.subspan(2048)));
 }
 
 TEST_CASE("stored_extra_keys compares every field and the digest bytes") {

@@ -81,6 +81,12 @@ public:
   void insert_commit(block_node& n, const insert_commit_data& data) noexcept { set_.insert_unique_commit(n, data); }
 
   void erase(block_node& n) noexcept { set_.erase(set_.iterator_to(n)); }
+
+  /// Starts loading the bucket of key `key` (power-of-two buckets: the low bits of `key.lo`). A hint only:
+  /// it changes nothing, and a wrong guess costs one wasted load.
+  void prefetch(const block_key& key) const noexcept {
+    __builtin_prefetch(buckets_.data() + (static_cast<std::size_t>(key.lo) & (buckets_.size() - 1)));
+  }
   std::size_t size() const noexcept { return set_.size(); }
   bool contains(const block_node& n) const noexcept { return n.index_link.is_linked(); }
 

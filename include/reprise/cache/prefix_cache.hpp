@@ -37,6 +37,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <span>
@@ -201,6 +202,9 @@ private:
   }
 
   struct state {
+    /// LRU victims whose index buckets admit prefetches ahead of evicting them.
+    static constexpr std::uint32_t eviction_lookahead = 8;
+
     state(const cache_options& o, std::uint32_t slots, std::uint64_t seed)
         : options_(o), seed_(seed), hasher_(seed), blocks_(o.kv_blocks, block_size), index_(blocks_),
           slots_(slots), sequences_(o.max_sequences) {
@@ -230,6 +234,11 @@ private:
     // ----------------------------------------------------------------------------------------------------
     // blocks
 
+    /// The B tokens stored for block `b`, with B a constant the hasher and copies can inline.
+    std::span<const token_id, block_size> block_tokens(block_id b) const noexcept {
+      return std::span<const token_id, block_size>(blocks_.tokens(b).data(), block_size);
+    }
+
     /// Takes a reusable block: a safe free one, else evicts the LRU head. Precondition: available() > 0.
     block_id take_block() noexcept {
       detail::block_node* n = blocks_.free().front_safe();
@@ -251,10 +260,12 @@ private:
       blocks_.lru().erase(n, safe_before_);
       index_.erase(n);
       if (n.parent != no_block) --blocks_.node(n.parent).cached_children;
-      for (slot_id& s : n.snapshot) {
-        if (s == no_slot) continue;
-        ++metrics_.snapshot_evictions_invalidated;
-        drop_published(slots_.node(s), /*reusable_now=*/false);
+      if constexpr (restores) { // only snapshot_restore publishes snapshots
+        for (slot_id& s : n.snapshot) {
+          if (s == no_slot) continue;
+          ++metrics_.snapshot_evictions_invalidated;
+          drop_published(slots_.node(s), /*reusable_now=*/false);
+        }
       }
       n.parent = no_block;
       n.key = {};
@@ -424,11 +435,19 @@ private:
 
       // From here on the call succeeds: change the cache.
       for (block_id b : r.blocks) reference(blocks_.node(b));
+      const std::uint32_t full = length / block_size;
+      // Evictions take LRU heads in order and each one unlinks its block from a random index bucket: start
+      // loading the buckets a few victims ahead. Only the head is ever erased, so `ahead` stays valid.
+      auto ahead = blocks_.lru().begin();
+      for (std::uint32_t k = 0; k < eviction_lookahead && ahead != blocks_.lru().end(); ++k, ++ahead)
+        index_.prefetch(ahead->key);
       for (std::uint32_t i = matched; i < total; ++i) {
+        if (ahead != blocks_.lru().end()) index_.prefetch((ahead++)->key);
         const block_id b = take_block();
         const std::size_t begin = std::size_t{i} * block_size;
-        const std::size_t count = std::min<std::size_t>(block_size, prompt.size() - begin);
-        std::copy_n(prompt.data() + begin, count, blocks_.tokens(b).data());
+        // Full blocks copy a compile-time byte count (inlined vector moves instead of a memmove call).
+        if (i < full) std::memcpy(blocks_.tokens(b).data(), prompt.data() + begin, block_size * sizeof(token_id));
+        else std::copy_n(prompt.data() + begin, prompt.size() - begin, blocks_.tokens(b).data());
         r.blocks.push_back(b);
       }
       r.tokens = length;
@@ -570,39 +589,51 @@ private:
     }
 
     /// Publishes the sequence's blocks that are full and computed, in chain order.
+    ///
+    /// Keys are computed one block ahead: key i + 1 depends only on key i and the stored tokens (a block and
+    /// the published block equal to it, or a block a fork sibling already published, have the same key), so
+    /// block i + 1's hash and the prefetch of its index bucket run before block i's probe, which on large
+    /// pools misses the caches.
     void publish_blocks(detail::sequence_record& r) noexcept {
       const std::uint32_t full = r.computed / block_size;
-      while (r.chain.size() < full) {
-        const auto i = static_cast<std::uint32_t>(r.chain.size());
-        detail::block_node& n = blocks_.node(r.blocks[i]);
-        if (n.state == detail::block_state::cached) { // published by a fork sibling
-          r.chain.push_back(r.blocks[i]);
-          continue;
+      auto i = static_cast<std::uint32_t>(r.chain.size());
+      if (i >= full) return;
+      block_id parent = i == 0 ? no_block : r.chain[i - 1];
+      block_key key = hasher_.chain(i == 0 ? r.root : blocks_.node(parent).key, block_tokens(r.blocks[i]));
+      for (; i < full; ++i) {
+        const block_id b = r.blocks[i];
+        block_key next{};
+        if (i + 1 < full) {
+          next = hasher_.chain(key, block_tokens(r.blocks[i + 1]));
+          index_.prefetch(next);
         }
-        const block_id parent = i == 0 ? no_block : r.chain[i - 1];
-        const block_key parent_key = i == 0 ? r.root : blocks_.node(parent).key;
-        const auto tokens = std::span<const token_id>(blocks_.tokens(r.blocks[i]));
-        const block_key key = hasher_.chain(parent_key, tokens);
+        detail::block_node& n = blocks_.node(b);
         detail::block_index::insert_commit_data data;
-        if (detail::block_node* equal = index_.insert_check({key, parent, tokens, &r.extras}, data)) {
+        if (n.state == detail::block_state::cached) { // published by a fork sibling
+          r.chain.push_back(b);
+          parent = b;
+        } else if (detail::block_node* equal = index_.insert_check({key, parent, block_tokens(b), &r.extras}, data)) {
           // An equal block was published first (two equal prompts in flight). Ours stays private (the
           // engine's table points at it); the chain continues through the published one, which the sequence
           // now also holds.
           reference(*equal);
-          r.chain.push_back(blocks_.id_of(*equal));
+          parent = blocks_.id_of(*equal);
+          r.chain.push_back(parent);
           ++metrics_.duplicate_blocks;
-          continue;
+        } else {
+          n.key = key;
+          n.parent = parent;
+          n.depth = i;
+          n.state = detail::block_state::cached;
+          if (i == 0) blocks_.root_extras(b) = r.extras;
+          else ++blocks_.node(parent).cached_children;
+          index_.insert_commit(n, data);
+          r.chain.push_back(b);
+          parent = b;
+          ++metrics_.blocks_published;
+          ++metrics_.blocks_cached;
         }
-        n.key = key;
-        n.parent = parent;
-        n.depth = i;
-        n.state = detail::block_state::cached;
-        if (i == 0) blocks_.root_extras(r.blocks[i]) = r.extras;
-        else ++blocks_.node(parent).cached_children;
-        index_.insert_commit(n, data);
-        r.chain.push_back(r.blocks[i]);
-        ++metrics_.blocks_published;
-        ++metrics_.blocks_cached;
+        key = next;
       }
     }
 
