@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
   double budget_gib = 8.0;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-      std::puts("usage: reprise-demo [--snapshot-budget-gib G]\n"
+      std::puts("usage: reprise-state-sizes [--snapshot-budget-gib G]\n"
                 "Prints per-model cache sizes: KV bytes per block, bytes per recurrent snapshot, the alignment\n"
                 "unit lcm(B, every Q) at which snapshots may sit, and how many snapshots fit the budget.");
       return 0;

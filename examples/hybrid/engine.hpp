@@ -1,0 +1,342 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// \file
+/// A minimal inference engine that uses Reprise the way a real one does: the integration example.
+///
+/// One `step()` is one scheduler iteration with continuous batching:
+///   1. decode: `cache.extend` by the token each running sequence feeds next, one forward call for all,
+///      `cache.commit`;
+///   2. admit waiting requests -> `cache.admit` plans shared blocks, the skip u, a restore slot, captures;
+///   3. restore: one batched slot copy (snapshot slot -> the sequence's live slot) for every admitted request;
+///   4. prefill: one forward call over the non-skipped tokens [u, L) of every admitted request, writing KV
+///      into the planned blocks and snapshots into the planned capture slots; then `cache.commit`;
+///   5. finish sequences that have generated enough: `cache.finish` (copy the live state into the slot of an
+///      end-of-turn capture when the policy plans one), free the live slot;
+///   6. `cache.step_complete(epoch)`: this host engine runs synchronously, so step n is complete here.
+///
+/// `Cache` is `reprise::prefix_cache<Model, Policy>` for any of the three policies, or `uncached` (the
+/// caching-off baseline). The engine owns the memory (KV blocks, recurrent slots); Reprise owns the ids.
+
+#include "hybrid/decoder.hpp"
+#include "hybrid/math.hpp"
+
+#include <reprise/cache/prefix_cache.hpp>
+#include <reprise/cache/types.hpp>
+#include <reprise/policy/policies.hpp>
+#include <reprise/ops/state_copy.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <span>
+#include <vector>
+
+namespace reprise::example {
+
+/// One turn: a prompt, how many tokens to decode greedily, and optionally a forced first token.
+struct request {
+  seq_id id = 0;
+  std::vector<token> prompt;
+  std::uint32_t max_new_tokens = 1;
+  std::optional<token> first_token{}; ///< decode this instead of the greedy choice (tests of forks)
+};
+
+/// A finished request: the decoded tokens and the logits that chose the last one.
+struct completion {
+  seq_id id = 0;
+  std::vector<token> generated;
+  std::vector<float> last_logits;
+};
+
+/// What `admit` planned for one request, in admission order (tests recompute these independently).
+struct admission {
+  seq_id id = 0;
+  std::uint32_t prompt_tokens = 0;
+  std::uint32_t usable_tokens = 0;
+  std::uint32_t kv_matched_tokens = 0;
+  std::uint32_t lost_tokens = 0;
+};
+
+/// What the engine computed and what the cache saved it, summed over admissions.
+struct engine_stats {
+  std::uint64_t prompt_tokens = 0;
+  std::uint64_t prefill_tokens = 0; ///< computed by prefill (L - u summed)
+  std::uint64_t skipped_tokens = 0; ///< u summed
+  std::uint64_t kv_matched_tokens = 0;
+  std::uint64_t lost_tokens = 0;    ///< KV-matched but recomputed: no snapshot at a usable position
+  std::uint64_t decode_tokens = 0;
+  std::uint32_t peak_kv_blocks = 0; ///< blocks referenced by live sequences, at the peak
+  std::uint64_t peak_snapshot_bytes = 0;
+  std::uint64_t steps = 0;
+};
+
+[[noreturn]] inline void fail(const char* what, errc e) {
+  std::fprintf(stderr, "reprise example engine: %s failed: %.*s\n", what, static_cast<int>(to_string(e).size()),
+               to_string(e).data());
+  std::abort();
+}
+
+/// Whether KV blocks filled by decode steps may be published for reuse by later prompts under `Cache`.
+///
+/// In a hybrid model a decoded token's KV is computed from activations that passed through the recurrent
+/// layers' decode step, not their chunked prefill: the same math with a different floating-point order. Such
+/// blocks are `decode_continuation`-exact, like an end-of-turn snapshot: reusing them is bitwise the same
+/// session continuing, not a cold prefill. So the engine commits decode tokens (publishing their blocks)
+/// only for attention-only models (whose per-token math is the same in prefill and decode) or when the
+/// policy accepts `decode_continuation` snapshots anyway.
+template <class Cache>
+inline constexpr bool publishes_decode_blocks = true;
+template <class Model, class Policy, class Hasher>
+inline constexpr bool publishes_decode_blocks<prefix_cache<Model, Policy, Hasher>> = [] {
+  if constexpr (requires { policy::policy_traits<Policy>::accepts_decode_continuation; })
+    return !Model::has_recurrent || policy::policy_traits<Policy>::accepts_decode_continuation;
+  else
+    return !Model::has_recurrent;
+}();
+
+template <class Cache>
+class engine {
+public:
+  struct options {
+    std::uint32_t max_running = 8;        ///< live sequences at most (one live recurrent slot each)
+    std::uint32_t max_admit_per_step = 1; ///< admissions per step: later ones then hit earlier ones' blocks
+    bool commit_decode_tokens = publishes_decode_blocks<Cache>; ///< see `publishes_decode_blocks`
+    /// Called with the snapshot slot just before each restore copy. Tests use it to tamper with a snapshot
+    /// and prove that the equality checks can fail.
+    std::function<void(state_memory&, std::uint32_t slot)> before_restore{};
+  };
+
+  /// The KV pool has `cache.kv_blocks()` blocks; the slot pool holds the cache's snapshot slots followed by
+  /// one live slot per running sequence.
+  /// Precondition: with a `prefix_cache`, its `Model` describes the decoder's state (checked: a mismatch
+  /// would make the cache's byte and alignment arithmetic wrong).
+  engine(const decoder& model, Cache& cache, options o)
+      : model_(model), cache_(cache), opt_(std::move(o)), kv_(model.config(), cache.kv_blocks()),
+        states_(model.config(), cache.snapshot_slots() + opt_.max_running) {
+    if constexpr (requires { typename Cache::model_type; }) {
+      const model_facts expected = Cache::model_type::facts;
+      const auto actual = model.config().validate();
+      if (!actual || actual->bytes_per_snapshot() != expected.bytes_per_snapshot ||
+          actual->bytes_per_kv_block() != expected.bytes_per_kv_block || actual->alignment() != expected.alignment ||
+          actual->block_size() != expected.block_size)
+        fail("engine: the cache's model type does not describe the decoder", errc::invalid_argument);
+    }
+    for (std::uint32_t i = 0; i < opt_.max_running; ++i) free_live_.push_back(cache.snapshot_slots() + i);
+  }
+
+  void submit(request r) { waiting_.push_back(std::move(r)); }
+  bool idle() const noexcept { return waiting_.empty() && running_.empty(); }
+  const engine_stats& stats() const noexcept { return stats_; }
+  const std::vector<admission>& admissions() const noexcept { return admissions_; }
+  /// The block table of a running sequence (empty if it is not running).
+  std::span<const block_id> blocks_of(seq_id id) const noexcept {
+    for (const sequence& s : running_)
+      if (s.id == id) return s.blocks;
+    return {};
+  }
+  kv_memory& kv() noexcept { return kv_; }
+  state_memory& states() noexcept { return states_; }
+
+  /// Runs one scheduler step (see the file comment) and returns the requests that finished in it.
+  std::vector<completion> step() {
+    decode(); // before admitting, so that sequences admitted in this step are not decoded in it
+    admit_and_prefill();
+    note_peaks(); // before finishing releases blocks: the step's peak occupancy
+    std::vector<completion> done = finish();
+    cache_.step_complete(cache_.current_epoch());
+    ++stats_.steps;
+    return done;
+  }
+
+  /// Copy-on-write fork of a running sequence between steps: `dst` continues from `src`'s position with
+  /// `first_token` as its next token (where `src` feeds its own greedy choice).
+  /// Errors: those of `cache.fork`; `pool_exhausted` when no live slot is free.
+  result<void> fork(seq_id src, seq_id dst, token first_token, std::uint32_t max_new_tokens) {
+    auto it = std::find_if(running_.begin(), running_.end(), [&](const sequence& s) { return s.id == src; });
+    if (it == running_.end()) return errc::unknown_sequence;
+    if (free_live_.empty()) return errc::pool_exhausted;
+    auto plan = cache_.fork(src, dst);
+    if (!plan) return plan.error();
+    sequence copy = *it;
+    copy.id = dst;
+    copy.blocks.assign(plan->block_table.begin(), plan->block_table.end());
+    copy.live_slot = take_live();
+    copy.generated.back() = first_token;
+    copy.max_new_tokens = max_new_tokens;
+    if (plan->copy_src != no_block) copy_kv_block(plan->copy_src, plan->copy_dst);
+    if (plan->copy_recurrent_state) copy_slot(it->live_slot, copy.live_slot);
+    running_.push_back(std::move(copy));
+    return {};
+  }
+
+private:
+  struct sequence {
+    seq_id id;
+    std::vector<token> tokens; ///< prompt, then every decoded token fed so far
+    std::uint32_t prompt_length;
+    std::vector<block_id> blocks;
+    std::uint32_t live_slot;
+    std::uint32_t max_new_tokens;
+    std::vector<token> generated;
+    std::vector<float> logits;
+  };
+
+  std::uint32_t take_live() {
+    const std::uint32_t s = free_live_.back();
+    free_live_.pop_back();
+    return s;
+  }
+
+  void copy_slots(std::span<const ops::copy_pair> pairs) {
+    if (pairs.empty()) return;
+    std::vector<ops::pool_view> pools;
+    states_.for_each_pool([&](float* base, std::size_t bytes) {
+      pools.push_back({base, bytes, static_cast<std::int64_t>(states_.slots())});
+    });
+    if (auto r = ops::copy_units_host(pools, pairs); !r) fail("slot copy", r.error());
+  }
+
+  void copy_slot(std::uint32_t src, std::uint32_t dst) {
+    const ops::copy_pair pair{static_cast<std::int32_t>(src), static_cast<std::int32_t>(dst)};
+    copy_slots({&pair, 1});
+  }
+
+  void copy_kv_block(block_id src, block_id dst) {
+    std::vector<ops::pool_view> pools;
+    const std::size_t bytes = kv_.block_floats() * sizeof(float);
+    for (std::uint32_t l = 0; l < model_.config().count(layer_kind::attention); ++l) {
+      pools.push_back({kv_.keys(l, 0), bytes, kv_.blocks()});
+      pools.push_back({kv_.values(l, 0), bytes, kv_.blocks()});
+    }
+    const ops::copy_pair pair{static_cast<std::int32_t>(src), static_cast<std::int32_t>(dst)};
+    if (auto r = ops::copy_units_host(pools, {&pair, 1}); !r) fail("KV block copy", r.error());
+  }
+
+  void admit_and_prefill() {
+    std::vector<sequence*> admitted;
+    std::vector<sequence_step> steps;
+    std::vector<token> tokens;
+    std::vector<ops::copy_pair> restores;
+    std::vector<std::vector<capture>> captures;
+    for (std::uint32_t n = 0; n < opt_.max_admit_per_step && !waiting_.empty() && !free_live_.empty(); ++n) {
+      request& r = waiting_.front();
+      auto plan = cache_.admit(r.id, r.prompt);
+      if (!plan) {
+        if (plan.error() == errc::pool_exhausted) break; // retry once running sequences finish
+        fail("admit", plan.error());
+      }
+      const auto length = static_cast<std::uint32_t>(r.prompt.size());
+      sequence& s = running_.emplace_back(sequence{r.id, std::move(r.prompt), length, {}, take_live(),
+                                                   r.max_new_tokens, {}, {}});
+      if (r.first_token) s.generated.push_back(*r.first_token);
+      waiting_.pop_front();
+      s.blocks.assign(plan->block_table.begin(), plan->block_table.end());
+      const std::uint32_t u = plan->usable_tokens;
+      if (plan->restore_slot != no_slot)
+        restores.push_back({static_cast<std::int32_t>(plan->restore_slot), static_cast<std::int32_t>(s.live_slot)});
+      captures.emplace_back();
+      for (const capture_point& c : plan->captures) captures.back().push_back({c.position, c.slot});
+      steps.push_back(sequence_step{u, length - u, {}, s.live_slot, {}, plan->kv_matched_tokens});
+      tokens.insert(tokens.end(), s.tokens.begin() + u, s.tokens.end());
+      admitted.push_back(&s);
+      stats_.prompt_tokens += length;
+      stats_.prefill_tokens += length - u;
+      stats_.skipped_tokens += u;
+      stats_.kv_matched_tokens += plan->kv_matched_tokens;
+      stats_.lost_tokens += plan->tokens_lost_to_missing_snapshot;
+      admissions_.push_back({s.id, length, u, plan->kv_matched_tokens, plan->tokens_lost_to_missing_snapshot});
+      if (plan->restore_slot != no_slot && opt_.before_restore) opt_.before_restore(states_, plan->restore_slot);
+    }
+    if (admitted.empty()) return;
+    copy_slots(restores); // restore before any prefill reads the live slots
+    for (std::size_t i = 0; i < admitted.size(); ++i) {
+      steps[i].blocks = admitted[i]->blocks;
+      steps[i].captures = captures[i];
+    }
+    std::vector<float> logits(admitted.size() * model_.config().vocab);
+    model_.forward(pass::prefill, tokens, steps, kv_, states_, logits);
+    for (std::size_t i = 0; i < admitted.size(); ++i) {
+      sequence& s = *admitted[i];
+      std::vector<std::uint32_t> written;
+      for (const capture& c : captures[i]) written.push_back(c.position);
+      if (auto r = cache_.commit(s.id, s.prompt_length, written); !r) fail("commit", r.error());
+      take_logits(s, std::span<const float>(logits).subspan(i * model_.config().vocab, model_.config().vocab));
+    }
+  }
+
+  void take_logits(sequence& s, std::span<const float> logits) {
+    s.logits.assign(logits.begin(), logits.end());
+    if (s.generated.empty()) s.generated.push_back(static_cast<token>(math::argmax(logits)));
+  }
+
+  void decode() {
+    std::vector<sequence*> batch;
+    std::vector<sequence_step> steps;
+    std::vector<token> tokens;
+    for (sequence& s : running_) {
+      // Each running sequence feeds its last decoded token unless it has decoded enough.
+      if (s.generated.size() >= s.max_new_tokens) continue;
+      const token next = s.generated.back();
+      auto plan = cache_.extend(s.id, {&next, 1});
+      if (!plan) fail("extend", plan.error());
+      s.blocks.insert(s.blocks.end(), plan->new_blocks.begin(), plan->new_blocks.end());
+      s.tokens.push_back(next);
+      const auto pos = static_cast<std::uint32_t>(s.tokens.size() - 1);
+      steps.push_back(sequence_step{pos, 1, s.blocks, s.live_slot, {}, 0});
+      tokens.push_back(next);
+      batch.push_back(&s);
+    }
+    if (batch.empty()) return;
+    std::vector<float> logits(batch.size() * model_.config().vocab);
+    model_.forward(pass::decode, tokens, steps, kv_, states_, logits);
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      sequence& s = *batch[i];
+      if (opt_.commit_decode_tokens)
+        if (auto r = cache_.commit(s.id, static_cast<std::uint32_t>(s.tokens.size())); !r) fail("commit", r.error());
+      const auto row = std::span<const float>(logits).subspan(i * model_.config().vocab, model_.config().vocab);
+      s.logits.assign(row.begin(), row.end());
+      s.generated.push_back(static_cast<token>(math::argmax(row)));
+      ++stats_.decode_tokens;
+    }
+  }
+
+  std::vector<completion> finish() {
+    std::vector<completion> done;
+    for (auto it = running_.begin(); it != running_.end();) {
+      if (it->generated.size() < it->max_new_tokens) {
+        ++it;
+        continue;
+      }
+      auto plan = cache_.finish(it->id);
+      if (!plan) fail("finish", plan.error());
+      if (plan->capture.slot != no_slot) // end-of-turn snapshot of the live state (decode_continuation)
+        copy_slot(it->live_slot, plan->capture.slot);
+      free_live_.push_back(it->live_slot);
+      done.push_back({it->id, std::move(it->generated), std::move(it->logits)});
+      it = running_.erase(it);
+    }
+    return done;
+  }
+
+  void note_peaks() {
+    const cache_metrics& m = cache_.metrics();
+    stats_.peak_kv_blocks = std::max(stats_.peak_kv_blocks, m.blocks_referenced);
+    stats_.peak_snapshot_bytes = std::max(stats_.peak_snapshot_bytes, m.snapshot_bytes_held);
+  }
+
+  const decoder& model_;
+  Cache& cache_;
+  options opt_;
+  kv_memory kv_;
+  state_memory states_;
+  std::deque<request> waiting_;
+  std::deque<sequence> running_;
+  std::vector<std::uint32_t> free_live_;
+  engine_stats stats_;
+  std::vector<admission> admissions_;
+};
+
+} // namespace reprise::example

@@ -1,0 +1,339 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+// End to end: the example hybrid decoder served through prefix_cache by the example engine must decode
+// bitwise what it decodes with caching off, under every policy, with evictions, forks and end-of-turn
+// snapshots; and the equality checks must be able to fail.
+#include "hybrid/config.hpp"
+#include "hybrid/decoder.hpp"
+#include "hybrid/run.hpp"
+#include "hybrid/uncached.hpp"
+
+#include <reprise/cache/prefix_cache.hpp>
+#include <reprise/ops/state_copy.hpp>
+#include <reprise/policy/policies.hpp>
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <vector>
+
+namespace {
+
+using namespace reprise;
+using namespace reprise::example;
+using presets::tiny_attention;
+using presets::tiny_hybrid;
+
+/// Three conversations of three turns. The system prompt is 1 more than a multiple of the block size and a
+/// user message plus a reply is a multiple of it, so every turn ends (after its last fed token) exactly on a
+/// block boundary, where `end_of_turn` may capture.
+workload test_workload(std::uint32_t vocab) {
+  return workload::make({.conversations = 3, .turns = 3, .system_tokens = 65, .user_tokens = 23, .reply_tokens = 9,
+                         .seed = 11},
+                        vocab);
+}
+
+const decoder& model_of(const decoder_config& c) {
+  static std::map<std::string, decoder> models;
+  auto it = models.find(c.pattern);
+  if (it == models.end()) {
+    result<decoder> m = decoder::make(c);
+    REQUIRE(m.has_value());
+    it = models.emplace(c.pattern, std::move(m).value()).first;
+  }
+  return it->second;
+}
+
+/// The caching-off run of `w` (memoized: several test cases compare against the same one).
+template <class Preset>
+const workload_result& cold_run(const workload& w) {
+  static std::map<std::uint64_t, workload_result> runs;
+  auto it = runs.find(w.config.seed);
+  if (it == runs.end()) {
+    uncached off(256, Preset::cache_model::block_size);
+    it = runs.emplace(w.config.seed, run_workload(model_of(Preset::config()), off, w)).first;
+  }
+  return it->second;
+}
+
+template <class Preset, class Policy>
+auto make_cache(std::uint32_t kv_blocks = 256, std::size_t snapshots = 64) {
+  cache_options o{.kv_blocks = kv_blocks, .max_sequences = 8,
+                  .snapshot_budget_bytes = snapshots * Preset::cache_model::bytes_per_snapshot, .hasher_seed = 1};
+  auto c = prefix_cache<typename Preset::cache_model, Policy>::create(o);
+  REQUIRE(c.has_value());
+  return std::move(*c);
+}
+
+/// Every turn's tokens and final logits, compared bit for bit, with a readable failure.
+void check_same(const workload_result& warm, const workload_result& cold) {
+  REQUIRE(warm.turns.size() == cold.turns.size());
+  for (std::size_t c = 0; c < cold.turns.size(); ++c) {
+    REQUIRE(warm.turns[c].size() == cold.turns[c].size());
+    for (std::size_t t = 0; t < cold.turns[c].size(); ++t) {
+      CAPTURE(c);
+      CAPTURE(t);
+      CHECK(warm.turns[c][t].generated == cold.turns[c][t].generated);
+      REQUIRE(warm.turns[c][t].last_logits.size() == cold.turns[c][t].last_logits.size());
+      CHECK(std::memcmp(warm.turns[c][t].last_logits.data(), cold.turns[c][t].last_logits.data(),
+                        cold.turns[c][t].last_logits.size() * sizeof(float)) == 0);
+    }
+  }
+  CHECK(same_outputs(warm, cold));
+}
+
+using exact_restore = policy::snapshot_restore<policy::capture<policy::last_aligned, policy::branch_point>,
+                                               policy::accept_prefill_exact>;
+
+} // namespace
+
+TEST_CASE("block_sharing on the attention-only model decodes bitwise what caching off decodes") {
+  const workload w = test_workload(tiny_attention::config().vocab);
+  const workload_result& cold = cold_run<tiny_attention>(w);
+  auto cache = make_cache<tiny_attention, policy::block_sharing>();
+  const workload_result warm = run_workload(model_of(tiny_attention::config()), cache, w);
+  check_same(warm, cold);
+  CHECK(warm.stats.skipped_tokens > warm.stats.prompt_tokens / 2); // the system prompt and earlier turns hit
+  CHECK(warm.stats.lost_tokens == 0);
+  CHECK(warm.stats.prefill_tokens + warm.stats.skipped_tokens == cold.stats.prefill_tokens);
+  CHECK(cache.check_invariants().has_value());
+}
+
+TEST_CASE("snapshot_restore with prefill-exact snapshots decodes bitwise what caching off decodes") {
+  const workload w = test_workload(tiny_hybrid::config().vocab);
+  const workload_result& cold = cold_run<tiny_hybrid>(w);
+  auto cache = make_cache<tiny_hybrid, exact_restore>();
+  const workload_result warm = run_workload(model_of(tiny_hybrid::config()), cache, w);
+  check_same(warm, cold);
+  CHECK(warm.stats.skipped_tokens > 0);
+  CHECK(warm.metrics.snapshot_hits > 0);
+  CHECK(warm.stats.prefill_tokens + warm.stats.skipped_tokens == cold.stats.prefill_tokens);
+  CHECK(cache.check_invariants().has_value());
+}
+
+TEST_CASE("memory_only shares KV blocks, skips nothing, and decodes bitwise what caching off decodes") {
+  const workload w = test_workload(tiny_hybrid::config().vocab);
+  const workload_result& cold = cold_run<tiny_hybrid>(w);
+  auto cache = make_cache<tiny_hybrid, policy::memory_only>();
+  const workload_result warm = run_workload(model_of(tiny_hybrid::config()), cache, w);
+  check_same(warm, cold);
+  CHECK(warm.stats.skipped_tokens == 0);
+  CHECK(warm.stats.prefill_tokens == cold.stats.prefill_tokens);
+  CHECK(warm.stats.kv_matched_tokens > 0);                        // shared blocks were read, not rewritten
+  CHECK(warm.stats.peak_kv_blocks < cold.stats.peak_kv_blocks);   // and that saved memory
+  CHECK(cache.check_invariants().has_value());
+}
+
+TEST_CASE("skipped and KV-matched token counts equal the numbers derived from the prompts alone") {
+  // With a capture every alignment unit and nothing evicted, a prompt P can restore at the deepest multiple
+  // u of the alignment unit A with u <= L - 1 that some earlier prompt P' shares and had prefilled:
+  //   u(P) = max over earlier P' of floor(min(lcp(P, P'), |P'|, |P| - 1) / A) * A,
+  // and its KV match is the same with the block size B for A (only prompt blocks are published: decode
+  // blocks of a hybrid model are decode_continuation-exact). Computed here from the token lists alone.
+  using every_unit = policy::snapshot_restore<policy::capture<policy::every<tiny_hybrid::cache_model::alignment>>,
+                                              policy::accept_prefill_exact>;
+  const workload w = test_workload(tiny_hybrid::config().vocab);
+  auto cache = make_cache<tiny_hybrid, every_unit>();
+  const workload_result warm = run_workload(model_of(tiny_hybrid::config()), cache, w);
+  check_same(warm, cold_run<tiny_hybrid>(w));
+
+  const std::uint32_t A = tiny_hybrid::cache_model::alignment, B = tiny_hybrid::cache_model::block_size;
+  auto prompt_of = [&](seq_id id) -> const std::vector<token>& {
+    return warm.prompts[(id - 1) / w.config.turns][(id - 1) % w.config.turns];
+  };
+  std::vector<const std::vector<token>*> earlier;
+  std::uint64_t skipped = 0;
+  REQUIRE(warm.admissions.size() == std::size_t{w.config.conversations} * w.config.turns);
+  for (const admission& a : warm.admissions) {
+    const std::vector<token>& p = prompt_of(a.id);
+    std::uint32_t usable = 0, matched = 0;
+    for (const std::vector<token>* q : earlier) {
+      const auto lcp = static_cast<std::uint32_t>(
+          std::mismatch(p.begin(), p.end(), q->begin(), q->end()).first - p.begin());
+      const std::uint32_t reach = std::min({lcp, static_cast<std::uint32_t>(q->size()),
+                                            static_cast<std::uint32_t>(p.size() - 1)});
+      usable = std::max(usable, reach / A * A);
+      matched = std::max(matched, reach / B * B);
+    }
+    CAPTURE(a.id);
+    CHECK(a.prompt_tokens == p.size());
+    CHECK(a.usable_tokens == usable);
+    CHECK(a.kv_matched_tokens == matched);
+    CHECK(a.lost_tokens == matched - usable);
+    skipped += usable;
+    earlier.push_back(&p);
+  }
+  CHECK(warm.stats.skipped_tokens == skipped);
+  CHECK(skipped > 0);
+}
+
+TEST_CASE("tiny budgets force KV and snapshot evictions mid-workload and outputs still equal caching off") {
+  const workload w = test_workload(tiny_hybrid::config().vocab);
+  const workload_result& cold = cold_run<tiny_hybrid>(w);
+  // One running sequence needs at most ceil(152 / 16) + 1 = 11 blocks; 14 blocks leave room for only a few
+  // cached ones, and two snapshot slots for far fewer snapshots than the workload captures.
+  auto cache = make_cache<tiny_hybrid, exact_restore>(/*kv_blocks=*/14, /*snapshots=*/2);
+  const workload_result warm = run_workload(model_of(tiny_hybrid::config()), cache, w,
+                                            engine<decltype(cache)>::options{.max_running = 1});
+  check_same(warm, cold);
+  CHECK(warm.metrics.kv_evictions > 0);
+  CHECK(warm.metrics.snapshot_evictions_lru + warm.metrics.snapshot_evictions_invalidated > 0);
+  CHECK(warm.metrics.snapshot_hits > 0); // some hits survive the pressure
+  CHECK(cache.check_invariants().has_value());
+}
+
+TEST_CASE("corrupting one value of a restored snapshot changes the output, and the comparison notices") {
+  const workload w = test_workload(tiny_hybrid::config().vocab);
+  const workload_result& cold = cold_run<tiny_hybrid>(w);
+  auto cache = make_cache<tiny_hybrid, exact_restore>();
+  std::uint32_t tampered = 0;
+  engine<decltype(cache)>::options o{.max_running = w.config.conversations};
+  o.before_restore = [&](state_memory& states, std::uint32_t slot) {
+    if (tampered++ != 0) return; // only the first restore
+    const gated_delta_shape& d = tiny_hybrid::config().delta;
+    states.delta(0)[std::size_t{slot} * d.value_heads * d.key_dim * d.value_dim + 5] += 0.25f;
+  };
+  const workload_result warm = run_workload(model_of(tiny_hybrid::config()), cache, w, o);
+  REQUIRE(tampered > 0);
+  CHECK_FALSE(same_outputs(warm, cold));
+}
+
+TEST_CASE("a decode_continuation snapshot resumes bitwise like the same session continuing without eviction") {
+  using continuation = policy::snapshot_restore<
+      policy::capture<policy::last_aligned, policy::branch_point, policy::end_of_turn>, policy::accept_any>;
+  const decoder& model = model_of(tiny_hybrid::config());
+  const decoder_config& cfg = model.config();
+  const workload w = workload::make({.conversations = 1, .turns = 3, .system_tokens = 65, .user_tokens = 23,
+                                     .reply_tokens = 9, .seed = 5},
+                                    cfg.vocab);
+  auto cache = make_cache<tiny_hybrid, continuation>();
+  const workload_result warm = run_workload(model, cache, w);
+
+  // The reference: one session that never ends. Its state stays live between turns; each turn prefills
+  // only the tokens it has not seen (the last reply token and the new user message) from where it stopped.
+  kv_memory kv(cfg, 32);
+  state_memory states(cfg, 1);
+  std::vector<std::uint32_t> blocks(32);
+  for (std::uint32_t i = 0; i < 32; ++i) blocks[i] = i;
+  std::vector<token> seen = w.system_prompt;
+  seen.insert(seen.end(), w.user[0][0].begin(), w.user[0][0].end());
+  std::uint32_t position = 0;
+  std::vector<float> logits(cfg.vocab);
+  for (std::uint32_t turn = 0; turn < w.config.turns; ++turn) {
+    CAPTURE(turn);
+    const std::vector<token> fresh(seen.begin() + position, seen.end());
+    const sequence_step prefill{position, static_cast<std::uint32_t>(fresh.size()), blocks, 0, {}, position};
+    model.forward(pass::prefill, fresh, {&prefill, 1}, kv, states, logits);
+    position = static_cast<std::uint32_t>(seen.size());
+    std::vector<token> reply{static_cast<token>(math::argmax(logits))};
+    while (reply.size() < w.config.reply_tokens) {
+      const sequence_step step{position, 1, blocks, 0, {}, position};
+      model.forward(pass::decode, {&reply.back(), 1}, {&step, 1}, kv, states, logits);
+      seen.push_back(reply.back());
+      ++position;
+      reply.push_back(static_cast<token>(math::argmax(logits)));
+    }
+    CHECK(warm.turns[0][turn].generated == reply);
+    CHECK(std::memcmp(warm.turns[0][turn].last_logits.data(), logits.data(), logits.size() * sizeof(float)) == 0);
+    if (turn > 0) { // restored exactly where the previous turn's live state stopped
+      CHECK(warm.admissions[turn].usable_tokens == warm.prompts[0][turn - 1].size() + w.config.reply_tokens - 1);
+    }
+    seen.push_back(reply.back());
+    if (turn + 1 < w.config.turns) seen.insert(seen.end(), w.user[0][turn + 1].begin(), w.user[0][turn + 1].end());
+  }
+  CHECK(warm.metrics.snapshot_hits == w.config.turns - 1);
+  CHECK(cache.check_invariants().has_value());
+}
+
+TEST_CASE_TEMPLATE("a copy-on-write fork gives two continuations equal to two cold runs", Preset, tiny_hybrid,
+                   tiny_attention) {
+  using cache_policy = std::conditional_t<Preset::cache_model::has_recurrent, exact_restore, policy::block_sharing>;
+  const decoder& model = model_of(Preset::config());
+  const workload w = test_workload(model.config().vocab);
+  std::vector<token> prompt = w.system_prompt;
+  prompt.insert(prompt.end(), w.user[0][0].begin(), w.user[0][0].end()); // 88 tokens: a partial last block
+  REQUIRE(prompt.size() % Preset::cache_model::block_size != 0);
+  constexpr std::uint32_t reply = 6;
+
+  // Cold: two independent requests, the second forced to a different first token.
+  uncached off(64, Preset::cache_model::block_size);
+  engine<uncached> cold(model, off, {.max_running = 2});
+  cold.submit({1, prompt, reply, {}});
+  std::vector<completion> cold_done;
+  while (!cold.idle())
+    for (completion& c : cold.step()) cold_done.push_back(std::move(c));
+  REQUIRE(cold_done.size() == 1);
+  const token other = cold_done[0].generated[0] == 1 ? 2 : 1;
+  cold.submit({2, prompt, reply, other});
+  while (!cold.idle())
+    for (completion& c : cold.step()) cold_done.push_back(std::move(c));
+
+  // Warm: one prefill, then a fork right after it; the fork copies the partial block and the live state.
+  auto cache = make_cache<Preset, cache_policy>();
+  engine<decltype(cache)> warm(model, cache, {.max_running = 2});
+  warm.submit({1, prompt, reply, {}});
+  CHECK(warm.step().empty());
+  REQUIRE(warm.fork(1, 2, other, reply).has_value());
+  CHECK(warm.blocks_of(2).size() == warm.blocks_of(1).size());
+  CHECK(warm.blocks_of(2).back() != warm.blocks_of(1).back());                      // the partial block: copied
+  CHECK(warm.blocks_of(2)[0] == warm.blocks_of(1)[0]);                              // full blocks: shared
+  std::map<seq_id, completion> warm_done;
+  while (!warm.idle())
+    for (completion& c : warm.step()) warm_done[c.id] = std::move(c);
+  REQUIRE(warm_done.size() == 2);
+  for (const completion& c : cold_done) {
+    CAPTURE(c.id);
+    CHECK(warm_done[c.id].generated == c.generated);
+    CHECK(std::memcmp(warm_done[c.id].last_logits.data(), c.last_logits.data(), c.last_logits.size() * sizeof(float)) == 0);
+  }
+  CHECK(warm_done[1].generated != warm_done[2].generated);
+  CHECK(cache.check_invariants().has_value());
+}
+
+TEST_CASE("KV read through a block table with shared blocks equals the cold run's, gathered contiguously") {
+  // Attention reads paged blocks directly; the opt-in gather kernel materializes the same view. A warm
+  // sequence whose first blocks were written by another sequence must see exactly the KV a cold sequence
+  // wrote into its own blocks.
+  const decoder& model = model_of(tiny_attention::config());
+  const decoder_config& cfg = model.config();
+  const workload w = test_workload(cfg.vocab);
+  std::vector<token> first = w.system_prompt, second = w.system_prompt;
+  first.insert(first.end(), w.user[0][0].begin(), w.user[0][0].end());
+  second.insert(second.end(), w.user[1][0].begin(), w.user[1][0].end());
+
+  uncached off(64, cfg.attention.block_size);
+  engine<uncached> cold(model, off, {.max_running = 1});
+  cold.submit({1, second, 4, {}});
+  cold.step();
+  auto cache = make_cache<tiny_attention, policy::block_sharing>();
+  engine<decltype(cache)> warm(model, cache, {.max_running = 2});
+  warm.submit({1, first, 4, {}});
+  warm.step();
+  warm.submit({2, second, 4, {}});
+  warm.step();
+  REQUIRE(warm.admissions().back().usable_tokens == 64); // the system prompt's full blocks were shared
+
+  auto gather = [&](auto& e, seq_id id, std::uint32_t layer, bool values) {
+    const auto table = e.blocks_of(id);
+    std::vector<std::int32_t> row(table.begin(), table.end());
+    const std::int32_t len = static_cast<std::int32_t>(second.size());
+    std::vector<float> out(std::size_t(len) * e.kv().token_width());
+    const ops::kv_gather_args args{
+        .pool = values ? e.kv().values(layer, 0) : e.kv().keys(layer, 0),
+        .layout = {.blocks = e.kv().blocks(), .block_size = cfg.attention.block_size,
+                   .kv_heads = cfg.attention.kv_heads, .head_dim = cfg.attention.head_dim, .element_bytes = 4},
+        .block_table = ops::tensor<const std::int32_t, 2>(row.data(), 1, static_cast<std::int64_t>(row.size())),
+        .seq_lens = {&len, 1},
+        .out = out.data(),
+        .out_tokens = len};
+    REQUIRE(ops::gather_kv_host(args).has_value());
+    return out;
+  };
+  for (std::uint32_t layer = 0; layer < cfg.count(layer_kind::attention); ++layer)
+    for (bool values : {false, true}) {
+      CAPTURE(layer);
+      CAPTURE(values);
+      CHECK(gather(warm, 2, layer, values) == gather(cold, 1, layer, values));
+    }
+}
