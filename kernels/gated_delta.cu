@@ -83,6 +83,24 @@ std::vector<gated_delta_kernel_config> all_configs() {
   return v;
 }
 
+/// The operands both kernels share, from the public argument set.
+template <class T>
+device::gd_operands<T, float> operands_of(const gated_delta_args<T>& a, const gated_delta_options& o) {
+  return {a.q.data_handle(),
+          a.k.data_handle(),
+          a.v.data_handle(),
+          a.g.data_handle(),
+          a.beta.data_handle(),
+          a.out.data_handle(),
+          a.state_pool.data_handle(),
+          static_cast<std::int32_t>(a.state_pool.extent(0)),
+          static_cast<std::int32_t>(a.q.extent(1)),
+          static_cast<std::int32_t>(a.v.extent(1)),
+          o.effective_scale(a.q.extent(2)),
+          o.l2norm_eps,
+          o.l2norm_qk};
+}
+
 template <class T>
 result<void> prefill(const gated_delta_args<T>& a, const gated_delta_options& o, const varlen_batch& b,
                      const prefill_slots& slots, device_workspace ws, stream_handle stream) {
@@ -116,22 +134,11 @@ result<void> prefill(const gated_delta_args<T>& a, const gated_delta_options& o,
   up.put<std::int32_t>(layout.capture_begin, begin);
   if (auto r = up.upload(ws.data, stream); !r) return r;
 
-  const device::gd_prefill_params<T, float> p{a.q.data_handle(),
-                                              a.k.data_handle(),
-                                              a.v.data_handle(),
-                                              a.g.data_handle(),
-                                              a.beta.data_handle(),
-                                              a.out.data_handle(),
-                                              device_runtime::at<device::gd_seq>(ws.data, layout.seqs),
-                                              device_runtime::at<device::gd_capture>(ws.data, layout.captures),
-                                              device_runtime::at<std::int32_t>(ws.data, layout.capture_begin),
-                                              a.state_pool.data_handle(),
-                                              static_cast<std::int32_t>(a.state_pool.extent(0)),
-                                              static_cast<std::int32_t>(a.q.extent(1)),
-                                              static_cast<std::int32_t>(a.v.extent(1)),
-                                              o.effective_scale(a.q.extent(2)),
-                                              o.l2norm_eps,
-                                              o.l2norm_qk};
+  const device::gd_prefill_params<T, float> p{
+      {operands_of(a, o)},
+      device_runtime::at<device::gd_seq>(ws.data, layout.seqs),
+      device_runtime::at<device::gd_capture>(ws.data, layout.captures),
+      device_runtime::at<std::int32_t>(ws.data, layout.capture_begin)};
   return (*inst)->chunked_prefill(p, static_cast<std::int32_t>(S), stream);
 }
 
@@ -158,23 +165,11 @@ result<void> step(const gated_delta_args<T>& a, const gated_delta_options& o, co
   up.put<std::int32_t>(layout.ring, r.ring);
   if (auto res = up.upload(ws.data, stream); !res) return res;
 
-  const device::gd_step_params<T, float> p{a.q.data_handle(),
-                                           a.k.data_handle(),
-                                           a.v.data_handle(),
-                                           a.g.data_handle(),
-                                           a.beta.data_handle(),
-                                           a.out.data_handle(),
-                                           device_runtime::at<device::gd_seq>(ws.data, layout.seqs),
-                                           r.ring_size > 0 ? device_runtime::at<std::int32_t>(ws.data, layout.ring)
-                                                           : nullptr,
-                                           r.ring_size,
-                                           a.state_pool.data_handle(),
-                                           static_cast<std::int32_t>(a.state_pool.extent(0)),
-                                           static_cast<std::int32_t>(a.q.extent(1)),
-                                           static_cast<std::int32_t>(a.v.extent(1)),
-                                           o.effective_scale(a.q.extent(2)),
-                                           o.l2norm_eps,
-                                           o.l2norm_qk};
+  const device::gd_step_params<T, float> p{
+      {operands_of(a, o)},
+      device_runtime::at<device::gd_seq>(ws.data, layout.seqs),
+      r.ring_size > 0 ? device_runtime::at<std::int32_t>(ws.data, layout.ring) : nullptr,
+      r.ring_size};
   return (*inst)->recurrent_step(p, static_cast<std::int32_t>(S), stream);
 }
 

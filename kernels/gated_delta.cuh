@@ -46,18 +46,15 @@ struct gd_capture {
   std::int32_t seq;
 };
 
-/// Operands of the prefill kernel (device pointers; metadata validated and uploaded by the launcher).
+/// Activations, the state pool and the options that both gated-delta kernels read (device pointers).
 template <class In, class State>
-struct gd_prefill_params {
+struct gd_operands {
   const In* q;
   const In* k;
   const In* v;
   const float* g;
   const float* beta;
   In* o;
-  const gd_seq* seqs;                 // [S]
-  const gd_capture* captures;         // sorted by (seq, position)
-  const std::int32_t* capture_begin;  // [S + 1]: sequence s owns [capture_begin[s], capture_begin[s + 1])
   State* states;
   std::int32_t num_slots;
   std::int32_t key_heads;
@@ -65,6 +62,14 @@ struct gd_prefill_params {
   float scale;
   float l2norm_eps;
   bool l2norm;
+};
+
+/// Operands of the prefill kernel (metadata validated and uploaded by the launcher).
+template <class In, class State>
+struct gd_prefill_params : gd_operands<In, State> {
+  const gd_seq* seqs;                 // [S]
+  const gd_capture* captures;         // sorted by (seq, position)
+  const std::int32_t* capture_begin;  // [S + 1]: sequence s owns [capture_begin[s], capture_begin[s + 1])
 };
 
 /// Shared-memory plan of the prefill kernel, in floats.
@@ -247,23 +252,10 @@ __global__ void __launch_bounds__(gd_prefill_threads, 1) gd_chunked_prefill_kern
 
 /// Operands of the recurrent step kernel.
 template <class In, class State>
-struct gd_step_params {
-  const In* q;
-  const In* k;
-  const In* v;
-  const float* g;
-  const float* beta;
-  In* o;
+struct gd_step_params : gd_operands<In, State> {
   const gd_seq* seqs;             // [S]; first = src, last = dst, either < 0: padding
   const std::int32_t* ring_slots; // [S, ring_size] or null
   std::int32_t ring_size;
-  State* states;
-  std::int32_t num_slots;
-  std::int32_t key_heads;
-  std::int32_t value_heads;
-  float scale;
-  float l2norm_eps;
-  bool l2norm;
 };
 
 /// Threads of the recurrent step: BV lanes (columns) x `slices` warps (row slices of K).
