@@ -77,7 +77,7 @@ void BM_cache(benchmark::State& state) {
     (void)c.admit(id, prompt);
     (void)c.commit(id, static_cast<std::uint32_t>(tokens));
     (void)c.release(id);
-    c.step_complete(c.current_epoch());
+    (void)c.step_complete(c.current_epoch());
     ++id;
   }
   const std::uint64_t allocations_before = g_allocations.load();
@@ -88,7 +88,7 @@ void BM_cache(benchmark::State& state) {
     matched += plan->kv_matched_tokens;
     (void)c.commit(id, static_cast<std::uint32_t>(tokens));
     (void)c.release(id);
-    c.step_complete(c.current_epoch());
+    (void)c.step_complete(c.current_epoch());
     ++id;
   }
   const double iterations = static_cast<double>(state.iterations());

@@ -4,24 +4,22 @@
 /// What one forward call of the example decoder computes: a batch of sequences, each a run of consecutive
 /// tokens at its own absolute position, with its block table, live recurrent slot and capture points.
 
+#include <reprise/ids.hpp>
+
 #include <cstdint>
 #include <span>
 
 namespace reprise::example {
 
-/// Write the recurrent state after `position` tokens into snapshot slot `slot` (all recurrent layers).
-struct capture {
-  std::uint32_t position;
-  std::uint32_t slot;
-};
-
 /// One sequence's share of a forward call.
 struct sequence_step {
   std::uint32_t start = 0;                ///< absolute position of the first token of this call
   std::uint32_t count = 0;                ///< tokens of this sequence in the call, >= 1
-  std::span<const std::uint32_t> blocks;  ///< block table covering positions [0, start + count)
-  std::uint32_t live_slot = 0;            ///< recurrent state slot holding the state at `start`
-  std::span<const capture> captures;      ///< positions in (start, start + count], on the chunk grid
+  std::span<const block_id> blocks;       ///< block table covering positions [0, start + count)
+  slot_id live_slot = 0;                  ///< recurrent state slot holding the state at `start`
+  /// The cache's planned captures: positions in (start, start + count], on the chunk grid (their
+  /// `sequence` field is ignored: the step's index in the call is its sequence).
+  std::span<const capture_point> captures;
   /// KV entries of positions below this are already in shared blocks and are not written again (they would
   /// be bitwise the same, but shared blocks are read-only). `memory_only` recomputes such positions.
   std::uint32_t kv_write_from = 0;

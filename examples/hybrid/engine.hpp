@@ -79,34 +79,15 @@ struct engine_stats {
   std::abort();
 }
 
-/// Whether KV blocks filled by decode steps may be published for reuse by later prompts under `Cache`.
-///
-/// In a hybrid model a decoded token's KV is computed from activations that passed through the recurrent
-/// layers' decode step, not their chunked prefill: the same math with a different floating-point order. Such
-/// blocks are `decode_continuation`-exact, like an end-of-turn snapshot: reusing them is bitwise the same
-/// session continuing, not a cold prefill. So the engine commits decode tokens (publishing their blocks)
-/// only for attention-only models (whose per-token math is the same in prefill and decode) or when the
-/// policy accepts `decode_continuation` snapshots anyway.
-template <class Cache>
-inline constexpr bool publishes_decode_blocks = true;
-template <class Model, class Policy, class Hasher>
-inline constexpr bool publishes_decode_blocks<prefix_cache<Model, Policy, Hasher>> = [] {
-  if constexpr (requires { policy::policy_traits<Policy>::accepts_decode_continuation; })
-    return !Model::has_recurrent || policy::policy_traits<Policy>::accepts_decode_continuation;
-  else
-    return !Model::has_recurrent;
-}();
-
 template <class Cache>
 class engine {
 public:
   struct options {
     std::uint32_t max_running = 8;        ///< live sequences at most (one live recurrent slot each)
     std::uint32_t max_admit_per_step = 1; ///< admissions per step: later ones then hit earlier ones' blocks
-    bool commit_decode_tokens = publishes_decode_blocks<Cache>; ///< see `publishes_decode_blocks`
     /// Called with the snapshot slot just before each restore copy. Tests use it to tamper with a snapshot
     /// and prove that the equality checks can fail.
-    std::function<void(state_memory&, std::uint32_t slot)> before_restore{};
+    std::function<void(state_memory&, slot_id slot)> before_restore{};
   };
 
   /// The KV pool has `cache.kv_blocks()` blocks; the slot pool holds the cache's snapshot slots followed by
@@ -124,7 +105,8 @@ public:
           actual->block_size() != expected.block_size)
         fail("engine: the cache's model type does not describe the decoder", errc::invalid_argument);
     }
-    for (std::uint32_t i = 0; i < opt_.max_running; ++i) free_live_.push_back(cache.snapshot_slots() + i);
+    for (std::uint32_t i = 0; i < opt_.max_running; ++i)
+      free_live_.push_back(static_cast<slot_id>(cache.snapshot_slots() + i));
   }
 
   void submit(request r) { waiting_.push_back(std::move(r)); }
@@ -146,7 +128,7 @@ public:
     admit_and_prefill();
     note_peaks(); // before finishing releases blocks: the step's peak occupancy
     std::vector<completion> done = finish();
-    cache_.step_complete(cache_.current_epoch());
+    if (auto r = cache_.step_complete(cache_.current_epoch()); !r) fail("step_complete", r.error());
     ++stats_.steps;
     return done;
   }
@@ -178,14 +160,14 @@ private:
     std::vector<token> tokens; ///< prompt, then every decoded token fed so far
     std::uint32_t prompt_length;
     std::vector<block_id> blocks;
-    std::uint32_t live_slot;
+    slot_id live_slot;
     std::uint32_t max_new_tokens;
     std::vector<token> generated;
     std::vector<float> logits;
   };
 
-  std::uint32_t take_live() {
-    const std::uint32_t s = free_live_.back();
+  slot_id take_live() {
+    const slot_id s = free_live_.back();
     free_live_.pop_back();
     return s;
   }
@@ -199,8 +181,8 @@ private:
     if (auto r = ops::copy_units_host(pools, pairs); !r) fail("slot copy", r.error());
   }
 
-  void copy_slot(std::uint32_t src, std::uint32_t dst) {
-    const ops::copy_pair pair{static_cast<std::int32_t>(src), static_cast<std::int32_t>(dst)};
+  void copy_slot(slot_id src, slot_id dst) {
+    const ops::copy_pair pair{src, dst};
     copy_slots({&pair, 1});
   }
 
@@ -211,7 +193,7 @@ private:
       pools.push_back({kv_.keys(l, 0), bytes, kv_.blocks()});
       pools.push_back({kv_.values(l, 0), bytes, kv_.blocks()});
     }
-    const ops::copy_pair pair{static_cast<std::int32_t>(src), static_cast<std::int32_t>(dst)};
+    const ops::copy_pair pair{src, dst};
     if (auto r = ops::copy_units_host(pools, {&pair, 1}); !r) fail("KV block copy", r.error());
   }
 
@@ -220,7 +202,7 @@ private:
     std::vector<sequence_step> steps;
     std::vector<token> tokens;
     std::vector<ops::copy_pair> restores;
-    std::vector<std::vector<capture>> captures;
+    std::vector<std::vector<capture_point>> captures;
     for (std::uint32_t n = 0; n < opt_.max_admit_per_step && !waiting_.empty() && !free_live_.empty(); ++n) {
       request& r = waiting_.front();
       auto plan = cache_.admit(r.id, r.prompt);
@@ -236,9 +218,8 @@ private:
       s.blocks.assign(plan->block_table.begin(), plan->block_table.end());
       const std::uint32_t u = plan->usable_tokens;
       if (plan->restore_slot != no_slot)
-        restores.push_back({static_cast<std::int32_t>(plan->restore_slot), static_cast<std::int32_t>(s.live_slot)});
-      captures.emplace_back();
-      for (const capture_point& c : plan->captures) captures.back().push_back({c.position, c.slot});
+        restores.push_back({plan->restore_slot, s.live_slot});
+      captures.emplace_back(plan->captures.begin(), plan->captures.end());
       steps.push_back(sequence_step{u, length - u, {}, s.live_slot, {}, plan->kv_matched_tokens});
       tokens.insert(tokens.end(), s.tokens.begin() + u, s.tokens.end());
       admitted.push_back(&s);
@@ -261,7 +242,7 @@ private:
     for (std::size_t i = 0; i < admitted.size(); ++i) {
       sequence& s = *admitted[i];
       std::vector<std::uint32_t> written;
-      for (const capture& c : captures[i]) written.push_back(c.position);
+      for (const capture_point& c : captures[i]) written.push_back(static_cast<std::uint32_t>(c.position));
       if (auto r = cache_.commit(s.id, s.prompt_length, written); !r) fail("commit", r.error());
       take_logits(s, std::span<const float>(logits).subspan(i * model_.config().vocab, model_.config().vocab));
     }
@@ -294,8 +275,9 @@ private:
     model_.forward(pass::decode, tokens, steps, kv_, states_, logits);
     for (std::size_t i = 0; i < batch.size(); ++i) {
       sequence& s = *batch[i];
-      if (opt_.commit_decode_tokens)
-        if (auto r = cache_.commit(s.id, static_cast<std::uint32_t>(s.tokens.size())); !r) fail("commit", r.error());
+      // Decode-filled blocks are published too: in a model with recurrent layers the cache marks them
+      // decode_continuation-exact, and only a policy that accepts that reuses them.
+      if (auto r = cache_.commit(s.id, static_cast<std::uint32_t>(s.tokens.size())); !r) fail("commit", r.error());
       const auto row = std::span<const float>(logits).subspan(i * model_.config().vocab, model_.config().vocab);
       s.logits.assign(row.begin(), row.end());
       s.generated.push_back(static_cast<token>(math::argmax(row)));
@@ -334,7 +316,7 @@ private:
   state_memory states_;
   std::deque<request> waiting_;
   std::deque<sequence> running_;
-  std::vector<std::uint32_t> free_live_;
+  std::vector<slot_id> free_live_;
   engine_stats stats_;
   std::vector<admission> admissions_;
 };

@@ -45,11 +45,13 @@ struct varlen_meta {
       start.push_back(st.start);
       // A sequence at position 0 starts from the zero state; otherwise from its live slot, which holds
       // either its own state or a snapshot the engine restored into it.
-      initial.push_back(st.start == 0 ? -1 : static_cast<std::int32_t>(st.live_slot));
-      live.push_back(static_cast<std::int32_t>(st.live_slot));
-      for (const capture& c : st.captures)
-        captures.push_back({static_cast<std::int32_t>(s), c.position, static_cast<std::int32_t>(c.slot)});
-      in_place.push_back({static_cast<std::int32_t>(st.live_slot), static_cast<std::int32_t>(st.live_slot)});
+      initial.push_back(st.start == 0 ? no_slot : st.live_slot);
+      live.push_back(st.live_slot);
+      for (capture_point c : st.captures) {
+        c.sequence = static_cast<std::int32_t>(s);
+        captures.push_back(c);
+      }
+      in_place.push_back({st.live_slot, st.live_slot});
     }
   }
   ops::varlen_batch batch() const { return {cu_seqlens, start}; }

@@ -66,7 +66,10 @@ public:
     return finish_plan{};
   }
 
-  void step_complete(epoch_t n) noexcept { epoch_ = std::max(epoch_, n + 1); }
+  result<void> step_complete(epoch_t n) noexcept {
+    epoch_ = std::max(epoch_, n + 1);
+    return {};
+  }
   epoch_t current_epoch() const noexcept { return epoch_; }
   std::uint32_t kv_blocks() const noexcept { return blocks_; }
   std::uint32_t snapshot_slots() const noexcept { return 0; }

@@ -6,6 +6,7 @@
 #include <reprise/config.hpp>
 #include <reprise/dtype.hpp>
 #include <reprise/errc.hpp>
+#include <reprise/ids.hpp>
 #include <reprise/state/concepts.hpp>
 #include <reprise/state/hybrid_model.hpp>
 #include <reprise/state/kinds.hpp>
@@ -22,5 +23,10 @@
 #include <reprise/cache/block_index.hpp>
 #include <reprise/cache/snapshot_pool.hpp>
 #include <reprise/cache/sequence_table.hpp>
+#include <reprise/cache/block_ledger.hpp>
+#include <reprise/cache/snapshot_ledger.hpp>
+#include <reprise/cache/capture_planner.hpp>
+#include <reprise/cache/cache_core.hpp>
+#include <reprise/cache/invariants.hpp>
 #include <reprise/cache/prefix_cache.hpp>
 #include <reprise/policy/policies.hpp>

@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 namespace reprise::testing {
 
@@ -16,49 +18,74 @@ struct stream_outcome {
   cache_metrics metrics;
 };
 
-/// Runs the stream against the cache configuration its first byte selects.
+/// A cache of type `Cache` with options `o`: typed, or built from `config` at run time.
+template <class Cache>
+Cache make_cache(const cache_options& o, const model_config& config) {
+  auto c = [&] {
+    if constexpr (std::is_same_v<typename Cache::model_type, dynamic_model>) return Cache::create(config, o);
+    else return Cache::create(o);
+  }();
+  if (!c.has_value()) __builtin_trap();
+  return std::move(*c);
+}
+
+template <class Cache>
+stream_outcome run_driver(byte_source& in, const cache_options& o, const model_config& config) {
+  cache_op_driver<Cache> d(make_cache<Cache>(o, config));
+  d.run(in, 4096);
+  return {d.failure, d.cache().metrics()};
+}
+
+/// The runtime-configured models the streams also run on: block sizes other than the typed ones' 16.
+inline const model_config& runtime_attention_b32() {
+  static const model_config m = *model_config::make({{kv_shape{.kv_heads = 1, .head_dim = 8, .block_size = 32}, 2}});
+  return m;
+}
+inline const model_config& runtime_hybrid_b8() {
+  static const model_config m = *model_config::make(
+      {{kv_shape{.kv_heads = 1, .head_dim = 8, .block_size = 8}, 1},
+       {mamba2_shape{.heads = 2, .head_dim = 4, .state_dim = 4, .groups = 1, .conv_width = 4, .chunk = 64}, 2}});
+  return m;
+}
+
+/// Runs the stream against the cache configuration its first byte selects: byte % 5 picks the policy,
+/// (byte / 5) % 2 picks the typed cache over the test models (B = 16) or a runtime-configured cache
+/// (`dynamic_model`) over a model of another block size.
 inline stream_outcome run_cache_operation_stream(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return {};
   byte_source in(data + 1, size - 1);
-  const cache_options small{.kv_blocks = 24, .max_sequences = 6, .hasher_seed = 3};
+  const bool runtime = (data[0] / 5) % 2 == 1;
+  const model_config& attention = runtime ? runtime_attention_b32() : model_config::of<attn_model>();
+  const model_config& hybrid = runtime ? runtime_hybrid_b8() : model_config::of<small_hybrid>();
+  // Pools of 384 tokens whatever the block size, so every configuration evicts about as often.
+  const bool recurrent = data[0] % 5 >= 2;
+  const std::uint32_t block_size = recurrent ? hybrid.block_size() : attention.block_size();
+  const cache_options small{.kv_blocks = 384 / block_size, .max_sequences = 6, .hasher_seed = 3};
+  using every_path = policy::snapshot_restore<
+      policy::capture<policy::every<64>, policy::last_aligned, policy::branch_point, policy::end_of_turn>,
+      policy::accept_any>;
+  using exact_only = policy::snapshot_restore<policy::capture<policy::last_aligned, policy::end_of_turn>,
+                                              policy::accept_prefill_exact>;
+  auto run = [&]<class Model, class Policy, class Hasher = xxh3_hasher>(const cache_options& o,
+                                                                      const model_config& config) {
+    if (runtime) return run_driver<prefix_cache<dynamic_model, Policy, Hasher>>(in, o, config);
+    return run_driver<prefix_cache<Model, Policy, Hasher>>(in, o, config);
+  };
   switch (data[0] % 5) {
-  case 0: {
-    cache_op_driver<prefix_cache<attn_model, policy::block_sharing>> d(small);
-    d.run(in, 4096);
-    return {d.failure, d.cache().metrics()};
-  }
-  case 1: {
-    cache_op_driver<prefix_cache<attn_model, policy::block_sharing, constant_hasher>> d(small);
-    d.run(in, 4096);
-    return {d.failure, d.cache().metrics()};
-  }
-  case 2: {
-    cache_op_driver<prefix_cache<small_hybrid, policy::memory_only>> d(small);
-    d.run(in, 4096);
-    return {d.failure, d.cache().metrics()};
-  }
+  case 0: return run.template operator()<attn_model, policy::block_sharing>(small, attention);
+  case 1: return run.template operator()<attn_model, policy::block_sharing, constant_hasher>(small, attention);
+  case 2: return run.template operator()<small_hybrid, policy::memory_only>(small, hybrid);
   case 3: {
     cache_options o = small;
-    o.snapshot_budget_bytes = 5 * small_hybrid::bytes_per_snapshot;
+    o.snapshot_budget_bytes = 5 * hybrid.bytes_per_snapshot();
     o.max_snapshots_per_path = 3;
-    cache_op_driver<prefix_cache<small_hybrid, policy::snapshot_restore<
-                                                   policy::capture<policy::every<64>, policy::last_aligned,
-                                                                   policy::branch_point, policy::end_of_turn>,
-                                                   policy::accept_any>>>
-        d(o);
-    d.run(in, 4096);
-    return {d.failure, d.cache().metrics()};
+    return run.template operator()<small_hybrid, every_path>(o, hybrid);
   }
   default: {
     cache_options o = small;
-    o.snapshot_budget_bytes = 3 * small_hybrid::bytes_per_snapshot;
+    o.snapshot_budget_bytes = 3 * hybrid.bytes_per_snapshot();
     o.snapshot_ttl_steps = 3;
-    cache_op_driver<prefix_cache<small_hybrid, policy::snapshot_restore<
-                                                   policy::capture<policy::last_aligned, policy::end_of_turn>,
-                                                   policy::accept_prefill_exact>>>
-        d(o);
-    d.run(in, 4096);
-    return {d.failure, d.cache().metrics()};
+    return run.template operator()<small_hybrid, exact_only>(o, hybrid);
   }
   }
 }

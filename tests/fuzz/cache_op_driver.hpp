@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -41,8 +42,6 @@ template <class Cache>
 class cache_op_driver {
   using model = typename Cache::model_type;
   using policy_type = typename Cache::policy_type;
-  static constexpr std::uint32_t B = Cache::block_size;
-  static constexpr std::uint32_t A = Cache::alignment;
   static constexpr bool restores = policy::policy_traits<policy_type>::restores_snapshots;
   using content = std::vector<token_id>; // tenant first, then the token prefix
 
@@ -54,13 +53,19 @@ class cache_op_driver {
     std::uint32_t own_from = 0;  // first block index this sequence writes
     std::vector<capture_point> captures;
     slot_id restore = no_slot;
+    // Positions from here on were computed from decoded tokens or decode_continuation state.
+    std::uint32_t exact_until = std::numeric_limits<std::uint32_t>::max();
   };
+  static constexpr bool accepts_continuation = policy::policy_traits<policy_type>::accepts_decode_continuation;
 
 public:
   std::string failure; // empty while every check passed
 
-  explicit cache_op_driver(const cache_options& o) : cache_(make(o)) {
+  /// Drives `cache`, typed or runtime-configured (the block size and alignment are read from it).
+  explicit cache_op_driver(Cache cache) : cache_(std::move(cache)), B(cache_.block_size()), A(cache_.alignment()) {
     blocks_.resize(cache_.kv_blocks());
+    block_continuation_.assign(cache_.kv_blocks(), 0);
+    slot_continuation_.assign(cache_.snapshot_slots(), 0);
     block_touched_.assign(cache_.kv_blocks(), -1);
     slots_.resize(cache_.snapshot_slots());
     slot_touched_.assign(cache_.snapshot_slots(), -1);
@@ -86,7 +91,7 @@ public:
     case 4: extend(in); break;
     case 5: end(in, in.below(2) == 0); break;
     case 6: fork(in); break;
-    case 7: cache_.step_complete(cache_.current_epoch()); safe_before_ = cache_.current_epoch(); break;
+    case 7: expect(cache_.step_complete(cache_.current_epoch()).has_value(), "step_complete"); safe_before_ = cache_.current_epoch(); break;
     case 8: bad_call(in); break;
     }
     if (failure.empty() && !cache_.check_invariants().has_value()) fail("check_invariants");
@@ -94,12 +99,6 @@ public:
   }
 
 private:
-  static Cache make(const cache_options& o) {
-    auto c = Cache::create(o);
-    if (!c.has_value()) __builtin_trap();
-    return std::move(*c);
-  }
-
   void fail(const std::string& what) {
     if (failure.empty()) failure = what + " (op state: epoch " + std::to_string(cache_.current_epoch()) + ")";
   }
@@ -158,9 +157,16 @@ private:
   void admit(byte_source& in) {
     oracle_seq s;
     s.tenant = static_cast<token_id>(in.below(2));
-    const auto& base = bases_[in.below(static_cast<std::uint32_t>(bases_.size()))];
-    const std::uint32_t keep = 1 + in.below(static_cast<std::uint32_t>(base.size()));
-    s.tokens.assign(base.begin(), base.begin() + keep);
+    if (!history_.empty() && in.below(3) == 0) {
+      // A next turn: an earlier sequence's prompt and decoded tokens, then a new message.
+      const oracle_seq& earlier = history_[in.below(static_cast<std::uint32_t>(history_.size()))];
+      s.tenant = earlier.tenant;
+      s.tokens = earlier.tokens;
+    } else {
+      const auto& base = bases_[in.below(static_cast<std::uint32_t>(bases_.size()))];
+      const std::uint32_t keep = 1 + in.below(static_cast<std::uint32_t>(base.size()));
+      s.tokens.assign(base.begin(), base.begin() + keep);
+    }
     const std::uint32_t suffix = in.below(3) == 0 ? in.below(40) : 0;
     for (std::uint32_t k = 0; k < suffix; ++k) s.tokens.push_back(static_cast<token_id>(50000 + in.below(4)));
     const seq_id id = next_id_++;
@@ -184,6 +190,10 @@ private:
       const block_id b = plan->block_table[i];
       if (i < plan->shared_blocks) {
         expect(holds(blocks_[b], s, (i + 1) * B), "admit: FALSE HIT, shared block holds another prefix");
+        if (block_continuation_[b]) {
+          expect(accepts_continuation, "admit: a decode-filled block reused under a prefill-exact policy");
+          s.exact_until = std::min(s.exact_until, i * B);
+        }
       } else {
         expect(!held_by_live(b), "admit: fresh block is held by a live sequence");
         expect(reusable(block_touched_[b]), "admit: fresh block reused before its step completed");
@@ -195,6 +205,14 @@ private:
         if (plan->restore_slot != no_slot) {
           expect(holds(slots_[plan->restore_slot], s, plan->usable_tokens),
                  "admit: RESTORE of a slot holding another prefix");
+          if (slot_continuation_[plan->restore_slot]) {
+            expect(accepts_continuation, "admit: a decode_continuation snapshot restored under a prefill-exact policy");
+            s.exact_until = std::min(s.exact_until, plan->usable_tokens);
+          }
+          expect((plan->restore_exactness == exactness::decode_continuation) ==
+                     (s.exact_until < std::numeric_limits<std::uint32_t>::max() &&
+                      (slot_continuation_[plan->restore_slot] || s.exact_until < plan->usable_tokens)),
+                 "admit: restore_exactness disagrees with what was reused");
           if constexpr (!policy::policy_traits<policy_type>::accepts_decode_continuation)
             expect(plan->restore_exactness == exactness::prefill_exact, "admit: decode snapshot not accepted");
           if (plan->restore_exactness == exactness::prefill_exact)
@@ -236,11 +254,16 @@ private:
     auto r = cache_.commit(id, n, written);
     expect(r.has_value(), "commit: valid commit failed");
     if (!r.has_value()) return;
-    for (std::uint32_t i = s.own_from; i < table.size() && i * B < n; ++i)
+    for (std::uint32_t i = s.own_from; i < table.size() && i * B < n; ++i) {
       blocks_[table[i]] = prefix(s, std::min(n, (i + 1) * B));
+      block_continuation_[table[i]] = std::min(n, (i + 1) * B) > s.exact_until;
+    }
     for (std::uint32_t p : written)
       for (const capture_point& c : s.captures)
-        if (c.position == p) slots_[c.slot] = prefix(s, p);
+        if (c.position == p) {
+          slots_[c.slot] = prefix(s, p);
+          slot_continuation_[c.slot] = p > s.exact_until;
+        }
     std::erase_if(s.captures, [&](const capture_point& c) {
       if (c.position > n) return false;
       slot_touched_[c.slot] = static_cast<std::int64_t>(cache_.current_epoch());
@@ -279,6 +302,9 @@ private:
                  }(),
              "extend: new block held elsewhere");
     }
+    // Decoded tokens of a model with recurrent layers: their KV continues this session only.
+    if (cache_.geometry().has_recurrent)
+      s.exact_until = std::min(s.exact_until, static_cast<std::uint32_t>(s.tokens.size()));
     s.tokens.insert(s.tokens.end(), more.begin(), more.end());
   }
 
@@ -296,6 +322,7 @@ private:
         expect(reusable(slot_touched_[plan->capture.slot]) && !slot_held(plan->capture.slot),
                "finish: slot still in use");
         slots_[plan->capture.slot] = prefix(s, plan->capture.position); // the engine copies its live state
+        slot_continuation_[plan->capture.slot] = 1;
         slot_touched_[plan->capture.slot] = static_cast<std::int64_t>(now);
       }
     } else {
@@ -303,6 +330,10 @@ private:
     }
     for (const capture_point& c : s.captures) slot_touched_[c.slot] = static_cast<std::int64_t>(now);
     if (s.restore != no_slot) slot_touched_[s.restore] = static_cast<std::int64_t>(now);
+    if (s.tokens.size() < 400) {
+      history_.push_back(s);
+      if (history_.size() > 8) history_.erase(history_.begin());
+    }
     seqs_.erase(id);
     for (block_id b : table) block_touched_[b] = static_cast<std::int64_t>(now);
     expect(cache_.release(id).error() == errc::double_release, "second release must be double_release");
@@ -328,6 +359,7 @@ private:
     if (plan->copy_dst != no_block) {
       expect(reusable(block_touched_[plan->copy_dst]), "fork: copy block reused before its step completed");
       blocks_[plan->copy_dst] = blocks_[plan->copy_src]; // the engine's copy kernel
+      block_continuation_[plan->copy_dst] = block_continuation_[plan->copy_src];
     }
     seqs_[dst] = d;
   }
@@ -366,10 +398,14 @@ private:
   }
 
   Cache cache_;
+  const std::uint32_t B; // block size
+  const std::uint32_t A; // alignment unit
   std::vector<content> blocks_, slots_;
+  std::vector<std::uint8_t> block_continuation_, slot_continuation_; // what the engine wrote is decode_continuation
   std::vector<std::int64_t> block_touched_, slot_touched_;
   std::map<seq_id, oracle_seq> seqs_;
   std::vector<std::vector<token_id>> bases_;
+  std::vector<oracle_seq> history_; // recently ended sequences, whose tokens later prompts may continue
   seq_id next_id_ = 1;
   epoch_t safe_before_ = 0;
 };

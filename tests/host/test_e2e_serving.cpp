@@ -189,10 +189,10 @@ TEST_CASE("corrupting one value of a restored snapshot changes the output, and t
   auto cache = make_cache<tiny_hybrid, exact_restore>();
   std::uint32_t tampered = 0;
   engine<decltype(cache)>::options o{.max_running = w.config.conversations};
-  o.before_restore = [&](state_memory& states, std::uint32_t slot) {
+  o.before_restore = [&](state_memory& states, slot_id slot) {
     if (tampered++ != 0) return; // only the first restore
     const gated_delta_shape& d = tiny_hybrid::config().delta;
-    states.delta(0)[std::size_t{slot} * d.value_heads * d.key_dim * d.value_dim + 5] += 0.25f;
+    states.delta(0)[static_cast<std::size_t>(slot) * d.value_heads * d.key_dim * d.value_dim + 5] += 0.25f;
   };
   const workload_result warm = run_workload(model_of(tiny_hybrid::config()), cache, w, o);
   REQUIRE(tampered > 0);
@@ -214,7 +214,7 @@ TEST_CASE("a decode_continuation snapshot resumes bitwise like the same session 
   // only the tokens it has not seen (the last reply token and the new user message) from where it stopped.
   kv_memory kv(cfg, 32);
   state_memory states(cfg, 1);
-  std::vector<std::uint32_t> blocks(32);
+  std::vector<block_id> blocks(32);
   for (std::uint32_t i = 0; i < 32; ++i) blocks[i] = i;
   std::vector<token> seen = w.system_prompt;
   seen.insert(seen.end(), w.user[0][0].begin(), w.user[0][0].end());

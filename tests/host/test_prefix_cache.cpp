@@ -131,7 +131,7 @@ TEST_CASE("a hasher that returns one constant never yields a wrong block") {
       REQUIRE(c.release(s).has_value());
       REQUIRE(c.check_invariants().has_value());
     }
-    c.step_complete(c.current_epoch());
+    REQUIRE(c.step_complete(c.current_epoch()));
   }
   CHECK(c.metrics().blocks_shared > 0);
 }
@@ -161,7 +161,7 @@ TEST_CASE("eviction is least-recently-used among unreferenced blocks, leaf first
   REQUIRE(c.admit(1, a).has_value());
   REQUIRE(c.commit(1, 65).has_value());
   REQUIRE(c.release(1).has_value());
-  c.step_complete(0);
+  REQUIRE(c.step_complete(0));
   CHECK(c.metrics().blocks_cached == 4);
 
   // Two fresh blocks: the freed partial block plus one eviction, which must take chain a's deepest block.
@@ -170,7 +170,7 @@ TEST_CASE("eviction is least-recently-used among unreferenced blocks, leaf first
   CHECK(c.metrics().kv_evictions == 1);
   CHECK(c.check_invariants().has_value());
   REQUIRE(c.release(2).has_value());
-  c.step_complete(1);
+  REQUIRE(c.step_complete(1));
 
   auto again = c.admit(3, a);
   REQUIRE(again.has_value());
@@ -187,12 +187,12 @@ TEST_CASE("the least recently released chain is evicted before a more recent one
   REQUIRE(c.admit(2, newer).has_value());
   REQUIRE(c.commit(2, 33).has_value());
   REQUIRE(c.release(2).has_value());
-  c.step_complete(0);
+  REQUIRE(c.step_complete(0));
   // 2 free + 4 cached; a 4-block prompt evicts 2: both of `older`.
   REQUIRE(c.admit(3, iota_tokens(64, 7000)).has_value());
   CHECK(c.metrics().kv_evictions == 2);
   REQUIRE(c.release(3).has_value());
-  c.step_complete(1);
+  REQUIRE(c.step_complete(1));
   auto n = c.admit(4, newer);
   REQUIRE(n.has_value());
   CHECK(n->kv_matched_tokens == 32);
@@ -210,7 +210,7 @@ TEST_CASE("blocks given up in step n are not reused before step n completes") {
   auto r = c.admit(2, iota_tokens(20, 500));
   CHECK(r.error() == errc::pool_exhausted);
   CHECK(observable<cache>(c, {}) == before);
-  c.step_complete(0);
+  REQUIRE(c.step_complete(0));
   CHECK(c.current_epoch() == 1);
   CHECK(c.admit(2, iota_tokens(20, 500)).has_value());
   CHECK(c.check_invariants().has_value());

@@ -15,14 +15,17 @@ TEST_CASE("random operation streams keep every oracle check and invariant") {
   const char* names[] = {"block_sharing", "block_sharing, constant hasher", "memory_only",
                          "snapshot_restore<every, last_aligned, branch_point, end_of_turn; accept_any>",
                          "snapshot_restore<last_aligned, end_of_turn; accept_prefill_exact>, TTL"};
-  for (std::uint8_t policy = 0; policy < 5; ++policy) {
+  // 0..4: the typed caches (B = 16); 5..9: the same policies on runtime-configured caches (B = 32 / B = 8).
+  for (std::uint8_t config = 0; config < 10; ++config) {
+    const std::uint8_t policy = config % 5;
     reprise::cache_metrics total{};
-    for (std::uint32_t seed = 1; seed <= 4; ++seed) {
-      std::mt19937 rng(seed * 7919 + policy);
+    for (std::uint32_t seed = 1; seed <= 6; ++seed) {
+      std::mt19937 rng(seed * 7919 + config);
       std::vector<std::uint8_t> bytes(10000);
-      bytes[0] = policy;
+      bytes[0] = config;
       for (std::size_t i = 1; i < bytes.size(); ++i) bytes[i] = static_cast<std::uint8_t>(rng());
       CAPTURE(names[policy]);
+      CAPTURE(config);
       CAPTURE(seed);
       const stream_outcome out = run_cache_operation_stream(bytes.data(), bytes.size());
       CHECK_MESSAGE(out.failure.empty(), out.failure);
@@ -37,7 +40,8 @@ TEST_CASE("random operation streams keep every oracle check and invariant") {
       total.snapshot_evictions_ttl += out.metrics.snapshot_evictions_ttl;
       total.duplicate_blocks += out.metrics.duplicate_blocks;
     }
-    MESSAGE(std::string(names[policy]), ": lookups ", total.lookups, ", blocks shared ", total.blocks_shared, ", KV evictions ",
+    const std::string label = std::string(names[policy]) + (config >= 5 ? " (runtime)" : " (typed)");
+    MESSAGE(label, ": lookups ", total.lookups, ", blocks shared ", total.blocks_shared, ", KV evictions ",
             total.kv_evictions, ", skipped ", total.usable_tokens, ", snapshot hits ", total.snapshot_hits,
             ", captures ", total.captures_written, ", snapshot LRU/invalidated evictions ",
             total.snapshot_evictions_lru, "/", total.snapshot_evictions_invalidated, ", TTL evictions ",

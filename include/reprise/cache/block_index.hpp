@@ -4,8 +4,10 @@
 /// `block_index`: key -> cached block, a Boost.Intrusive `unordered_set` over the pool's nodes with a bucket
 /// array allocated once (a power of two >= the number of blocks), so lookups and inserts never allocate.
 ///
-/// A lookup is a *verified* match (DESIGN.md invariant 3): same 128-bit key, same parent block, same B
-/// tokens, and for a chain's first block the same extra keys. The parent check makes the verification
+/// A lookup is a *verified* match: same 128-bit key, same parent block, same B tokens, the same exactness
+/// class, and for a chain's first block the same extra keys. The class is part of a block's identity: a
+/// prefix whose KV was computed by prefill and the same prefix filled by decode steps are two blocks (their
+/// KV differs in the last bits), so a prefill-exact policy always finds the prefill-computed one. The parent check makes the verification
 /// inductive: a cached block's parent is cached (leaf-first eviction), so equal parent ids mean equal
 /// prefixes. A hasher that returns one constant for everything only makes the buckets long.
 
@@ -28,6 +30,7 @@ struct block_probe {
   block_id parent = no_block;
   std::span<const token_id> tokens;         ///< exactly B tokens
   const stored_extra_keys* extras = nullptr; ///< compared when parent == no_block
+  exactness kind = exactness::prefill_exact;
 };
 
 class block_index {
@@ -44,7 +47,7 @@ class block_index {
     bool operator()(const block_probe& p, const block_node& n) const noexcept { return matches(p, n); }
     bool operator()(const block_node& n, const block_probe& p) const noexcept { return matches(p, n); }
     bool matches(const block_probe& p, const block_node& n) const noexcept {
-      if (n.key != p.key || n.parent != p.parent) return false;
+      if (n.key != p.key || n.parent != p.parent || n.kind != p.kind) return false;
       const auto stored = pool->tokens(pool->id_of(n));
       if (std::memcmp(stored.data(), p.tokens.data(), p.tokens.size_bytes()) != 0) return false;
       return p.parent != no_block || pool->root_extras(pool->id_of(n)) == *p.extras;

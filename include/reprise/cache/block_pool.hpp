@@ -16,6 +16,7 @@
 
 #include <reprise/cache/epoch_fifo.hpp>
 #include <reprise/cache/types.hpp>
+#include <reprise/ids.hpp>
 #include <reprise/keys/block_key.hpp>
 
 #include <boost/intrusive/unordered_set_hook.hpp>
@@ -43,6 +44,7 @@ struct block_node {
   epoch_t tag = 0;               ///< epoch_fifo tag
   slot_id snapshot[2] = {no_slot, no_slot}; ///< published snapshot at the block's end, by `exactness`
   block_state state = block_state::free;
+  exactness kind = exactness::prefill_exact; ///< how its KV was computed (valid while cached)
 };
 
 class block_pool {
@@ -61,18 +63,28 @@ public:
   std::uint32_t size() const noexcept { return static_cast<std::uint32_t>(nodes_.size()); }
   std::uint32_t block_size() const noexcept { return block_size_; }
 
-  block_node& node(block_id b) noexcept { return nodes_[b]; }
-  const block_node& node(block_id b) const noexcept { return nodes_[b]; }
+  /// Precondition for every accessor taking an id: 0 <= b < size().
+  block_node& node(block_id b) noexcept { return nodes_[index(b)]; }
+  const block_node& node(block_id b) const noexcept { return nodes_[index(b)]; }
   block_id id_of(const block_node& n) const noexcept { return static_cast<block_id>(&n - nodes_.data()); }
 
   /// The B tokens stored for block `b` (the tokens of a partial block beyond its fill are stale).
-  std::span<token_id> tokens(block_id b) noexcept { return {tokens_.data() + std::size_t{b} * block_size_, block_size_}; }
+  std::span<token_id> tokens(block_id b) noexcept { return {tokens_.data() + index(b) * block_size_, block_size_}; }
   std::span<const token_id> tokens(block_id b) const noexcept {
-    return {tokens_.data() + std::size_t{b} * block_size_, block_size_};
+    return {tokens_.data() + index(b) * block_size_, block_size_};
+  }
+  /// The same with the block size `B` as a compile-time constant. Precondition: B == block_size().
+  template <std::uint32_t B>
+  std::span<token_id, B> tokens_of(block_id b) noexcept {
+    return std::span<token_id, B>(tokens_.data() + index(b) * B, B);
+  }
+  template <std::uint32_t B>
+  std::span<const token_id, B> tokens_of(block_id b) const noexcept {
+    return std::span<const token_id, B>(tokens_.data() + index(b) * B, B);
   }
   /// Extra keys of a chain's first block (meaningful only for cached blocks with depth 0).
-  stored_extra_keys& root_extras(block_id b) noexcept { return root_extras_[b]; }
-  const stored_extra_keys& root_extras(block_id b) const noexcept { return root_extras_[b]; }
+  stored_extra_keys& root_extras(block_id b) noexcept { return root_extras_[index(b)]; }
+  const stored_extra_keys& root_extras(block_id b) const noexcept { return root_extras_[index(b)]; }
 
   free_queue& free() noexcept { return free_; }
   const free_queue& free() const noexcept { return free_; }
@@ -89,6 +101,8 @@ public:
   }
 
 private:
+  static std::size_t index(block_id b) noexcept { return static_cast<std::size_t>(b); }
+
   std::uint32_t block_size_;
   std::vector<block_node> nodes_;
   std::vector<token_id> tokens_;

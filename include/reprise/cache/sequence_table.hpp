@@ -22,7 +22,8 @@ struct sequence_record {
   boost::intrusive::unordered_set_member_hook<boost::intrusive::link_mode<boost::intrusive::safe_link>> link;
   seq_id id = 0;
   std::vector<block_id> blocks;          ///< the block table
-  std::vector<capture_point> captures;   ///< planned captures not yet resolved by commit
+  std::vector<capture_point> captures;   ///< planned captures not yet resolved by commit, by position
+  std::vector<std::uint8_t> written;     ///< commit's scratch: written[i] marks captures[i] as listed
   block_key root{};                      ///< key_{-1} of the chain
   stored_extra_keys extras{};
   std::uint32_t tokens = 0;              ///< tokens known (prompt + extended)
@@ -33,16 +34,25 @@ struct sequence_record {
   /// the published one, so its chain stays whole and later blocks publish under it.
   std::vector<block_id> chain;
   slot_id restore_slot = no_slot;        ///< held until the first commit (the restore copy has run)
+  /// Tokens before this position were computed prefill-exactly (from the zero state or prefill-exact state,
+  /// through prefill-exact KV); the KV of later positions, and states past it, are `decode_continuation`.
+  std::uint32_t exact_until = 0;
+
+  exactness kv_kind(std::uint64_t end) const noexcept {
+    return end <= exact_until ? exactness::prefill_exact : exactness::decode_continuation;
+  }
 
   void reset(seq_id s) noexcept {
     id = s;
     blocks.clear();
     chain.clear();
     captures.clear();
+    written.clear();
     root = {};
     extras = {};
     tokens = computed = 0;
     restore_slot = no_slot;
+    exact_until = 0;
   }
 };
 
@@ -70,7 +80,7 @@ class sequence_table {
 public:
   explicit sequence_table(std::uint32_t capacity)
       : records_(capacity), buckets_(std::bit_ceil(std::max<std::size_t>(capacity, 2))),
-        set_(typename set_type::bucket_traits(buckets_.data(), buckets_.size())), released_(capacity, 0) {
+        set_(typename set_type::bucket_traits(buckets_.data(), buckets_.size())), released_(capacity) {
     free_.reserve(capacity);
     for (std::uint32_t i = capacity; i-- > 0;) free_.push_back(i);
   }
@@ -104,13 +114,16 @@ public:
     set_.erase(set_.iterator_to(r));
     free_.push_back(static_cast<std::uint32_t>(&r - records_.data()));
     if (!released_.empty()) {
-      released_[released_next_] = r.id + 1; // 0 marks an empty entry
+      released_[released_next_] = r.id;
       released_next_ = (released_next_ + 1) % released_.size();
+      if (released_count_ < released_.size()) ++released_count_;
     }
   }
   /// Whether `s` was released recently (the last `capacity` releases). Only used to choose an error code.
+  /// Every id is a valid entry (the ring counts its filled entries), 2^64 - 1 included.
   bool recently_released(seq_id s) const noexcept {
-    return std::find(released_.begin(), released_.end(), s + 1) != released_.end();
+    const auto filled = released_.begin() + static_cast<std::ptrdiff_t>(released_count_);
+    return std::find(released_.begin(), filled, s) != filled;
   }
 
   std::size_t size() const noexcept { return set_.size(); }
@@ -124,6 +137,7 @@ private:
   std::vector<std::uint32_t> free_;
   std::vector<seq_id> released_;
   std::size_t released_next_ = 0;
+  std::size_t released_count_ = 0;
 };
 
 } // namespace reprise::detail

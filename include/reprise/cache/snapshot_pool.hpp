@@ -44,8 +44,9 @@ public:
   snapshot_pool& operator=(const snapshot_pool&) = delete;
 
   std::uint32_t size() const noexcept { return static_cast<std::uint32_t>(nodes_.size()); }
-  slot_node& node(slot_id s) noexcept { return nodes_[s]; }
-  const slot_node& node(slot_id s) const noexcept { return nodes_[s]; }
+  /// Precondition: 0 <= s < size().
+  slot_node& node(slot_id s) noexcept { return nodes_[static_cast<std::size_t>(s)]; }
+  const slot_node& node(slot_id s) const noexcept { return nodes_[static_cast<std::size_t>(s)]; }
   slot_id id_of(const slot_node& n) const noexcept { return static_cast<slot_id>(&n - nodes_.data()); }
 
   queue& free() noexcept { return free_; }

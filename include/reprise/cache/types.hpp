@@ -3,6 +3,7 @@
 /// \file
 /// The vocabulary of the cache façade: ids, options, the plans it hands to an engine, and its metrics.
 
+#include <reprise/ids.hpp>
 #include <reprise/keys/block_key.hpp>
 
 #include <cstddef>
@@ -13,29 +14,45 @@
 
 namespace reprise {
 
-using seq_id = std::uint64_t;   ///< an engine's request / sequence id
-using block_id = std::uint32_t; ///< a KV block of the engine's block pool, in [0, options::kv_blocks)
-using slot_id = std::uint32_t;  ///< a snapshot slot of the engine's slot pool, in [0, snapshot_slots())
-using epoch_t = std::uint64_t;  ///< a scheduler step number (see `prefix_cache::step_complete`)
+/// Block sizes the cache is built for. The hot loops (hashing, copying and comparing full blocks) are
+/// instantiated for each with B as a compile-time constant; any other block size is `unsupported_config`.
+inline constexpr std::uint32_t supported_block_sizes[] = {8, 16, 32, 64, 128, 256};
 
-inline constexpr block_id no_block = std::numeric_limits<block_id>::max();
-inline constexpr slot_id no_slot = std::numeric_limits<slot_id>::max();
+constexpr bool is_supported_block_size(std::uint32_t b) noexcept {
+  for (std::uint32_t s : supported_block_sizes)
+    if (s == b) return true;
+  return false;
+}
 
-/// How a snapshot was produced, which decides what restoring it is equivalent to (DESIGN.md section 2).
-enum class exactness : std::uint8_t {
-  prefill_exact,       ///< captured by chunked prefill on the chunk grid: restore == cold prefill, bitwise
-  decode_continuation, ///< captured after decode steps: restore == the same session continuing
+/// The most tokens one sequence may hold with block size `b`: whole blocks within the 32-bit position
+/// range, (2^32 - 1) rounded down to a multiple of `b`. A prompt or an `extend` beyond it is `out_of_range`.
+constexpr std::uint32_t max_sequence_tokens(std::uint32_t b) noexcept {
+  return b == 0 ? 0 : std::numeric_limits<std::uint32_t>::max() / b * b;
+}
+
+/// The step numbers a cache can complete: `step_complete(n)` takes n <= max_epoch. Blocks and slots given
+/// up while step n is scheduled carry the tag n + 1, which must not wrap.
+inline constexpr epoch_t max_epoch = std::numeric_limits<epoch_t>::max() - 2;
+
+/// The five numbers the cache reads from a model (from `model_config` or a `hybrid_model` type).
+struct cache_geometry {
+  std::uint32_t block_size = 0;       ///< tokens per KV block (B)
+  std::uint32_t alignment = 0;        ///< snapshots sit at multiples of it: lcm(B, every chunk size)
+  std::size_t bytes_per_kv_block = 0; ///< one block id, over every attention layer (metrics only)
+  std::size_t bytes_per_snapshot = 0; ///< every recurrent layer's state (the snapshot budget's unit)
+  bool has_recurrent = false;
+  friend constexpr bool operator==(const cache_geometry&, const cache_geometry&) = default;
 };
 
 /// Construction options of a `prefix_cache`.
 struct cache_options {
-  /// KV blocks of the engine's pool; block ids handed out are in [0, kv_blocks). Must be >= 1.
+  /// KV blocks of the engine's pool; block ids handed out are in [0, kv_blocks). In [1, max_pool_ids].
   std::uint32_t kv_blocks = 0;
-  /// Live sequences at most (admitted and not yet released). Must be >= 1.
+  /// Live sequences at most (admitted and not yet released). In [1, max_pool_ids].
   std::uint32_t max_sequences = 256;
   /// Bytes the engine sets aside for recurrent-state snapshots (hybrid models with `snapshot_restore`):
-  /// the cache uses floor(budget / Model::bytes_per_snapshot) slots. Below one snapshot is an error
-  /// (`budget_too_small`), never a silent 0 % hit rate. Ignored by the other policies.
+  /// the cache uses floor(budget / bytes per snapshot) slots, at most `max_pool_ids`. Below one snapshot is
+  /// an error (`budget_too_small`), never a silent 0 % hit rate. Ignored by the other policies.
   std::size_t snapshot_budget_bytes = 0;
   /// Snapshots unused for more than this many completed steps are evicted (0: no TTL).
   std::uint64_t snapshot_ttl_steps = 0;
@@ -48,14 +65,6 @@ struct cache_options {
   /// Hasher seed. Empty: a random per-cache seed (the default for `xxh3_hasher`). Set it for reproducible
   /// keys, e.g. with `sha256_hasher` across processes.
   std::optional<std::uint64_t> hasher_seed{};
-};
-
-/// A planned snapshot capture: the prefill kernel writes every recurrent layer's state at `position` into
-/// `slot` (at the end of the chunk that ends there).
-struct capture_point {
-  std::uint32_t position = 0;
-  slot_id slot = no_slot;
-  friend constexpr bool operator==(const capture_point&, const capture_point&) = default;
 };
 
 /// What `admit` decided. Spans point into the cache and stay valid until the next non-const call.
@@ -76,8 +85,11 @@ struct admit_plan {
   /// With `snapshot_restore` and usable_tokens > 0: the slot to copy into the sequence's live recurrent
   /// state before prefill. `no_slot` otherwise (start from the zero state).
   slot_id restore_slot = no_slot;
+  /// What restoring `restore_slot` and reusing the shared blocks is equivalent to: `prefill_exact` (a cold
+  /// prefill, bitwise) unless a `decode_continuation` snapshot or block was reused (policies that accept it).
   exactness restore_exactness = exactness::prefill_exact;
-  /// Captures for the prefill kernels, by increasing position, all in (usable_tokens, L].
+  /// Captures for the prefill kernels, by increasing position, all in (usable_tokens, L], with
+  /// `sequence == 0` (the engine sets its batch index).
   std::span<const capture_point> captures{};
 };
 

@@ -23,6 +23,7 @@
 /// which is what makes a restore from it bit-identical to an uninterrupted prefill.
 
 #include <reprise/errc.hpp>
+#include <reprise/ids.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -44,13 +45,9 @@ struct varlen_batch {
   std::int64_t end_position(std::int64_t s) const noexcept { return start_positions[s] + length(s); }
 };
 
-/// One state to write during a prefill: the state of `sequence` at absolute `position`, into `slot`.
-struct capture_point {
-  std::int32_t sequence = 0;
-  std::int64_t position = 0;
-  std::int32_t slot = 0;
-  friend constexpr bool operator==(const capture_point&, const capture_point&) = default;
-};
+/// One state to write during a prefill: the state of `sequence` at absolute `position`, into `slot` (the
+/// same type the cache's plans carry).
+using reprise::capture_point;
 
 /// Where a prefill reads and writes each sequence's state.
 struct prefill_slots {

@@ -1,61 +1,166 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file
-/// The compile-time cache policies (DESIGN.md section 4), as small tag types:
+/// The compile-time cache policies, as small tag types composed like Boost.Intrusive options:
 ///
 /// \code
 /// reprise::prefix_cache<llama3_8b, policy::block_sharing>                        // attention only
 /// reprise::prefix_cache<nemotron_h_8b, policy::snapshot_restore<>>               // hybrid, skip via snapshots
 /// reprise::prefix_cache<nemotron_h_8b, policy::snapshot_restore<
-///     policy::capture<policy::every<1024>, policy::end_of_turn>, policy::accept_any>>
+///     policy::accept_any, policy::capture<policy::every<1024>, policy::end_of_turn>>> // options in any order
 /// reprise::prefix_cache<nemotron_h_8b, policy::memory_only>                      // share KV, skip nothing
 /// \endcode
 ///
-/// A policy is checked against its model where the cache is instantiated: `block_sharing` on a model with
-/// recurrent layers, or a capture interval off the model's alignment unit, does not compile.
+/// Policies check themselves where they are used: an option that is neither a `capture<...>` nor an accept
+/// policy, a placement that computes no positions, or a bare placement given without `capture<...>` is a
+/// `static_assert` naming what is valid. They are checked against a model where the cache is instantiated
+/// (`block_sharing` on a recurrent model, an `every<I>` off the alignment unit); with a runtime model the
+/// same checks are `errc`s of `create`.
+///
+/// This header sits below the cache: it knows positions and counts, never the cache's types.
 
-#include <reprise/cache/types.hpp>
+#include <reprise/errc.hpp>
+#include <reprise/ids.hpp>
 
+#include <concepts>
 #include <cstdint>
+#include <span>
 #include <type_traits>
 
 namespace reprise::policy {
 
-// ----- capture placement (compose several in `capture<...>`) -----
+// ----- capture placement -----
+
+/// What a placement sees when it plans the captures of one admitted prompt. Positions are 64-bit so that
+/// arithmetic near the 2^32-token limit cannot wrap.
+struct capture_context {
+  std::uint64_t usable = 0;     ///< prefill starts here: planned positions must be > usable
+  std::uint64_t kv_matched = 0; ///< tokens whose KV was found cached
+  std::uint64_t length = 0;     ///< prompt length: planned positions must be <= length
+  std::uint64_t alignment = 1;  ///< the model's alignment unit: positions off it are dropped
+  std::uint64_t interval = 0;   ///< `cache_options::capture_interval`
+  std::span<const std::uint32_t> offsets{}; ///< offsets the caller passed to `admit`
+};
+
+namespace detail {
+/// The sink a placement's `positions` is probed with (any callable taking a position works at run time).
+struct position_probe {
+  void operator()(std::uint64_t) const noexcept {}
+};
+/// Calls `add(p)` for p = k * interval in (c.usable, c.length], k >= 1. Cannot wrap: p <= length < 2^33.
+template <class Add>
+constexpr void add_multiples(const capture_context& c, std::uint64_t interval, Add&& add) {
+  if (interval == 0) return;
+  for (std::uint64_t p = (c.usable / interval + 1) * interval; p <= c.length; p += interval) add(p);
+}
+} // namespace detail
+
+/// A capture placement: a type with `static void positions(const capture_context&, Add&& add)` that calls
+/// `add(position)` for each position it wants a snapshot at (the planner drops positions outside
+/// (usable, length] or off the alignment grid, and duplicates). It may also define
+/// `static errc validate(const capture_context&)` (checked by `admit` before anything changes) and
+/// `static constexpr std::uint32_t fixed_interval` (checked against the model's alignment unit).
+template <class P>
+concept capture_placement = requires(const capture_context& c, detail::position_probe add) {
+  { P::positions(c, add) } -> std::same_as<void>;
+};
+
+/// A placement that `finish` serves instead of `admit` (`end_of_turn`).
+template <class P>
+concept turn_end_placement = requires { requires P::at_turn_end; };
 
 /// Capture every `Interval` tokens (at absolute multiples of it). `Interval` must be a multiple of the
 /// model's alignment unit.
 template <std::uint32_t Interval>
 struct every {
   static_assert(Interval > 0, "policy::every<I>: I must be positive");
-  static constexpr std::uint32_t interval = Interval;
+  static constexpr std::uint32_t fixed_interval = Interval;
+  template <class Add>
+  static constexpr void positions(const capture_context& c, Add&& add) {
+    detail::add_multiples(c, Interval, add);
+  }
 };
-/// `every` with the interval read from `cache_options::capture_interval` (checked at construction).
-struct every_interval {};
+
+/// `every` with the interval read from `cache_options::capture_interval` (checked by `create`: positive
+/// and a multiple of the alignment unit).
+struct every_interval {
+  static constexpr bool reads_interval = true;
+  template <class Add>
+  static constexpr void positions(const capture_context& c, Add&& add) {
+    detail::add_multiples(c, c.interval, add);
+  }
+};
+
 /// Capture at the last aligned position before the prompt end: floor((L - 1) / A) * A, the deepest snapshot
 /// a repeat of the same prompt can use.
-struct last_aligned {};
+struct last_aligned {
+  template <class Add>
+  static constexpr void positions(const capture_context& c, Add&& add) {
+    if (c.length != 0) add((c.length - 1) / c.alignment * c.alignment);
+  }
+};
+
 /// Capture where the prompt leaves the cached tree, aligned down (SGLang's `mamba_branching_seqlen`): the
 /// next prompt that shares the prefix and then diverges elsewhere restores there.
-struct branch_point {};
-/// Capture at offsets the caller passes to `admit` (each a multiple of the alignment unit).
-struct caller_offsets {};
+struct branch_point {
+  template <class Add>
+  static constexpr void positions(const capture_context& c, Add&& add) {
+    add(c.kv_matched / c.alignment * c.alignment);
+  }
+};
+
+/// Capture at offsets the caller passes to `admit`: each a multiple of the alignment unit in (0, L].
+struct caller_offsets {
+  template <class Add>
+  static constexpr void positions(const capture_context& c, Add&& add) {
+    for (std::uint32_t p : c.offsets) add(p);
+  }
+  /// Errors: `misaligned` (an offset off the alignment grid), `out_of_range` (an offset outside (0, L]).
+  static constexpr errc validate(const capture_context& c) noexcept {
+    for (std::uint32_t p : c.offsets) {
+      if (p % c.alignment != 0) return errc::misaligned;
+      if (p == 0 || p > c.length) return errc::out_of_range;
+    }
+    return errc{};
+  }
+};
+
 /// `finish` captures the live state at the end of a turn as a `decode_continuation` snapshot.
-struct end_of_turn {};
+struct end_of_turn {
+  static constexpr bool at_turn_end = true;
+};
+
+namespace detail {
+template <class P>
+inline constexpr bool valid_placement = capture_placement<P> || turn_end_placement<P>;
+} // namespace detail
 
 /// A set of capture placements; the planned positions are the union of theirs.
 template <class... Placements>
-struct capture {};
+struct capture {
+  static_assert((detail::valid_placement<Placements> && ...),
+                "policy::capture<...>: every argument must be a capture placement: policy::every<I>, "
+                "policy::every_interval, policy::last_aligned, policy::branch_point, policy::caller_offsets, "
+                "policy::end_of_turn, or your own type with `template <class Add> static void "
+                "positions(const policy::capture_context&, Add&& add)`");
+};
 
-// ----- which snapshots a restore may use -----
+// ----- which snapshots and KV blocks a hit may reuse -----
 
-/// Only `prefill_exact` snapshots: a hit is bitwise-equal to a cold prefill.
+/// Only `prefill_exact` state: a hit is bitwise-equal to a cold prefill.
 struct accept_prefill_exact {
   static constexpr bool accepts_decode_continuation = false;
 };
-/// `decode_continuation` snapshots too: multi-turn chats resume where the previous turn ended.
+/// `decode_continuation` state too: multi-turn chats resume where the previous turn ended, bitwise-equal to
+/// the same session continuing.
 struct accept_any {
   static constexpr bool accepts_decode_continuation = true;
+};
+
+/// An accept policy: `accept_prefill_exact`, `accept_any`, or a type with the same constant.
+template <class A>
+concept accept_policy = requires {
+  { A::accepts_decode_continuation } -> std::convertible_to<bool>;
 };
 
 // ----- the three policies -----
@@ -63,22 +168,105 @@ struct accept_any {
 /// Attention-only models: share KV blocks and skip their prefill.
 struct block_sharing {};
 
-/// Hybrid models: share KV blocks and skip prefill up to the deepest position where a snapshot of every
-/// recurrent layer exists, restoring it.
-template <class Capture = capture<last_aligned, branch_point, end_of_turn>, class Accept = accept_any>
-struct snapshot_restore {};
-
 /// Hybrid models without a snapshot budget (Megatron-LM's mode): share matched KV blocks to save memory,
 /// skip nothing, because the recurrent layers must see every token.
 struct memory_only {};
 
-// ----- traits the façade reads -----
-
 namespace detail {
 template <class T>
-struct every_interval_of : std::integral_constant<std::uint32_t, 0> {};
-template <std::uint32_t I>
-struct every_interval_of<every<I>> : std::integral_constant<std::uint32_t, I> {};
+inline constexpr bool is_capture_v = false;
+template <class... P>
+inline constexpr bool is_capture_v<capture<P...>> = true;
+
+template <class T>
+inline constexpr bool is_bare_placement_v = !is_capture_v<T> && valid_placement<T>;
+
+template <class T>
+inline constexpr bool is_restore_option_v = is_capture_v<T> || accept_policy<T>;
+
+/// The first option of `Options` satisfying `Pred`, or `Default`.
+template <template <class> class Pred, class Default, class... Options>
+struct find_option {
+  using type = Default;
+};
+template <template <class> class Pred, class Default, class First, class... Rest>
+struct find_option<Pred, Default, First, Rest...> {
+  using type = std::conditional_t<Pred<First>::value, First, typename find_option<Pred, Default, Rest...>::type>;
+};
+template <class T>
+struct is_capture_pred : std::bool_constant<is_capture_v<T>> {};
+template <class T>
+struct is_accept_pred : std::bool_constant<accept_policy<T> && !is_capture_v<T>> {};
+} // namespace detail
+
+/// Hybrid models: share KV blocks and skip prefill up to the deepest position where a snapshot of every
+/// recurrent layer exists, restoring it. Options, in any order, each at most once:
+///   - `capture<Placements...>`: where snapshots are taken (default: last_aligned, branch_point, end_of_turn);
+///   - an accept policy: which snapshots and blocks a hit may reuse (default: accept_any).
+template <class... Options>
+struct snapshot_restore {
+  static_assert(!(detail::is_bare_placement_v<Options> || ...),
+                "policy::snapshot_restore<...>: wrap capture placements in policy::capture<...>, e.g. "
+                "snapshot_restore<policy::capture<policy::last_aligned>>");
+  static_assert((detail::is_restore_option_v<Options> && ...),
+                "policy::snapshot_restore<...>: unknown option; valid options are policy::capture<...> and "
+                "policy::accept_prefill_exact / policy::accept_any");
+  static_assert((std::size_t{detail::is_capture_v<Options>} + ... + 0) <= 1,
+                "policy::snapshot_restore<...>: give at most one policy::capture<...> (list every placement in it)");
+  static_assert((std::size_t{accept_policy<Options>} + ... + 0) <= 1,
+                "policy::snapshot_restore<...>: give at most one accept policy");
+
+  using capture_type = typename detail::find_option<detail::is_capture_pred,
+                                                    capture<last_aligned, branch_point, end_of_turn>, Options...>::type;
+  using accept_type = typename detail::find_option<detail::is_accept_pred, accept_any, Options...>::type;
+};
+
+// ----- traits the cache reads -----
+
+namespace detail {
+template <class P>
+constexpr errc validate_placement(const capture_context& c) noexcept {
+  if constexpr (requires { P::validate(c); }) return P::validate(c);
+  else return errc{};
+}
+template <class P>
+constexpr bool interval_aligned(std::uint64_t alignment) noexcept {
+  if constexpr (requires { P::fixed_interval; }) return P::fixed_interval % alignment == 0;
+  else return true;
+}
+template <class P>
+constexpr bool reads_interval() noexcept {
+  if constexpr (requires { P::reads_interval; }) return P::reads_interval;
+  else return false;
+}
+template <class P, class Add>
+constexpr void placement_positions(const capture_context& c, Add& add) {
+  if constexpr (capture_placement<P>) P::positions(c, add);
+}
+
+template <class Capture>
+struct capture_traits;
+template <class... Placements>
+struct capture_traits<capture<Placements...>> {
+  static constexpr bool at_turn_end = (turn_end_placement<Placements> || ...);
+  static constexpr bool reads_interval = (detail::reads_interval<Placements>() || ...);
+  static constexpr bool plans_at_admit = (capture_placement<Placements> || ...);
+  /// Whether every `fixed_interval` is a multiple of `alignment`.
+  static constexpr bool intervals_aligned(std::uint64_t alignment) noexcept {
+    return (detail::interval_aligned<Placements>(alignment) && ...);
+  }
+  /// The first error of any placement's `validate`, or `errc{}`.
+  static constexpr errc validate(const capture_context& c) noexcept {
+    errc e{};
+    ((e == errc{} ? (e = detail::validate_placement<Placements>(c), 0) : 0), ...);
+    return e;
+  }
+  /// Calls `add(p)` for every position of every placement.
+  template <class Add>
+  static constexpr void positions(const capture_context& c, Add&& add) {
+    (detail::placement_positions<Placements>(c, add), ...);
+  }
+};
 } // namespace detail
 
 template <class P>
@@ -88,24 +276,25 @@ template <>
 struct policy_traits<block_sharing> {
   static constexpr bool restores_snapshots = false;
   static constexpr bool skips_prefill = true;
+  static constexpr bool accepts_decode_continuation = false;
 };
 template <>
 struct policy_traits<memory_only> {
   static constexpr bool restores_snapshots = false;
   static constexpr bool skips_prefill = false;
+  /// Shared KV feeds every recomputed token's attention: only prefill-exact blocks keep it bit-exact.
+  static constexpr bool accepts_decode_continuation = false;
 };
-template <class... Placements, class Accept>
-struct policy_traits<snapshot_restore<capture<Placements...>, Accept>> {
+template <class... Options>
+struct policy_traits<snapshot_restore<Options...>> {
+  using capture = detail::capture_traits<typename snapshot_restore<Options...>::capture_type>;
   static constexpr bool restores_snapshots = true;
   static constexpr bool skips_prefill = true;
-  static constexpr bool accepts_decode_continuation = Accept::accepts_decode_continuation;
-  template <class P>
-  static constexpr bool places = (std::is_same_v<P, Placements> || ...);
-  /// Every `every<I>` interval among the placements, 0 for the others (checked against the alignment).
-  static constexpr std::uint32_t intervals[] = {0, detail::every_interval_of<Placements>::value...};
+  static constexpr bool accepts_decode_continuation =
+      snapshot_restore<Options...>::accept_type::accepts_decode_continuation;
 };
 
-/// A cache policy: one of `block_sharing`, `snapshot_restore<capture<...>, accept>`, `memory_only`.
+/// A cache policy: `block_sharing`, `snapshot_restore<...>` or `memory_only`.
 template <class P>
 concept cache_policy = requires {
   { policy_traits<P>::restores_snapshots } -> std::convertible_to<bool>;

@@ -1,0 +1,497 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// \file
+/// `cache_core<Policy, Hasher>`: the state and operations behind `prefix_cache`, configured at run time by a
+/// `cache_geometry` (block size, alignment, byte sizes). It composes the block ledger, the snapshot ledger,
+/// the capture planner and the sequence table; the façade in prefix_cache.hpp only forwards.
+///
+/// The hot loops (hashing, verifying and copying full blocks) are instantiated for every supported block
+/// size with B as a compile-time constant, and each call dispatches once on the runtime block size.
+
+#include <reprise/cache/block_index.hpp>
+#include <reprise/cache/block_ledger.hpp>
+#include <reprise/cache/capture_planner.hpp>
+#include <reprise/cache/sequence_table.hpp>
+#include <reprise/cache/snapshot_ledger.hpp>
+#include <reprise/cache/types.hpp>
+#include <reprise/errc.hpp>
+#include <reprise/ids.hpp>
+#include <reprise/keys/block_key.hpp>
+#include <reprise/policy/policies.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <span>
+#include <type_traits>
+
+namespace reprise::detail {
+
+template <class Policy, class Hasher>
+struct cache_core {
+  using traits = policy::policy_traits<Policy>;
+  static constexpr bool restores = traits::restores_snapshots;
+  static constexpr bool accepts_continuation = traits::accepts_decode_continuation;
+
+  /// Positions and lengths are 32-bit; "no bound yet" for `sequence_record::exact_until`.
+  static constexpr std::uint32_t unbounded = std::numeric_limits<std::uint32_t>::max();
+
+  /// Checks `g` and `o` against the policy. Errors as `prefix_cache::create`.
+  static errc validate(const cache_geometry& g, const cache_options& o) noexcept {
+    if (o.kv_blocks == 0 || o.max_sequences == 0) return errc::invalid_argument;
+    if (o.kv_blocks > max_pool_ids || o.max_sequences > max_pool_ids) return errc::out_of_range;
+    if (!is_supported_block_size(g.block_size)) return errc::unsupported_config;
+    if (g.alignment == 0 || g.alignment % g.block_size != 0) return errc::misaligned;
+    if (std::is_same_v<Policy, policy::block_sharing> && g.has_recurrent) return errc::unsupported_config;
+    if (restores && !g.has_recurrent) return errc::unsupported_config;
+    if constexpr (restores) {
+      if (g.bytes_per_snapshot == 0) return errc::invalid_argument;
+      if (o.snapshot_budget_bytes / g.bytes_per_snapshot == 0) return errc::budget_too_small;
+      if (!traits::capture::intervals_aligned(g.alignment)) return errc::misaligned;
+      if (traits::capture::reads_interval && (o.capture_interval == 0 || o.capture_interval % g.alignment != 0))
+        return errc::misaligned;
+    }
+    return errc{};
+  }
+
+  static std::uint32_t slot_count(const cache_geometry& g, const cache_options& o) noexcept {
+    if constexpr (!restores) return 0;
+    const std::size_t count = o.snapshot_budget_bytes / g.bytes_per_snapshot;
+    return static_cast<std::uint32_t>(std::min<std::size_t>(count, max_pool_ids));
+  }
+
+  /// Precondition: validate(g, o) succeeded. Throws `std::bad_alloc`.
+  cache_core(const cache_geometry& g, const cache_options& o, std::uint64_t hasher_seed)
+      : options(o), geometry(g), seed(hasher_seed), hasher(hasher_seed), blocks(o.kv_blocks, g.block_size, clock, metrics),
+        slots(slot_count(g, o), g.bytes_per_snapshot, blocks.pool(), clock, metrics), sequences(o.max_sequences) {}
+
+  // ------------------------------------------------------------------------------------------------------
+  // block-size dispatch
+
+  /// Calls `f(std::integral_constant<std::uint32_t, B>{})` for the block size `block_size` == B.
+  template <class F>
+  static decltype(auto) with_block_size(std::uint32_t block_size, F&& f) {
+    switch (block_size) {
+    case 8: return f(std::integral_constant<std::uint32_t, 8>{});
+    case 16: return f(std::integral_constant<std::uint32_t, 16>{});
+    case 32: return f(std::integral_constant<std::uint32_t, 32>{});
+    case 64: return f(std::integral_constant<std::uint32_t, 64>{});
+    case 128: return f(std::integral_constant<std::uint32_t, 128>{});
+    default: return f(std::integral_constant<std::uint32_t, 256>{}); // `validate` admits nothing else
+    }
+  }
+  static_assert(std::size(supported_block_sizes) == 6, "with_block_size: one case per supported block size");
+
+  /// Evicting a block drops its snapshots first.
+  auto on_evict() noexcept {
+    return [this](block_node& n) {
+      if constexpr (restores) slots.invalidate(n);
+    };
+  }
+
+  // ------------------------------------------------------------------------------------------------------
+  // step_complete
+
+  result<void> step_complete(epoch_t n) noexcept {
+    if (n > max_epoch) return errc::out_of_range;
+    clock.safe_before = std::max(clock.safe_before, n + 1);
+    clock.current = std::max(clock.current, n + 1);
+    blocks.advance(clock.safe_before);
+    if constexpr (restores) {
+      slots.advance(clock.safe_before);
+      slots.expire(options.snapshot_ttl_steps);
+    }
+    return {};
+  }
+
+  // ------------------------------------------------------------------------------------------------------
+  // admit: check, look up (no change), choose the restore (no change), apply
+
+  result<admit_plan> admit(seq_id s, std::span<const token_id> prompt, const extra_keys& keys,
+                           std::span<const std::uint32_t> offsets) {
+    if (sequences.find(s) != nullptr) return errc::duplicate_sequence;
+    if (prompt.empty() || keys.multimodal_digest.size() > max_multimodal_digest_bytes) return errc::invalid_argument;
+    if (prompt.size() > max_sequence_tokens(geometry.block_size)) return errc::out_of_range;
+    const auto length = static_cast<std::uint32_t>(prompt.size());
+    if constexpr (restores) {
+      if (const errc e = traits::capture::validate(context_for(0, 0, length, offsets)); e != errc{}) return e;
+    }
+    if (sequences.full()) return errc::pool_exhausted;
+    return with_block_size(geometry.block_size, [&](auto b) -> result<admit_plan> {
+      constexpr std::uint32_t B = decltype(b)::value;
+      sequence_record& r = sequences.prepare(s); // not live until `apply`: filling it changes nothing
+      r.root = hasher.root(keys);
+      r.extras = stored_extra_keys::from(keys);
+      const std::uint32_t matched = lookup<B>(r, prompt);
+      const std::uint32_t total = (length - 1) / B + 1;
+      if (blocks.available_excluding(r.blocks) < total - matched) return errc::pool_exhausted;
+      const restore_choice choice = choose_restore<B>(r, matched);
+      return apply<B>(r, prompt, matched, choice, offsets);
+    });
+  }
+
+  /// The longest verified chain of cached full blocks for `prompt` (at most floor((L - 1) / B) blocks, so
+  /// at least one token is computed), appended to `r.blocks`: prefill-computed blocks, then (under a policy
+  /// that accepts it) decode-filled ones. Changes nothing.
+  template <std::uint32_t B>
+  std::uint32_t lookup(sequence_record& r, std::span<const token_id> prompt) noexcept {
+    const auto limit = static_cast<std::uint32_t>((prompt.size() - 1) / B);
+    auto prompt_block = [&](std::uint32_t i) { return prompt.subspan(std::size_t{i} * B).template first<B>(); };
+    block_id parent = no_block;
+    exactness want = exactness::prefill_exact;
+    // One key ahead: block i + 1's bucket loads while block i is verified.
+    block_key key = limit != 0 ? hasher.chain(r.root, prompt_block(0)) : block_key{};
+    for (std::uint32_t i = 0; i < limit; ++i) {
+      block_key next{};
+      if (i + 1 < limit) {
+        next = hasher.chain(key, prompt_block(i + 1));
+        blocks.prefetch(next);
+      }
+      block_node* hit = blocks.find({key, parent, prompt_block(i), &r.extras, want});
+      if (hit == nullptr && accepts_continuation && want == exactness::prefill_exact) {
+        // Past the prefill-computed prefix, a decode-filled continuation (whose descendants are all so).
+        want = exactness::decode_continuation;
+        hit = blocks.find({key, parent, prompt_block(i), &r.extras, want});
+      }
+      if (hit == nullptr) break;
+      parent = blocks.id_of(*hit);
+      r.blocks.push_back(parent);
+      key = next;
+    }
+    return static_cast<std::uint32_t>(r.blocks.size());
+  }
+
+  struct restore_choice {
+    std::uint32_t usable = 0;
+    slot_id slot = no_slot;
+  };
+
+  /// The usable skip: the largest u <= KV match with a snapshot at exactly u the accept policy allows
+  /// (`snapshot_restore`), the whole match (`block_sharing`), or nothing (`memory_only`). Changes nothing.
+  template <std::uint32_t B>
+  restore_choice choose_restore(const sequence_record& r, std::uint32_t matched) const noexcept {
+    if constexpr (std::is_same_v<Policy, policy::block_sharing>) {
+      return {matched * B, no_slot};
+    } else if constexpr (restores) {
+      for (std::uint32_t i = matched; i-- > 0;) {
+        const block_node& n = blocks.node(r.blocks[i]);
+        // Off the alignment grid only an end-of-turn (decode_continuation) snapshot can sit.
+        if ((i + 1) * B % geometry.alignment != 0 &&
+            n.snapshot[static_cast<int>(exactness::decode_continuation)] == no_slot)
+          continue;
+        if (const slot_id s = slots.usable(n, accepts_continuation); s != no_slot) return {(i + 1) * B, s};
+      }
+    }
+    return {};
+  }
+
+  /// From here on the call succeeds: references the shared blocks, takes fresh ones, makes the sequence
+  /// live, holds the restore slot and plans captures.
+  template <std::uint32_t B>
+  admit_plan apply(sequence_record& r, std::span<const token_id> prompt, std::uint32_t matched,
+                   const restore_choice& choice, std::span<const std::uint32_t> offsets) {
+    const auto length = static_cast<std::uint32_t>(prompt.size());
+    const std::uint32_t total = (length - 1) / B + 1;
+    const std::uint32_t full = length / B;
+    r.exact_until = unbounded;
+    for (std::uint32_t i = 0; i < matched; ++i) {
+      block_node& n = blocks.node(r.blocks[i]);
+      blocks.reference(n);
+      if (n.kind != exactness::prefill_exact && r.exact_until == unbounded) r.exact_until = i * B;
+    }
+    auto ahead = blocks.prefetch_victims();
+    for (std::uint32_t i = matched; i < total; ++i) {
+      blocks.prefetch_next_victim(ahead);
+      const block_id b = blocks.take(on_evict());
+      const std::size_t begin = std::size_t{i} * B;
+      // Full blocks copy a compile-time byte count (inlined vector moves instead of a memmove call).
+      if (i < full) std::memcpy(blocks.pool().template tokens_of<B>(b).data(), prompt.data() + begin, B * sizeof(token_id));
+      else std::copy_n(prompt.data() + begin, prompt.size() - begin, blocks.pool().tokens(b).data());
+      r.blocks.push_back(b);
+    }
+    r.tokens = length;
+    r.computed = choice.usable;
+    r.chain.assign(r.blocks.begin(), r.blocks.begin() + matched);
+    sequences.insert(r);
+
+    const std::uint32_t kv_matched = matched * B;
+    admit_plan plan;
+    plan.kv_matched_tokens = kv_matched;
+    plan.usable_tokens = choice.usable;
+    plan.shared_blocks = matched;
+    // Reusing a decode_continuation snapshot, or a decode_continuation block before the skip, makes what
+    // follows a continuation of that session rather than a cold prefill.
+    const bool restores_continuation =
+        choice.slot != no_slot && slots.node(choice.slot).kind == exactness::decode_continuation;
+    plan.restore_exactness = restores_continuation || r.exact_until < choice.usable ? exactness::decode_continuation
+                                                                                    : exactness::prefill_exact;
+    if (restores_continuation) r.exact_until = std::min(r.exact_until, choice.usable);
+    if constexpr (restores) {
+      plan.tokens_lost_to_missing_snapshot = kv_matched - choice.usable;
+      if (choice.slot != no_slot) {
+        slots.hold(choice.slot);
+        r.restore_slot = choice.slot;
+        plan.restore_slot = choice.slot;
+        ++metrics.snapshot_hits;
+      } else if (kv_matched != 0) {
+        ++metrics.snapshot_misses;
+      }
+      if constexpr (traits::capture::plans_at_admit)
+        plan_captures<typename traits::capture>(r, context_for(choice.usable, kv_matched, length, offsets), B,
+                                                options.max_snapshots_per_path, blocks, slots, metrics);
+      plan.captures = r.captures;
+    }
+    plan.block_table = r.blocks;
+
+    ++metrics.lookups;
+    ++metrics.live_sequences;
+    metrics.prompt_tokens += length;
+    metrics.kv_matched_tokens += kv_matched;
+    metrics.usable_tokens += choice.usable;
+    metrics.tokens_lost_to_missing_snapshot += plan.tokens_lost_to_missing_snapshot;
+    metrics.blocks_shared += matched;
+    metrics.bytes_saved += std::uint64_t{matched} * geometry.bytes_per_kv_block;
+    return plan;
+  }
+
+  policy::capture_context context_for(std::uint32_t usable, std::uint32_t kv_matched, std::uint32_t length,
+                                          std::span<const std::uint32_t> offsets) const noexcept {
+    return {.usable = usable,
+            .kv_matched = kv_matched,
+            .length = length,
+            .alignment = geometry.alignment,
+            .interval = options.capture_interval,
+            .offsets = offsets};
+  }
+
+  // ------------------------------------------------------------------------------------------------------
+  // commit
+
+  result<void> commit(seq_id s, std::uint32_t n, std::span<const std::uint32_t> written) {
+    sequence_record* r = sequences.find(s);
+    if (r == nullptr) return errc::unknown_sequence;
+    if (n > r->tokens) return errc::out_of_range;
+    if (n < r->computed) return errc::invalid_argument;
+    // Each written position must be a planned capture <= n, listed once: one binary search each in the
+    // sorted capture list, with a mark per capture for duplicates (O(written log captures + captures)).
+    r->written.assign(r->captures.size(), 0);
+    for (const std::uint32_t p : written) {
+      const auto it = std::lower_bound(r->captures.begin(), r->captures.end(), std::int64_t{p},
+                                       [](const capture_point& c, std::int64_t q) { return c.position < q; });
+      if (p > n || it == r->captures.end() || it->position != p) return errc::invalid_argument;
+      std::uint8_t& mark = r->written[static_cast<std::size_t>(it - r->captures.begin())];
+      if (mark != 0) return errc::invalid_argument;
+      mark = 1;
+    }
+
+    r->computed = n;
+    with_block_size(geometry.block_size, [&](auto b) { publish_blocks<decltype(b)::value>(*r); });
+    if constexpr (restores) {
+      resolve_captures(*r, n);
+      if (r->restore_slot != no_slot) {
+        slots.unhold(r->restore_slot);
+        r->restore_slot = no_slot;
+      }
+    }
+    return {};
+  }
+
+  /// Publishes the captures at positions <= n that the engine wrote (marked in `r.written`) and frees the
+  /// others' slots. Complexity: O(captures).
+  void resolve_captures(sequence_record& r, std::uint32_t n) noexcept {
+    const std::uint32_t B = geometry.block_size;
+    std::size_t kept = 0;
+    for (std::size_t k = 0; k < r.captures.size(); ++k) {
+      const capture_point c = r.captures[k];
+      if (c.position > n) {
+        r.captures[kept++] = c;
+        continue;
+      }
+      slot_node& slot = slots.node(c.slot);
+      const auto p = static_cast<std::uint32_t>(c.position);
+      const std::uint32_t i = p / B - 1;
+      const exactness kind = r.kv_kind(p);
+      block_node* b = i < r.chain.size() ? &blocks.node(r.chain[i]) : nullptr;
+      if (r.written[k] != 0 && b != nullptr && b->snapshot[static_cast<int>(kind)] == no_slot &&
+          b->snapshot[static_cast<int>(exactness::prefill_exact)] == no_slot) {
+        slots.attach(slot, *b, kind, 0);
+        ++metrics.captures_written;
+      } else {
+        ++metrics.captures_refused;
+        slots.release(slot);
+      }
+    }
+    r.captures.resize(kept);
+  }
+
+  /// Publishes the sequence's blocks that are full and computed, in chain order.
+  ///
+  /// Keys are computed one block ahead: key i + 1 depends only on key i and the stored tokens (a block and
+  /// the published block equal to it, or a block a fork sibling already published, have the same key), so
+  /// block i + 1's hash and the prefetch of its index bucket run before block i's probe, which on large
+  /// pools misses the caches.
+  template <std::uint32_t B>
+  void publish_blocks(sequence_record& r) noexcept {
+    const std::uint32_t full = r.computed / B;
+    auto i = static_cast<std::uint32_t>(r.chain.size());
+    if (i >= full) return;
+    const block_pool& pool = blocks.pool();
+    block_id parent = i == 0 ? no_block : r.chain[i - 1];
+    block_key key = hasher.chain(i == 0 ? r.root : blocks.node(parent).key, pool.template tokens_of<B>(r.blocks[i]));
+    for (; i < full; ++i) {
+      const block_id b = r.blocks[i];
+      block_key next{};
+      if (i + 1 < full) {
+        next = hasher.chain(key, pool.template tokens_of<B>(r.blocks[i + 1]));
+        blocks.prefetch(next);
+      }
+      if (blocks.node(b).state == block_state::cached) { // published by a fork sibling
+        parent = b;
+      } else {
+        // An equal block published first (two equal prompts in flight) is referenced and continues the
+        // chain; ours stays private (the engine's table points at it).
+        parent = blocks.publish(
+            b, {key, parent, pool.template tokens_of<B>(b), &r.extras, r.kv_kind(std::uint64_t{i + 1} * B)}, i,
+            r.extras);
+      }
+      r.chain.push_back(parent);
+      key = next;
+    }
+  }
+
+  // ------------------------------------------------------------------------------------------------------
+  // extend / fork / finish / release
+
+  result<extend_plan> extend(seq_id s, std::span<const token_id> tokens) {
+    sequence_record* r = sequences.find(s);
+    if (r == nullptr) return errc::unknown_sequence;
+    const std::uint32_t B = geometry.block_size;
+    if (tokens.size() > max_sequence_tokens(B) - r->tokens) return errc::out_of_range;
+    const auto new_total = static_cast<std::uint32_t>(r->tokens + tokens.size());
+    const std::uint32_t needed = new_total / B + (new_total % B != 0 ? 1 : 0);
+    const auto have = static_cast<std::uint32_t>(r->blocks.size());
+    if (needed > have && blocks.available() < needed - have) return errc::pool_exhausted;
+
+    extend_plan plan;
+    plan.first_new_block = have;
+    for (std::uint32_t i = have; i < needed; ++i) r->blocks.push_back(blocks.take(on_evict()));
+    for (std::size_t k = 0; k < tokens.size(); ++k) {
+      const std::uint32_t pos = r->tokens + static_cast<std::uint32_t>(k);
+      blocks.pool().tokens(r->blocks[pos / B])[pos % B] = tokens[k];
+    }
+    // Decoded tokens pass through the recurrent layers' decode step: their KV, and every state after them,
+    // continue this session rather than equal a cold prefill (attention-only models compute the same).
+    if (geometry.has_recurrent && !tokens.empty()) r->exact_until = std::min(r->exact_until, r->tokens);
+    r->tokens = new_total;
+    plan.new_blocks = std::span<const block_id>(r->blocks).subspan(have);
+    return plan;
+  }
+
+  result<fork_plan> fork(seq_id src, seq_id dst) {
+    sequence_record* a = sequences.find(src);
+    if (a == nullptr) return errc::unknown_sequence;
+    if (sequences.find(dst) != nullptr) return errc::duplicate_sequence;
+    if (a->computed != a->tokens) return errc::invalid_argument;
+    if (sequences.full()) return errc::pool_exhausted;
+    const std::uint32_t B = geometry.block_size;
+    const bool partial = a->tokens % B != 0;
+    if (partial && blocks.available() == 0) return errc::pool_exhausted;
+
+    sequence_record& b = sequences.prepare(dst);
+    const std::size_t full = a->tokens / B;
+    for (std::size_t i = 0; i < full; ++i) {
+      blocks.reference(blocks.node(a->blocks[i]));
+      b.blocks.push_back(a->blocks[i]);
+    }
+    for (std::size_t i = 0; i < a->chain.size(); ++i) {
+      if (a->chain[i] != a->blocks[i]) blocks.reference(blocks.node(a->chain[i]));
+      b.chain.push_back(a->chain[i]);
+    }
+    fork_plan plan;
+    if (partial) {
+      const block_id copy = blocks.take(on_evict());
+      const block_id from = a->blocks[full];
+      std::copy_n(blocks.pool().tokens(from).data(), B, blocks.pool().tokens(copy).data());
+      b.blocks.push_back(copy);
+      plan.copy_src = from;
+      plan.copy_dst = copy;
+    }
+    b.root = a->root;
+    b.extras = a->extras;
+    b.tokens = a->tokens;
+    b.computed = a->computed;
+    b.exact_until = a->exact_until;
+    sequences.insert(b);
+    ++metrics.live_sequences;
+    plan.block_table = b.blocks;
+    plan.copy_recurrent_state = geometry.has_recurrent;
+    return plan;
+  }
+
+  result<finish_plan> finish(seq_id s) {
+    sequence_record* r = sequences.find(s);
+    if (r == nullptr) return sequences.recently_released(s) ? errc::double_release : errc::unknown_sequence;
+    finish_plan plan;
+    if constexpr (restores) {
+      if constexpr (traits::capture::at_turn_end) finish_capture(*r, plan);
+    }
+    end(*r);
+    return plan;
+  }
+
+  /// `policy::end_of_turn`: a decode_continuation snapshot of the live state at the committed position p,
+  /// when p ends a cached block that holds no snapshot yet and a slot is reusable.
+  void finish_capture(const sequence_record& r, finish_plan& plan) noexcept {
+    const std::uint32_t B = geometry.block_size;
+    const std::uint32_t p = r.computed;
+    if (p == 0 || p % B != 0 || p / B > r.chain.size()) return;
+    block_node& b = blocks.node(r.chain[p / B - 1]);
+    if (b.snapshot[0] != no_slot || b.snapshot[1] != no_slot) return;
+    slot_node* n = slots.take();
+    if (n == nullptr) {
+      ++metrics.captures_refused;
+      return;
+    }
+    // Written by the engine in the current step: restorable once that step completes.
+    slots.attach(*n, b, exactness::decode_continuation, clock.release_tag());
+    plan.capture = {.sequence = 0, .position = p, .slot = slots.id_of(*n)};
+    ++metrics.captures_planned;
+    ++metrics.captures_written;
+  }
+
+  result<void> release(seq_id s) {
+    sequence_record* r = sequences.find(s);
+    if (r == nullptr) return sequences.recently_released(s) ? errc::double_release : errc::unknown_sequence;
+    end(*r);
+    return {};
+  }
+
+  void end(sequence_record& r) noexcept {
+    if constexpr (restores) {
+      if (r.restore_slot != no_slot) slots.unhold(r.restore_slot);
+      for (const capture_point& c : r.captures) slots.release(slots.node(c.slot));
+    }
+    // Deepest first, so in the LRU queue every block precedes its parent (leaf-first eviction).
+    for (std::size_t i = r.blocks.size(); i-- > 0;) {
+      if (i < r.chain.size() && r.chain[i] != r.blocks[i]) blocks.unreference(blocks.node(r.chain[i]));
+      blocks.unreference(blocks.node(r.blocks[i]));
+    }
+    sequences.erase(r);
+    --metrics.live_sequences;
+  }
+
+  cache_options options;
+  cache_geometry geometry;
+  std::uint64_t seed;
+  Hasher hasher;
+  epoch_clock clock{};
+  cache_metrics metrics{};
+  block_ledger blocks;
+  snapshot_ledger slots;
+  sequence_table sequences;
+};
+
+} // namespace reprise::detail

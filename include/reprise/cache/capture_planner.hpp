@@ -1,0 +1,72 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// \file
+/// `plan_captures`: turns a policy's capture placements into the (position, slot) list of one admitted
+/// prompt. Each placement computes its own positions (`policy::capture_placement`); the planner keeps those
+/// on the alignment grid in (usable, L], drops positions whose cached block already holds a snapshot as good
+/// as the one the prefill would write, applies the per-path cap (the deepest survive), and takes slots
+/// deepest first, so a short pool serves the most useful captures.
+
+#include <reprise/cache/block_ledger.hpp>
+#include <reprise/cache/sequence_table.hpp>
+#include <reprise/cache/snapshot_ledger.hpp>
+#include <reprise/cache/types.hpp>
+#include <reprise/policy/policies.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+namespace reprise::detail {
+
+/// Fills `r.captures` (sorted by position, each with a pending slot) for the prompt described by `c`.
+/// Counts refused captures (path cap, no reusable slot) and planned ones in `m`.
+/// Complexity: O(positions log positions + chain length).
+template <class CaptureTraits>
+void plan_captures(sequence_record& r, const policy::capture_context& c, std::uint32_t block_size,
+                   std::uint32_t max_per_path, const block_ledger& blocks, snapshot_ledger& slots, cache_metrics& m) {
+  auto& out = r.captures;
+  CaptureTraits::positions(c, [&](std::uint64_t p) {
+    if (p > c.usable && p <= c.length && p % c.alignment == 0)
+      out.push_back({.sequence = 0, .position = static_cast<std::int64_t>(p), .slot = no_slot});
+  });
+  if (out.empty()) return;
+  std::sort(out.begin(), out.end(), [](const capture_point& a, const capture_point& b) { return a.position < b.position; });
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+
+  // A cached block that already holds a snapshot at least as exact as this capture needs no second one.
+  std::erase_if(out, [&](const capture_point& p) {
+    const auto i = static_cast<std::size_t>(p.position / block_size) - 1;
+    if (i >= r.chain.size()) return false;
+    const block_node& b = blocks.node(r.chain[i]);
+    if (b.snapshot[static_cast<int>(exactness::prefill_exact)] != no_slot) return true;
+    return r.kv_kind(static_cast<std::uint64_t>(p.position)) == exactness::decode_continuation &&
+           b.snapshot[static_cast<int>(exactness::decode_continuation)] != no_slot;
+  });
+
+  std::size_t keep_from = 0;
+  if (max_per_path != 0) {
+    std::uint32_t existing = 0;
+    for (const block_id id : r.chain) {
+      const block_node& b = blocks.node(id);
+      existing += (b.snapshot[0] != no_slot || b.snapshot[1] != no_slot) ? 1 : 0;
+    }
+    const std::size_t room = max_per_path > existing ? max_per_path - existing : 0;
+    if (out.size() > room) keep_from = out.size() - room; // keep the deepest
+  }
+  m.captures_refused += keep_from;
+  out.erase(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(keep_from));
+
+  std::size_t planned = 0;
+  for (std::size_t i = out.size(); i-- > 0;) {
+    slot_node* n = slots.take();
+    if (n == nullptr) break;
+    out[i].slot = slots.id_of(*n);
+    ++planned;
+  }
+  m.captures_refused += out.size() - planned;
+  m.captures_planned += planned;
+  out.erase(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(out.size() - planned));
+}
+
+} // namespace reprise::detail

@@ -1,0 +1,145 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// \file
+/// `snapshot_ledger`: the operations on snapshot slots (take, attach to a block, detach, hold while
+/// restoring, LRU and TTL eviction), with the gauges they move, over the snapshot pool.
+///
+/// A published snapshot is attached to the cached block that ends at its position, one per exactness class
+/// (`block_node::snapshot`); that attachment is the snapshot index. Evicting the block, or an ancestor,
+/// drops it (`invalidate`); a snapshot can also go alone (its own LRU and TTL), leaving the block cached.
+
+#include <reprise/cache/block_ledger.hpp>
+#include <reprise/cache/block_pool.hpp>
+#include <reprise/cache/snapshot_pool.hpp>
+#include <reprise/cache/types.hpp>
+#include <reprise/ids.hpp>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace reprise::detail {
+
+class snapshot_ledger {
+public:
+  snapshot_ledger(std::uint32_t slots, std::size_t bytes_per_snapshot, block_pool& blocks, const epoch_clock& clock,
+                  cache_metrics& m)
+      : pool_(slots), bytes_per_snapshot_(bytes_per_snapshot), blocks_(&blocks), clock_(&clock), metrics_(&m) {}
+
+  const snapshot_pool& pool() const noexcept { return pool_; }
+  slot_node& node(slot_id s) noexcept { return pool_.node(s); }
+  const slot_node& node(slot_id s) const noexcept { return pool_.node(s); }
+  slot_id id_of(const slot_node& n) const noexcept { return pool_.id_of(n); }
+  std::uint32_t size() const noexcept { return pool_.size(); }
+  std::size_t bytes_per_snapshot() const noexcept { return bytes_per_snapshot_; }
+
+  /// A slot for a capture, now pending: a safe free one, else the LRU snapshot evicted. Null when neither
+  /// is reusable. Complexity: O(1).
+  slot_node* take() noexcept {
+    slot_node* n = pool_.free().front_safe();
+    if (n != nullptr) {
+      pool_.free().erase(*n, clock_->safe_before);
+    } else {
+      n = pool_.lru().front_safe();
+      if (n == nullptr) return nullptr;
+      ++metrics_->snapshot_evictions_lru;
+      detach(*n);
+      pool_.lru().erase(*n, clock_->safe_before);
+    }
+    n->state = slot_state::pending;
+    return n;
+  }
+
+  /// Publishes pending slot `n` at the end of cached block `b`, restorable once `safe_before >= ready`.
+  void attach(slot_node& n, block_node& b, exactness kind, epoch_t ready) noexcept {
+    n.state = slot_state::published;
+    n.block = blocks_->id_of(b);
+    n.kind = kind;
+    n.ready_tag = ready;
+    n.last_use = clock_->current;
+    n.refcount = 0;
+    b.snapshot[static_cast<int>(kind)] = pool_.id_of(n);
+    pool_.lru().push_back(n, clock_->release_tag(), clock_->safe_before);
+    ++metrics_->snapshots_held;
+    metrics_->snapshot_bytes_held += bytes_per_snapshot_;
+  }
+
+  /// Frees a pending or detached slot, reusable once the current step completes (its kernels may still
+  /// write or read it).
+  void release(slot_node& n) noexcept {
+    n.state = slot_state::free;
+    n.refcount = 0;
+    pool_.free().push_back(n, clock_->release_tag(), clock_->safe_before);
+  }
+
+  /// Holds published snapshot `s` for a restore (out of the LRU queue while held).
+  void hold(slot_id s) noexcept {
+    slot_node& n = pool_.node(s);
+    if (n.refcount++ == 0) pool_.lru().erase(n, clock_->safe_before);
+  }
+  void unhold(slot_id s) noexcept {
+    slot_node& n = pool_.node(s);
+    if (--n.refcount != 0) return;
+    n.last_use = clock_->current;
+    pool_.lru().push_back(n, clock_->release_tag(), clock_->safe_before);
+  }
+
+  /// Drops the snapshots attached to block `b` (it is being evicted). Precondition: none is held (a
+  /// restoring sequence holds the block too, so an evicted block's snapshots are idle).
+  void invalidate(block_node& b) noexcept {
+    for (slot_id s : b.snapshot) {
+      if (s == no_slot) continue;
+      ++metrics_->snapshot_evictions_invalidated;
+      drop(pool_.node(s));
+    }
+  }
+
+  /// Evicts idle snapshots unused for more than `ttl` steps (0: no TTL). Complexity: O(evicted).
+  void expire(std::uint64_t ttl) noexcept {
+    if (ttl == 0) return;
+    while (slot_node* head = pool_.lru().front()) {
+      if (clock_->current - head->last_use <= ttl) break;
+      ++metrics_->snapshot_evictions_ttl;
+      drop(*head);
+    }
+  }
+
+  /// The snapshot at block `b`'s end that a restore may use now, or no_slot: prefill-exact first, then
+  /// (when accepted) decode-continuation, each once its capture's step completed.
+  slot_id usable(const block_node& b, bool accept_continuation) const noexcept {
+    const slot_id exact = b.snapshot[static_cast<int>(exactness::prefill_exact)];
+    if (exact != no_slot && ready(exact)) return exact;
+    if (accept_continuation) {
+      const slot_id cont = b.snapshot[static_cast<int>(exactness::decode_continuation)];
+      if (cont != no_slot && ready(cont)) return cont;
+    }
+    return no_slot;
+  }
+
+  void advance(epoch_t safe_before) noexcept { pool_.advance(safe_before); }
+
+private:
+  bool ready(slot_id s) const noexcept { return pool_.node(s).ready_tag <= clock_->safe_before; }
+
+  void detach(slot_node& n) noexcept {
+    block_node& b = blocks_->node(n.block);
+    b.snapshot[static_cast<int>(n.kind)] = no_slot;
+    n.block = no_block;
+    --metrics_->snapshots_held;
+    metrics_->snapshot_bytes_held -= bytes_per_snapshot_;
+  }
+
+  /// Unpublishes an idle published snapshot; its slot is reusable once the current step completes.
+  void drop(slot_node& n) noexcept {
+    detach(n);
+    pool_.lru().erase(n, clock_->safe_before);
+    release(n);
+  }
+
+  snapshot_pool pool_;
+  std::size_t bytes_per_snapshot_;
+  block_pool* blocks_;
+  const epoch_clock* clock_;
+  cache_metrics* metrics_;
+};
+
+} // namespace reprise::detail
