@@ -1,6 +1,7 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
 // reprise-sim replay through the real prefix_cache: hand-computed hit counts on small traces for every
-// policy, budget errors and warnings, geometry models equivalent to the preset types, determinism, and the
+// policy, budget errors and warnings, the runtime-configured cache equivalent to the typed one, other block
+// sizes with real byte figures, determinism, and the
 // sweep's CSV and plot files.
 #include "sim/cache_replay.hpp"
 #include "sim/replay.hpp"
@@ -10,6 +11,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -98,8 +100,10 @@ TEST_CASE("the policies on Nemotron-H-8B (B = 16, A = 256): hand-computed hits")
   //     interval (1024) places none.
   // r1: the system prompt + 70 own (L = 670): KV matches 37 blocks = 592 tokens (token 600 differs, block
   //     37 spans 592..607). The deepest snapshot at or below 592 is 512: 80 tokens lost.
-  // r2: continues r0 (657 tokens) + 40 (L = 697): KV matches r0's 41 blocks = 656 tokens. Prefill-exact
-  //     snapshots reach 512 (144 lost); accepting decode continuations reaches 656 (none lost).
+  // r2: continues r0 (657 tokens) + 40 (L = 697): r0's 41 blocks = 656 tokens match, but block 40 (640..655)
+  //     holds decoded tokens (r0's prompt ended at 650): it is decode_continuation-exact, so the policies
+  //     that accept only prefill-exact state (and memory_only) match 640 tokens. Prefill-exact snapshots
+  //     reach 512 (128 lost); accepting decode continuations reaches 656 (none lost).
   // r3: r1's prompt under another tenant: nothing shared.
   const trace t = parse_ok(R"({"pool":"sys","random":600,"seed":4}
 {"id":0,"segments":[{"pool":"sys"},{"fresh":50}],"output":7}
@@ -107,13 +111,13 @@ TEST_CASE("the policies on Nemotron-H-8B (B = 16, A = 256): hand-computed hits")
 {"id":2,"segments":[{"from":0},{"fresh":40}]}
 {"id":3,"tenant":"other","segments":[{"pool":"sys"},{"fresh":70}]}
 )");
-  const std::uint64_t kv = 592 + 656;
+  const std::uint64_t kv = 592 + 656, kv_exact = 592 + 640;
   check(replay(t, config_for("nemotron-h-8b", policy_kind::memory_only)),
-        {.hits = 0, .kv_hits = 2, .kv_matched = kv, .usable = 0, .lost = 0});
+        {.hits = 0, .kv_hits = 2, .kv_matched = kv_exact, .usable = 0, .lost = 0});
   check(replay(t, config_for("nemotron-h-8b", policy_kind::snapshot_interval)),
-        {.hits = 0, .kv_hits = 2, .kv_matched = kv, .usable = 0, .lost = kv});
+        {.hits = 0, .kv_hits = 2, .kv_matched = kv_exact, .usable = 0, .lost = kv_exact});
   check(replay(t, config_for("nemotron-h-8b", policy_kind::snapshot_prefix_tree)),
-        {.hits = 2, .kv_hits = 2, .kv_matched = kv, .usable = 512 + 512, .lost = 80 + 144});
+        {.hits = 2, .kv_hits = 2, .kv_matched = kv_exact, .usable = 512 + 512, .lost = 80 + 128});
   check(replay(t, config_for("nemotron-h-8b", policy_kind::snapshot_turns)),
         {.hits = 2, .kv_hits = 2, .kv_matched = kv, .usable = 512 + 656, .lost = 80});
   const replay_report all = replay(t, config_for("nemotron-h-8b", policy_kind::snapshot_all));
@@ -125,7 +129,7 @@ TEST_CASE("the policies on Nemotron-H-8B (B = 16, A = 256): hand-computed hits")
     replay_config c = config_for("nemotron-h-8b", policy_kind::snapshot_interval);
     c.snapshot_interval = 256;
     const replay_report r = replay(t, c);
-    check(r, {.hits = 2, .kv_hits = 2, .kv_matched = kv, .usable = 512 + 512, .lost = 80 + 144});
+    check(r, {.hits = 2, .kv_hits = 2, .kv_matched = kv_exact, .usable = 512 + 512, .lost = 80 + 128});
     // r0 writes 256 and 512; r3 (its own tenant) writes its own 256 and 512.
     CHECK(r.captures_written == 4);
   }
@@ -134,7 +138,7 @@ TEST_CASE("the policies on Nemotron-H-8B (B = 16, A = 256): hand-computed hits")
     c.snapshot_budget_bytes = c.model.config.bytes_per_snapshot();
     const replay_report r = replay(t, c);
     CHECK(r.snapshot_slots == 1);
-    check(r, {.hits = 2, .kv_hits = 2, .kv_matched = kv, .usable = 512 + 512, .lost = 80 + 144});
+    check(r, {.hits = 2, .kv_hits = 2, .kv_matched = kv_exact, .usable = 512 + 512, .lost = 80 + 128});
     CHECK(r.peak_snapshot_bytes == doctest::Approx(static_cast<double>(c.model.config.bytes_per_snapshot())));
     CHECK(r.snapshot_evictions_lru == 1); // r3's capture at 512 takes r0's slot
   }
@@ -156,12 +160,13 @@ TEST_CASE("configurations that can never hit are errors or warnings, not silent 
     c.snapshot_interval = 100;
     CHECK(replay(t, c).error.find("not a positive multiple of the alignment unit 256") != std::string::npos);
   }
-  SUBCASE("block_sharing on a hybrid, and a geometry without an instantiation") {
+  SUBCASE("block_sharing on a hybrid, and a block size the cache does not support") {
     CHECK(replay(t, config_for("nemotron-h-8b", policy_kind::block_sharing)).error.find("does not apply") !=
           std::string::npos);
     replay_config c = config_for("llama-3-8b", policy_kind::block_sharing);
     c.model.config = *with_block_size(c.model.config, 512);
-    CHECK(replay(t, c).error.find("no cache instantiation") != std::string::npos);
+    CHECK(replay(t, c).error.find("block size 512 is not supported by the cache (8, 16, 32, 64, 128, 256)") !=
+          std::string::npos);
   }
   SUBCASE("a KV budget too small for the longest prompt rejects those requests") {
     replay_config c = config_for("llama-3-8b", policy_kind::block_sharing);
@@ -176,7 +181,28 @@ TEST_CASE("configurations that can never hit are errors or warnings, not silent 
   }
 }
 
-TEST_CASE("geometry models give the same report as the preset types") {
+TEST_CASE("Nemotron-H-8B replays at block sizes 8, 32 and 128 with real byte figures") {
+  const trace t = generate({.kind = workload_kind::chat, .requests = 120, .seed = 5});
+  for (std::uint32_t b : {8u, 32u, 128u}) {
+    CAPTURE(b);
+    replay_config c = config_for("nemotron-h-8b", policy_kind::snapshot_all);
+    c.model.config = *with_block_size(c.model.config, b);
+    c.kv_budget_bytes = 4096 * c.model.config.bytes_per_kv_block();
+    c.check_invariants = false;
+    const replay_report r = replay(t, c);
+    REQUIRE(r.error.empty());
+    CHECK(r.block_size == b);
+    CHECK(r.alignment == 256);
+    CHECK(r.hits > 0);
+    // Real bytes: a whole number of 102137856-byte snapshots (97.4 MiB), not a stand-in model's size.
+    CHECK(r.bytes_per_snapshot == 102137856);
+    CHECK(r.peak_snapshot_bytes >= 102137856.0);
+    CHECK(std::fmod(r.peak_snapshot_bytes, 102137856.0) == 0.0);
+    CHECK(r.peak_kv_bytes >= static_cast<double>(c.model.config.bytes_per_kv_block()));
+  }
+}
+
+TEST_CASE("the runtime-configured cache gives the same report as the typed cache over the preset types") {
   const trace t = generate({.kind = workload_kind::agentic, .requests = 150, .seed = 11});
   for (policy_kind p : {policy_kind::memory_only, policy_kind::snapshot_interval, policy_kind::snapshot_prefix_tree,
                         policy_kind::snapshot_turns, policy_kind::snapshot_all}) {
@@ -186,13 +212,13 @@ TEST_CASE("geometry models give the same report as the preset types") {
     c.kv_budget_bytes = 1024 * c.model.config.bytes_per_kv_block(); // KV evictions happen
     c.concurrency = 4;
     c.check_invariants = false; // quadratic in the pool; the hand-computed cases above run it
-    const replay_report geometry = replay(t, c);
-    const replay_report preset = replay_with_preset_type(t, c);
-    REQUIRE(geometry.error.empty());
-    REQUIRE(preset.error.empty());
-    check_same(geometry, preset);
-    CHECK(geometry.kv_hits > 0);
-    CHECK((geometry.hits > 0) == restores_snapshots(p));
+    const replay_report runtime = replay(t, c);
+    const replay_report typed = replay_with_preset_type(t, c);
+    REQUIRE(runtime.error.empty());
+    REQUIRE(typed.error.empty());
+    check_same(runtime, typed);
+    CHECK(runtime.kv_hits > 0);
+    CHECK((runtime.hits > 0) == restores_snapshots(p));
   }
   replay_config c = config_for("llama-3-8b", policy_kind::block_sharing);
   c.kv_budget_bytes = 1024 * c.model.config.bytes_per_kv_block();

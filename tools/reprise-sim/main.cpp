@@ -205,7 +205,7 @@ int cmd_models() {
                 m.config.alignment(), format_bytes(static_cast<double>(m.config.bytes_per_kv_block())).c_str(),
                 format_bytes(static_cast<double>(m.config.bytes_per_snapshot())).c_str(), policies.c_str());
   }
-  std::printf("\ncache instantiations (block size B, alignment A): %s\n", supported_geometries().c_str());
+  std::printf("\nblock sizes the cache supports: %s\n", supported_block_sizes_text().c_str());
   return 0;
 }
 

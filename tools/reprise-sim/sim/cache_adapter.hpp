@@ -1,18 +1,13 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file
-/// The replay adapter: the one file that names the `prefix_cache` API (included by the few translation
-/// units that instantiate it, so its template instantiations compile in parallel).
+/// The replay adapter: the one file that names the `prefix_cache` API (included by the translation units
+/// that instantiate it).
 ///
-/// Models as compile-time types. `prefix_cache<Model, ...>` reads four things from its model: the block
-/// size, the alignment unit, whether recurrent layers exist, and the byte sizes of a block and a snapshot
-/// (used only to turn the snapshot budget into a slot count and for byte gauges). The simulator therefore
-/// instantiates the cache over *geometry models*: the smallest `hybrid_model` with a given block size B and
-/// alignment unit A (one attention layer with block B, plus one Mamba2 layer with chunk A for hybrids). The
-/// real model's byte sizes turn the budgets into block and slot counts, and the cache gets a snapshot budget
-/// of exactly that many geometry-model snapshots. Every preset, every block-size variant and every runtime
-/// model file with a listed geometry runs through the same real cache code this way (the equivalence with
-/// the preset types themselves is tested in test_sim_replay.cpp).
+/// Every model, preset or model file, replays through `prefix_cache<dynamic_model, Policy>`: the cache is
+/// built from the model's `model_config` at run time, so any block size and alignment the cache supports
+/// works and byte gauges are the model's real bytes. The presets' own compile-time types run through the same
+/// loop (`replay_with_preset_type`), which tests use to show that the typed and runtime forms agree.
 
 #include "sim/progress.hpp"
 #include "sim/replay.hpp"
@@ -23,32 +18,35 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <string>
+#include <type_traits>
 #include <span>
 
 namespace reprise::sim::adapter {
 
 using clock_type = std::chrono::steady_clock;
 
-/// Counts for a run, derived from the real model's bytes.
-struct pool_sizes {
-  std::uint32_t kv_blocks = 0;
-  std::uint32_t snapshot_slots = 0;
-};
-
-template <class Model, class Policy>
-void run(const trace& t, const replay_config& c, const pool_sizes& sizes, replay_report& rep, progress* bar) {
-  using cache_type = prefix_cache<Model, Policy>;
-  constexpr bool restores = policy::policy_traits<Policy>::restores_snapshots;
+/// The cache options of a replay: `kv_blocks` blocks, the snapshot budget in the model's real bytes.
+inline cache_options options_for(const replay_config& c, std::uint32_t kv_blocks) {
   cache_options o;
-  o.kv_blocks = sizes.kv_blocks;
+  o.kv_blocks = kv_blocks;
   o.max_sequences = c.concurrency + 1;
-  o.snapshot_budget_bytes = restores ? std::size_t{sizes.snapshot_slots} * Model::bytes_per_snapshot : 0;
+  o.snapshot_budget_bytes = restores_snapshots(c.policy) ? c.snapshot_budget_bytes : 0;
   o.snapshot_ttl_steps = c.snapshot_ttl_steps;
   o.max_snapshots_per_path = c.max_snapshots_per_path;
   o.capture_interval = uses_interval(c.policy) ? effective_interval(c) : 0;
   o.hasher_seed = c.hasher_seed;
+  return o;
+}
 
-  auto created = cache_type::create(o);
+/// Creates the cache (typed: `Cache::create(o)`, runtime: from the model's config) and replays `t`.
+template <class Cache>
+void run(const trace& t, const replay_config& c, std::uint32_t kv_blocks, replay_report& rep, progress* bar) {
+  const cache_options o = options_for(c, kv_blocks);
+  auto created = [&] {
+    if constexpr (std::is_same_v<typename Cache::model_type, dynamic_model>) return Cache::create(c.model.config, o);
+    else return Cache::create(o);
+  }();
   if (!created) {
     switch (created.error()) {
     case errc::budget_too_small:
@@ -57,13 +55,13 @@ void run(const trace& t, const replay_config& c, const pool_sizes& sizes, replay
       break;
     case errc::misaligned:
       rep.error = "snapshot interval " + std::to_string(o.capture_interval) +
-                  " is not a positive multiple of the alignment unit " + std::to_string(Model::alignment);
+                  " is not a positive multiple of the alignment unit " + std::to_string(c.model.config.alignment());
       break;
     default: rep.error = "the cache refused the configuration: " + std::string(to_string(created.error()));
     }
     return;
   }
-  cache_type& cache = *created;
+  Cache& cache = *created;
   rep.snapshot_slots = cache.snapshot_slots();
 
   materializer m(t);
@@ -95,11 +93,12 @@ void run(const trace& t, const replay_config& c, const pool_sizes& sizes, replay
   };
   auto end_step = [&] {
     const auto t0 = clock_type::now();
-    cache.step_complete(cache.current_epoch());
+    if (auto done = cache.step_complete(cache.current_epoch()); !done && rep.error.empty())
+      rep.error = "step_complete failed with " + std::string(to_string(done.error()));
     in_cache += clock_type::now() - t0;
     const cache_metrics& mm = cache.metrics();
-    const double kv = static_cast<double>(sizes.kv_blocks - mm.blocks_free) * static_cast<double>(rep.bytes_per_kv_block);
-    const double snap = static_cast<double>(mm.snapshots_held) * static_cast<double>(rep.bytes_per_snapshot);
+    const double kv = static_cast<double>(kv_blocks - mm.blocks_free) * static_cast<double>(rep.bytes_per_kv_block);
+    const double snap = static_cast<double>(mm.snapshot_bytes_held);
     rep.peak_kv_bytes = std::max(rep.peak_kv_bytes, kv);
     rep.peak_snapshot_bytes = std::max(rep.peak_snapshot_bytes, snap);
     kv_sum += kv;
@@ -154,7 +153,7 @@ void run(const trace& t, const replay_config& c, const pool_sizes& sizes, replay
 
     // The engine restores, prefills [usable, L) and writes every planned capture.
     written.clear();
-    for (const capture_point& p : plan->captures) written.push_back(p.position);
+    for (const capture_point& p : plan->captures) written.push_back(static_cast<std::uint32_t>(p.position));
     if (auto committed = cache.commit(i, length, written); !committed) misuse("commit", committed.error(), i);
 
     // Decode: the model feeds every output token but the last sampled one.
@@ -201,64 +200,41 @@ void run(const trace& t, const replay_config& c, const pool_sizes& sizes, replay
   if (c.check_invariants && !cache.check_invariants()) rep.error = "check_invariants failed at the end";
 }
 
-using runner = void (*)(const trace&, const replay_config&, const pool_sizes&, replay_report&, progress*);
+using runner = void (*)(const trace&, const replay_config&, std::uint32_t kv_blocks, replay_report&, progress*);
 
+/// The replay of policy `p` over a model with recurrent layers, of kind `Model` (`dynamic_model` or a
+/// preset type); null for `block_sharing`, which does not apply.
 template <class Model>
-runner runner_for(policy_kind p) {
+runner recurrent_runner(policy_kind p) {
   using namespace policy;
-  if constexpr (Model::has_recurrent) {
-    switch (p) {
-    case policy_kind::memory_only: return &run<Model, memory_only>;
-    case policy_kind::snapshot_interval:
-      return &run<Model, snapshot_restore<capture<every_interval>, accept_prefill_exact>>;
-    case policy_kind::snapshot_prefix_tree:
-      return &run<Model, snapshot_restore<capture<every_interval, last_aligned, branch_point>, accept_prefill_exact>>;
-    case policy_kind::snapshot_turns: return &run<Model, snapshot_restore<>>;
-    case policy_kind::snapshot_all:
-      return &run<Model, snapshot_restore<capture<every_interval, last_aligned, branch_point, end_of_turn>, accept_any>>;
-    case policy_kind::block_sharing: return nullptr;
-    }
-    return nullptr;
-  } else {
-    return p == policy_kind::block_sharing ? &run<Model, block_sharing> : nullptr;
+  switch (p) {
+  case policy_kind::memory_only: return &run<prefix_cache<Model, memory_only>>;
+  case policy_kind::snapshot_interval:
+    return &run<prefix_cache<Model, snapshot_restore<capture<every_interval>, accept_prefill_exact>>>;
+  case policy_kind::snapshot_prefix_tree:
+    return &run<
+        prefix_cache<Model, snapshot_restore<capture<every_interval, last_aligned, branch_point>, accept_prefill_exact>>>;
+  case policy_kind::snapshot_turns: return &run<prefix_cache<Model, snapshot_restore<>>>;
+  case policy_kind::snapshot_all:
+    return &run<prefix_cache<
+        Model, snapshot_restore<capture<every_interval, last_aligned, branch_point, end_of_turn>, accept_any>>>;
+  case policy_kind::block_sharing: return nullptr;
   }
+  return nullptr;
 }
 
-/// The smallest model with block size B and, for Q > 0, a recurrent layer with chunk Q (alignment max(B, Q)).
-template <std::uint32_t B, std::uint32_t Q>
-struct geometry_model_of {
-  using type = hybrid_model<
-      layers<kv_block<kv_shape{.kv_heads = 1, .head_dim = 1, .block_size = B}>, 1>,
-      layers<mamba2_state<mamba2_shape{.heads = 1, .head_dim = 1, .state_dim = 1, .groups = 1, .conv_width = 4, .chunk = Q}>,
-             1>>;
-};
-template <std::uint32_t B>
-struct geometry_model_of<B, 0> {
-  using type = hybrid_model<layers<kv_block<kv_shape{.kv_heads = 1, .head_dim = 1, .block_size = B}>, 1>>;
-};
-template <std::uint32_t B, std::uint32_t Q>
-using geometry_model = typename geometry_model_of<B, Q>::type;
-
-struct geometry {
-  std::uint32_t block_size;
-  std::uint32_t alignment;
-  bool recurrent;
-  runner (*pick)(policy_kind);
-};
-
-template <std::uint32_t B, std::uint32_t Q>
-constexpr geometry make_geometry() {
-  using M = geometry_model<B, Q>;
-  return {M::block_size, M::alignment, M::has_recurrent, &runner_for<M>};
+/// The replay of policy `p` over an attention-only model: only `block_sharing` applies.
+template <class Model>
+runner attention_runner(policy_kind p) {
+  return p == policy_kind::block_sharing ? &run<prefix_cache<Model, policy::block_sharing>> : nullptr;
 }
 
-/// Geometry tables, one per translation unit (sim/geometries_*.cpp).
-std::span<const geometry> attention_geometries();
-std::span<const geometry> hybrid_geometries_a64();
-std::span<const geometry> hybrid_geometries_a128();
-std::span<const geometry> hybrid_geometries_a256();
+/// The replay of policy `p` for a runtime model with or without recurrent layers (null: does not apply).
+inline runner runtime_runner(policy_kind p, bool recurrent) {
+  return recurrent ? recurrent_runner<dynamic_model>(p) : attention_runner<dynamic_model>(p);
+}
 
-/// `runner_for<Preset>`: the presets' own types, for the equivalence test.
+/// The presets' own types, for the equivalence test (null for a preset without an instantiation here).
 runner preset_runner(preset_id id, policy_kind p);
 
 } // namespace reprise::sim::adapter

@@ -7,8 +7,9 @@
 
 namespace reprise::sim {
 
-/// Replays through `prefix_cache` instantiated over the preset's own model type (Nemotron-H-8B and
-/// Llama-3-8B) instead of its geometry model. Tests use it to show that both give the same report.
+/// Replays through the typed `prefix_cache<Preset, Policy>` over the preset's own compile-time model type
+/// (Nemotron-H-8B and Llama-3-8B) instead of the runtime-configured cache. Tests use it to show that both
+/// give the same report.
 replay_report replay_with_preset_type(const trace& t, const replay_config& c);
 
 } // namespace reprise::sim

@@ -126,16 +126,20 @@ struct replay_report {
 };
 
 /// Replays `t` through the cache configured by `c`.
-/// Effects: none outside the report. Errors: reported in `replay_report::error` (unsupported block size /
-/// alignment, budget below one snapshot or one block, misaligned interval, policy that does not apply).
+/// Effects: none outside the report. Errors: reported in `replay_report::error` (unsupported block size,
+/// budget below one snapshot or one block, misaligned interval, policy that does not apply).
 /// Complexity: linear in the trace's tokens.
 replay_report replay(const trace& t, const replay_config& c, progress* bar = nullptr);
 
 /// Static checks of a configuration against a trace: warnings for setups that can never or rarely hit.
 std::vector<std::string> configuration_warnings(const trace& t, const replay_config& c);
 
-/// Block sizes and alignment units the simulator has `prefix_cache` instantiations for, as "B/A" pairs.
-std::string supported_geometries();
+/// The block sizes the cache supports, as a comma-separated list.
+std::string supported_block_sizes_text();
+
+/// The most KV blocks one replay's cache gets, whatever the budget: the cache allocates its bookkeeping for
+/// every block up front (about 100 bytes plus the block's tokens), so larger budgets are capped here.
+inline constexpr std::uint32_t max_replay_kv_blocks = std::uint32_t{1} << 24;
 
 /// The report as `key: value` lines for people.
 std::string format_report(const replay_report& r);

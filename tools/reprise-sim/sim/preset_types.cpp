@@ -1,5 +1,5 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
-// The cache over the presets' own model types, for the geometry-model equivalence test.
+// The cache over the presets' own compile-time model types, for the typed-vs-runtime equivalence test.
 #include "sim/cache_adapter.hpp"
 
 #include <reprise/state/presets.hpp>
@@ -8,8 +8,8 @@ namespace reprise::sim::adapter {
 
 runner preset_runner(preset_id id, policy_kind p) {
   switch (id) {
-  case preset_id::nemotron_h_8b: return runner_for<presets::nemotron_h_8b>(p);
-  case preset_id::llama3_8b: return runner_for<presets::llama3_8b>(p);
+  case preset_id::nemotron_h_8b: return recurrent_runner<presets::nemotron_h_8b>(p);
+  case preset_id::llama3_8b: return attention_runner<presets::llama3_8b>(p);
   default: return nullptr;
   }
 }
