@@ -87,9 +87,8 @@ struct cache_core {
 
   /// Evicting a block drops its snapshots first.
   auto on_evict() noexcept {
-    return [this](block_node& n) {
-      if constexpr (restores) slots.invalidate(n);
-    };
+    if constexpr (restores) return [this](block_node& n) { slots.invalidate(n); };
+    else return [](block_node&) {};
   }
 
   // ------------------------------------------------------------------------------------------------------
