@@ -230,6 +230,9 @@ private:
       stats_.lost_tokens += plan->tokens_lost_to_missing_snapshot;
       admissions_.push_back({s.id, length, u, plan->kv_matched_tokens, plan->tokens_lost_to_missing_snapshot});
       if (plan->restore_slot != no_slot && opt_.before_restore) opt_.before_restore(states_, plan->restore_slot);
+      // A turn end kept off a block boundary: its partial block is copied into the sequence's own (copy on
+      // write) before the prefill appends to it.
+      if (plan->copy_src != no_block) copy_kv_block(plan->copy_src, plan->copy_dst);
     }
     if (admitted.empty()) return;
     copy_slots(restores); // restore before any prefill reads the live slots

@@ -179,8 +179,18 @@ private:
     }
     const auto L = static_cast<std::uint32_t>(s.tokens.size());
     expect(plan->block_table.size() == (L + B - 1) / B, "admit: table size");
-    expect(plan->kv_matched_tokens == plan->shared_blocks * B, "admit: kv_matched != shared blocks");
-    expect(plan->kv_matched_tokens <= (L - 1) / B * B, "admit: KV match beyond L - 1");
+    const bool copies = plan->copy_src != no_block; // a partial block kept at a turn's end, copied
+    if (copies) {
+      expect(plan->kv_matched_tokens > plan->shared_blocks * B && plan->kv_matched_tokens < (plan->shared_blocks + 1) * B,
+             "admit: a copied partial block must extend the match by 1 .. B - 1 tokens");
+      expect(plan->kv_matched_tokens == plan->usable_tokens, "admit: a copied partial block comes with its snapshot");
+      expect(plan->copy_dst == plan->block_table[plan->shared_blocks], "admit: copy into the first own block");
+      expect(holds(blocks_[plan->copy_src], s, plan->kv_matched_tokens), "admit: FALSE HIT, copied block holds another prefix");
+      expect(!held_by_live(plan->copy_src), "admit: copied block is a live sequence's block");
+    } else {
+      expect(plan->kv_matched_tokens == plan->shared_blocks * B, "admit: kv_matched != shared blocks");
+    }
+    expect(plan->kv_matched_tokens <= (copies ? L - 1 : (L - 1) / B * B), "admit: KV match beyond L - 1");
     expect(plan->usable_tokens <= plan->kv_matched_tokens, "admit: usable beyond KV match");
     if constexpr (std::is_same_v<policy_type, policy::block_sharing>)
       expect(plan->usable_tokens == plan->kv_matched_tokens, "admit: block_sharing must skip the KV match");
@@ -233,6 +243,12 @@ private:
       s.restore = plan->restore_slot;
       for (const capture_point& c : s.captures) slot_touched_[c.slot] = static_cast<std::int64_t>(cache_.current_epoch());
       if (s.restore != no_slot) slot_touched_[s.restore] = static_cast<std::int64_t>(cache_.current_epoch());
+    }
+    if (copies) { // the engine's copy kernel, before the prefill
+      blocks_[plan->copy_dst] = blocks_[plan->copy_src];
+      block_continuation_[plan->copy_dst] = block_continuation_[plan->copy_src];
+      if (block_continuation_[plan->copy_src]) s.exact_until = std::min(s.exact_until, plan->shared_blocks * B);
+      block_touched_[plan->copy_src] = static_cast<std::int64_t>(cache_.current_epoch());
     }
     s.computed = plan->usable_tokens;
     s.valid = plan->kv_matched_tokens;

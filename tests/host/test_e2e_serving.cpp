@@ -199,51 +199,102 @@ TEST_CASE("corrupting one value of a restored snapshot changes the output, and t
   CHECK_FALSE(same_outputs(warm, cold));
 }
 
-TEST_CASE("a decode_continuation snapshot resumes bitwise like the same session continuing without eviction") {
-  using continuation = policy::snapshot_restore<
-      policy::capture<policy::last_aligned, policy::branch_point, policy::end_of_turn>, policy::accept_any>;
-  const decoder& model = model_of(tiny_hybrid::config());
-  const decoder_config& cfg = model.config();
-  const workload w = workload::make({.conversations = 1, .turns = 3, .system_tokens = 65, .user_tokens = 23,
-                                     .reply_tokens = 9, .seed = 5},
-                                    cfg.vocab);
-  auto cache = make_cache<tiny_hybrid, continuation>();
-  const workload_result warm = run_workload(model, cache, w);
+namespace {
 
-  // The reference: one session that never ends. Its state stays live between turns; each turn prefills
-  // only the tokens it has not seen (the last reply token and the new user message) from where it stopped.
-  kv_memory kv(cfg, 32);
+using continuation = policy::snapshot_restore<policy::capture<policy::last_aligned, policy::branch_point, policy::end_of_turn>,
+                                              policy::accept_any>;
+
+/// The reference for decode_continuation hits: one session per conversation that never ends. Its state stays
+/// live between turns; each turn prefills only the tokens it has not seen (the last reply token and the new
+/// user message) from where it stopped. Checks `warm` against it and that every later turn was admitted
+/// exactly where the previous turn's live state stopped.
+void check_against_kept_alive_session(const decoder& model, const workload& w, const workload_result& warm) {
+  const decoder_config& cfg = model.config();
+  kv_memory kv(cfg, 64);
   state_memory states(cfg, 1);
-  std::vector<block_id> blocks(32);
-  for (std::uint32_t i = 0; i < 32; ++i) blocks[i] = i;
-  std::vector<token> seen = w.system_prompt;
-  seen.insert(seen.end(), w.user[0][0].begin(), w.user[0][0].end());
-  std::uint32_t position = 0;
-  std::vector<float> logits(cfg.vocab);
-  for (std::uint32_t turn = 0; turn < w.config.turns; ++turn) {
-    CAPTURE(turn);
-    const std::vector<token> fresh(seen.begin() + position, seen.end());
-    const sequence_step prefill{position, static_cast<std::uint32_t>(fresh.size()), blocks, 0, {}, position};
-    model.forward(pass::prefill, fresh, {&prefill, 1}, kv, states, logits);
-    position = static_cast<std::uint32_t>(seen.size());
-    std::vector<token> reply{static_cast<token>(math::argmax(logits))};
-    while (reply.size() < w.config.reply_tokens) {
-      const sequence_step step{position, 1, blocks, 0, {}, position};
-      model.forward(pass::decode, {&reply.back(), 1}, {&step, 1}, kv, states, logits);
+  std::vector<block_id> blocks(64);
+  for (std::uint32_t i = 0; i < 64; ++i) blocks[i] = static_cast<block_id>(i);
+  for (std::uint32_t conv = 0; conv < w.config.conversations; ++conv) {
+    CAPTURE(conv);
+    states.zero(0);
+    std::vector<token> seen = w.system_prompt;
+    seen.insert(seen.end(), w.user[conv][0].begin(), w.user[conv][0].end());
+    std::uint32_t position = 0;
+    std::vector<float> logits(cfg.vocab);
+    for (std::uint32_t turn = 0; turn < w.config.turns; ++turn) {
+      CAPTURE(turn);
+      const std::vector<token> fresh(seen.begin() + position, seen.end());
+      const sequence_step prefill{position, static_cast<std::uint32_t>(fresh.size()), blocks, 0, {}, position};
+      model.forward(pass::prefill, fresh, {&prefill, 1}, kv, states, logits);
+      position = static_cast<std::uint32_t>(seen.size());
+      std::vector<token> reply{static_cast<token>(math::argmax(logits))};
+      while (reply.size() < w.config.reply_tokens) {
+        const sequence_step step{position, 1, blocks, 0, {}, position};
+        model.forward(pass::decode, {&reply.back(), 1}, {&step, 1}, kv, states, logits);
+        seen.push_back(reply.back());
+        ++position;
+        reply.push_back(static_cast<token>(math::argmax(logits)));
+      }
+      CHECK(warm.turns[conv][turn].generated == reply);
+      CHECK(std::memcmp(warm.turns[conv][turn].last_logits.data(), logits.data(), logits.size() * sizeof(float)) == 0);
+      if (turn > 0) { // restored exactly where the previous turn's live state stopped
+        const admission& a = *std::find_if(warm.admissions.begin(), warm.admissions.end(), [&](const admission& x) {
+          return x.id == request_id(conv, turn, w.config.turns);
+        });
+        CHECK(a.usable_tokens == warm.prompts[conv][turn - 1].size() + w.config.reply_tokens - 1);
+      }
       seen.push_back(reply.back());
-      ++position;
-      reply.push_back(static_cast<token>(math::argmax(logits)));
+      if (turn + 1 < w.config.turns) seen.insert(seen.end(), w.user[conv][turn + 1].begin(), w.user[conv][turn + 1].end());
     }
-    CHECK(warm.turns[0][turn].generated == reply);
-    CHECK(std::memcmp(warm.turns[0][turn].last_logits.data(), logits.data(), logits.size() * sizeof(float)) == 0);
-    if (turn > 0) { // restored exactly where the previous turn's live state stopped
-      CHECK(warm.admissions[turn].usable_tokens == warm.prompts[0][turn - 1].size() + w.config.reply_tokens - 1);
-    }
-    seen.push_back(reply.back());
-    if (turn + 1 < w.config.turns) seen.insert(seen.end(), w.user[0][turn + 1].begin(), w.user[0][turn + 1].end());
   }
-  CHECK(warm.metrics.snapshot_hits == w.config.turns - 1);
-  CHECK(cache.check_invariants().has_value());
+}
+
+} // namespace
+
+TEST_CASE("a decode_continuation snapshot resumes bitwise like the same session continuing, at any turn length") {
+  // Turn ends on a block boundary (65 + 23 + 9 - 1 = 96), one past and one before it, 1-token replies, replies
+  // ending exactly on and one past a boundary, and prompts shorter than the alignment unit (64) and than a block.
+  const workload_config shapes[] = {
+      {.conversations = 1, .turns = 3, .system_tokens = 65, .user_tokens = 23, .reply_tokens = 9, .seed = 5},
+      {.conversations = 2, .turns = 4, .system_tokens = 40, .user_tokens = 7, .reply_tokens = 1, .seed = 6},
+      {.conversations = 2, .turns = 3, .system_tokens = 50, .user_tokens = 11, .reply_tokens = 17, .seed = 7},
+      {.conversations = 2, .turns = 3, .system_tokens = 47, .user_tokens = 3, .reply_tokens = 15, .seed = 8},
+      {.conversations = 2, .turns = 3, .system_tokens = 46, .user_tokens = 3, .reply_tokens = 15, .seed = 9},
+      {.conversations = 1, .turns = 4, .system_tokens = 5, .user_tokens = 3, .reply_tokens = 4, .seed = 10},
+  };
+  const decoder& model = model_of(tiny_hybrid::config());
+  for (const workload_config& shape : shapes) {
+    CAPTURE(shape.system_tokens);
+    CAPTURE(shape.user_tokens);
+    CAPTURE(shape.reply_tokens);
+    const workload w = workload::make(shape, model.config().vocab);
+    auto cache = make_cache<tiny_hybrid, continuation>();
+    const workload_result warm = run_workload(model, cache, w);
+    check_against_kept_alive_session(model, w, warm);
+    CHECK(warm.metrics.snapshot_hits == shape.conversations * (shape.turns - 1));
+    CHECK(cache.check_invariants().has_value());
+  }
+}
+
+TEST_CASE("a corrupted turn-end snapshot off a block boundary is noticed (the equality can fail)") {
+  const decoder& model = model_of(tiny_hybrid::config());
+  const workload w = workload::make(
+      {.conversations = 1, .turns = 3, .system_tokens = 50, .user_tokens = 11, .reply_tokens = 17, .seed = 7},
+      model.config().vocab);
+  auto reference_cache = make_cache<tiny_hybrid, continuation>();
+  const workload_result reference = run_workload(model, reference_cache, w);
+  REQUIRE(reference.metrics.partial_blocks_copied > 0);
+  auto cache = make_cache<tiny_hybrid, continuation>();
+  std::uint32_t tampered = 0;
+  engine<decltype(cache)>::options o{.max_running = 1};
+  o.before_restore = [&](state_memory& states, slot_id slot) {
+    if (tampered++ != 0) return;
+    const mamba2_shape& m = tiny_hybrid::config().ssm;
+    states.ssm(0)[static_cast<std::size_t>(slot) * m.heads * m.head_dim * m.state_dim + 3] += 0.25f;
+  };
+  const workload_result warm = run_workload(model, cache, w, o);
+  REQUIRE(tampered > 0);
+  CHECK_FALSE(same_outputs(warm, reference));
 }
 
 TEST_CASE_TEMPLATE("a copy-on-write fork gives two continuations equal to two cold runs", Preset, tiny_hybrid,

@@ -34,6 +34,7 @@ TEST_CASE("random operation streams keep every oracle check and invariant") {
       total.kv_evictions += out.metrics.kv_evictions;
       total.usable_tokens += out.metrics.usable_tokens;
       total.snapshot_hits += out.metrics.snapshot_hits;
+      total.partial_blocks_copied += out.metrics.partial_blocks_copied;
       total.captures_written += out.metrics.captures_written;
       total.snapshot_evictions_lru += out.metrics.snapshot_evictions_lru;
       total.snapshot_evictions_invalidated += out.metrics.snapshot_evictions_invalidated;
@@ -43,7 +44,7 @@ TEST_CASE("random operation streams keep every oracle check and invariant") {
     const std::string label = std::string(names[policy]) + (config >= 5 ? " (runtime)" : " (typed)");
     MESSAGE(label, ": lookups ", total.lookups, ", blocks shared ", total.blocks_shared, ", KV evictions ",
             total.kv_evictions, ", skipped ", total.usable_tokens, ", snapshot hits ", total.snapshot_hits,
-            ", captures ", total.captures_written, ", snapshot LRU/invalidated evictions ",
+            ", captures ", total.captures_written, ", partial blocks copied ", total.partial_blocks_copied, ", snapshot LRU/invalidated evictions ",
             total.snapshot_evictions_lru, "/", total.snapshot_evictions_invalidated, ", TTL evictions ",
             total.snapshot_evictions_ttl, ", duplicates ",
             total.duplicate_blocks);
@@ -58,5 +59,6 @@ TEST_CASE("random operation streams keep every oracle check and invariant") {
       CHECK(total.snapshot_evictions_invalidated + total.snapshot_evictions_lru > 0);
     }
     if (policy == 4) CHECK(total.snapshot_evictions_ttl > 0);
+    if (policy == 3) CHECK(total.partial_blocks_copied > 10); // turn ends off block boundaries, restored
   }
 }

@@ -222,9 +222,11 @@ TEST_CASE_TEMPLATE("multi-turn: turn 2 restores the end of turn 1 only if decode
     REQUIRE(c.extend(1, std::vector<token_id>{t}).has_value());
     if (k < 39) REQUIRE(c.commit(1, 201 + k).has_value());
   }
-  auto f = c.finish(1); // committed position 239: not on a block boundary, no end-of-turn capture
+  auto f = c.finish(1); // committed position 239: off a block boundary, the partial block is kept with it
   REQUIRE(f.has_value());
-  CHECK(f->capture.slot == no_slot);
+  CHECK(f->capture.slot != no_slot);
+  CHECK(f->capture.position == 239);
+  CHECK(c.metrics().tail_blocks == 1);
 
   // Again, committing the last token too: position 240 is a block boundary.
   auto p2 = c.admit(2, turn1);

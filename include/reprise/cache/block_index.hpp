@@ -1,7 +1,7 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file
-/// `block_index`: key -> cached block, a Boost.Intrusive `unordered_set` over the pool's nodes with a bucket
+/// `block_index`: key -> cached block (and `tail_index`: start key -> the partial blocks kept there), a Boost.Intrusive `unordered_set` over the pool's nodes with a bucket
 /// array allocated once (a power of two >= the number of blocks), so lookups and inserts never allocate.
 ///
 /// A lookup is a *verified* match: same 128-bit key, same parent block, same B tokens, the same exactness
@@ -95,6 +95,49 @@ public:
 
 private:
   const block_pool* pool_;
+  std::vector<typename set_type::bucket_type> buckets_;
+  set_type set_;
+};
+
+/// `tail_index`: the partial blocks kept at turn ends (`block_state::tail`), by the chain key they start
+/// from (their parent's key, or the root key for a tail at position 0). A lookup lists a parent's tails; the
+/// caller verifies each candidate's parent, extra keys and tokens. A node is in this index or in the block
+/// index, never both (they share its hook). Buckets are allocated once.
+class tail_index {
+  struct key_hash {
+    std::size_t operator()(const block_node& n) const noexcept { return static_cast<std::size_t>(n.key.lo); }
+    std::size_t operator()(const block_key& k) const noexcept { return static_cast<std::size_t>(k.lo); }
+  };
+  struct key_equal {
+    bool operator()(const block_node& a, const block_node& b) const noexcept { return a.key == b.key; }
+    bool operator()(const block_key& k, const block_node& n) const noexcept { return k == n.key; }
+    bool operator()(const block_node& n, const block_key& k) const noexcept { return k == n.key; }
+  };
+  using set_type = boost::intrusive::unordered_multiset<
+      block_node, boost::intrusive::member_hook<block_node, index_hook, &block_node::index_link>,
+      boost::intrusive::hash<key_hash>, boost::intrusive::equal<key_equal>, boost::intrusive::power_2_buckets<true>,
+      boost::intrusive::constant_time_size<true>>;
+
+public:
+  explicit tail_index(std::size_t capacity)
+      : buckets_(std::bit_ceil(std::max<std::size_t>(capacity, 2))),
+        set_(typename set_type::bucket_traits(buckets_.data(), buckets_.size())) {}
+  tail_index(const tail_index&) = delete;
+  tail_index& operator=(const tail_index&) = delete;
+  ~tail_index() { set_.clear(); }
+
+  /// Calls `f(node)` for every tail whose start key is `start`. Complexity: O(1) expected plus the tails
+  /// of that key.
+  template <class F>
+  void for_each(const block_key& start, F&& f) {
+    auto [it, end] = set_.equal_range(start, key_hash{}, key_equal{});
+    for (; it != end; ++it) f(*it);
+  }
+  void insert(block_node& n) noexcept { set_.insert(n); }
+  void erase(block_node& n) noexcept { set_.erase(set_.iterator_to(n)); }
+  std::size_t size() const noexcept { return set_.size(); }
+
+private:
   std::vector<typename set_type::bucket_type> buckets_;
   set_type set_;
 };

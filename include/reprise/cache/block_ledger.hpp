@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 
 namespace reprise::detail {
@@ -33,13 +34,14 @@ public:
   static constexpr std::uint32_t eviction_lookahead = 8;
 
   block_ledger(std::uint32_t blocks, std::uint32_t block_size, const epoch_clock& clock, cache_metrics& m)
-      : pool_(blocks, block_size), index_(pool_), clock_(&clock), metrics_(&m) {
+      : pool_(blocks, block_size), index_(pool_), tails_(blocks), clock_(&clock), metrics_(&m) {
     m.blocks_free = blocks;
   }
 
   block_pool& pool() noexcept { return pool_; }
   const block_pool& pool() const noexcept { return pool_; }
   const block_index& index() const noexcept { return index_; }
+  const tail_index& tails() const noexcept { return tails_; }
   block_node& node(block_id b) noexcept { return pool_.node(b); }
   const block_node& node(block_id b) const noexcept { return pool_.node(b); }
   block_id id_of(const block_node& n) const noexcept { return pool_.id_of(n); }
@@ -52,14 +54,15 @@ public:
   /// Blocks `take` could return now. Complexity: O(1).
   std::size_t available() const noexcept { return pool_.available(); }
 
-  /// Blocks `take` could return after the `held` blocks (about to be referenced) leave the LRU queue.
-  /// Complexity: O(held).
-  std::size_t available_excluding(std::span<const block_id> held) const noexcept {
+  /// Blocks `take` could return after the `held` and `also_held` blocks (about to be referenced) leave the
+  /// LRU queue. Complexity: O(held).
+  std::size_t available_excluding(std::span<const block_id> held, std::span<const block_id> also_held = {}) const noexcept {
     std::size_t in_lru_safe = 0;
-    for (block_id b : held) {
-      const block_node& n = pool_.node(b);
-      if (n.refcount == 0 && n.tag <= clock_->safe_before) ++in_lru_safe;
-    }
+    for (std::span<const block_id> list : {held, also_held})
+      for (block_id b : list) {
+        const block_node& n = pool_.node(b);
+        if (n.refcount == 0 && n.tag <= clock_->safe_before) ++in_lru_safe;
+      }
     return pool_.available() - in_lru_safe;
   }
 
@@ -107,7 +110,7 @@ public:
   void unreference(block_node& n) noexcept {
     if (--n.refcount != 0) return;
     --metrics_->blocks_referenced;
-    if (n.state == block_state::cached) {
+    if (n.state == block_state::cached || n.state == block_state::tail) {
       pool_.lru().push_back(n, clock_->release_tag(), clock_->safe_before);
     } else {
       n.state = block_state::free;
@@ -140,23 +143,63 @@ public:
     return b;
   }
 
+  /// Keeps owned block `b`, the partial block of a sequence that ends at depth * B + fill, as a tail under
+  /// `parent` (starting from chain key `start`). Precondition: 0 < fill < B; `b` is held by the ending
+  /// sequence only (it joins the LRU queue when that sequence lets go).
+  void keep_tail(block_id b, const block_key& start, block_id parent, std::uint32_t depth, std::uint32_t fill,
+                 exactness kind, const stored_extra_keys& extras) noexcept {
+    block_node& n = pool_.node(b);
+    n.key = start;
+    n.parent = parent;
+    n.depth = depth;
+    n.fill = fill;
+    n.kind = kind;
+    n.state = block_state::tail;
+    if (parent == no_block) pool_.root_extras(b) = extras;
+    else ++pool_.node(parent).cached_children;
+    tails_.insert(n);
+    ++metrics_->tail_blocks;
+  }
+
+  /// Calls `f(node)` for every tail under `parent` that starts from chain key `start`, has the extra keys
+  /// `extras` (checked for a tail at position 0) and holds at most `tokens.size()` tokens equal to the first
+  /// ones of `tokens`. Complexity: O(1) expected plus O(B) per candidate.
+  template <class F>
+  void for_each_tail(const block_key& start, block_id parent, const stored_extra_keys& extras,
+                     std::span<const token_id> tokens, F&& f) {
+    tails_.for_each(start, [&](block_node& n) {
+      if (n.parent != parent || n.fill > tokens.size()) return;
+      if (parent == no_block && !(pool_.root_extras(pool_.id_of(n)) == extras)) return;
+      if (std::memcmp(pool_.tokens(pool_.id_of(n)).data(), tokens.data(), std::size_t{n.fill} * sizeof(token_id)) != 0)
+        return;
+      f(n);
+    });
+  }
+
   void advance(epoch_t safe_before) noexcept { pool_.advance(safe_before); }
 
 private:
-  /// Evicts an unreferenced cached leaf: it leaves the index and becomes owned by the taker.
+  /// Evicts an unreferenced cached leaf or tail: it leaves its index and becomes owned by the taker.
   void evict(block_node& n) noexcept {
     pool_.lru().erase(n, clock_->safe_before);
-    index_.erase(n);
+    if (n.state == block_state::tail) {
+      tails_.erase(n);
+      --metrics_->tail_blocks;
+    } else {
+      index_.erase(n);
+      --metrics_->blocks_cached;
+    }
     if (n.parent != no_block) --pool_.node(n.parent).cached_children;
     n.parent = no_block;
     n.key = {};
+    n.fill = 0;
     n.state = block_state::free;
     ++metrics_->kv_evictions;
-    --metrics_->blocks_cached;
   }
 
   block_pool pool_;
   block_index index_;
+  tail_index tails_;
   const epoch_clock* clock_;
   cache_metrics* metrics_;
 };

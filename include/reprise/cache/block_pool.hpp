@@ -5,10 +5,12 @@
 /// owns the ids, their refcounts, the tokens each block holds (for hit verification), a free queue and the
 /// LRU queue of cached blocks no sequence references.
 ///
-/// Every block is in exactly one of three states:
-///   free       in the free queue (maybe waiting for its epoch), refcount 0, not in the index;
-///   cached     in the index; in the LRU queue iff refcount == 0;
-///   owned      referenced by sequences, not (yet) in the index.
+/// Every block is in exactly one of four states:
+///   free       in the free queue (maybe waiting for its epoch), refcount 0, not in an index;
+///   cached     a full block in the block index; in the LRU queue iff refcount == 0;
+///   tail       a partial block kept at a turn's end with the snapshot at its fill, in the tail index (found
+///              by its parent); in the LRU queue iff refcount == 0;
+///   owned      referenced by sequences, not (yet) in an index.
 ///
 /// Leaf-first LRU: a sequence always holds a whole chain from the root, and releases it deepest block first,
 /// so in the LRU queue every block precedes its parent. The head is therefore always a leaf of the cached
@@ -31,16 +33,17 @@ namespace reprise::detail {
 using index_hook = boost::intrusive::unordered_set_member_hook<
     boost::intrusive::link_mode<boost::intrusive::safe_link>, boost::intrusive::store_hash<true>>;
 
-enum class block_state : std::uint8_t { free, owned, cached };
+enum class block_state : std::uint8_t { free, owned, cached, tail };
 
 struct block_node {
-  index_hook index_link;
+  index_hook index_link;         ///< block index (cached) or tail index (tail)
   list_hook queue_link;          ///< free queue or LRU queue
-  block_key key{};               ///< valid while cached
+  block_key key{};               ///< cached: the chain key ending at the block; tail: the one it starts from
   block_id parent = no_block;    ///< cached parent (no_block for a chain's first block)
   std::uint32_t refcount = 0;
   std::uint32_t cached_children = 0;
   std::uint32_t depth = 0;       ///< index in its chain: the block covers [depth * B, (depth + 1) * B)
+  std::uint32_t fill = 0;        ///< tail: tokens held (1 .. B - 1), from depth * B
   epoch_t tag = 0;               ///< epoch_fifo tag
   slot_id snapshot[2] = {no_slot, no_slot}; ///< published snapshot at the block's end, by `exactness`
   block_state state = block_state::free;

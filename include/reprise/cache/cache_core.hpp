@@ -125,9 +125,12 @@ struct cache_core {
       r.root = hasher.root(keys);
       r.extras = stored_extra_keys::from(keys);
       const std::uint32_t matched = lookup<B>(r, prompt);
+      const restore_choice choice = choose_restore<B>(r, matched, prompt);
       const std::uint32_t total = (length - 1) / B + 1;
-      if (blocks.available_excluding(r.blocks) < total - matched) return errc::pool_exhausted;
-      const restore_choice choice = choose_restore<B>(r, matched);
+      const block_id held_tail[] = {choice.tail};
+      if (blocks.available_excluding(r.blocks, choice.tail != no_block ? std::span(held_tail) : std::span<const block_id>{}) <
+          total - matched)
+        return errc::pool_exhausted;
       return apply<B>(r, prompt, matched, choice, offsets);
     });
   }
@@ -166,15 +169,33 @@ struct cache_core {
   struct restore_choice {
     std::uint32_t usable = 0;
     slot_id slot = no_slot;
+    block_id tail = no_block; ///< a kept partial block to copy (its snapshot sits at `usable`)
   };
 
   /// The usable skip: the largest u <= KV match with a snapshot at exactly u the accept policy allows
-  /// (`snapshot_restore`), the whole match (`block_sharing`), or nothing (`memory_only`). Changes nothing.
+  /// (`snapshot_restore`), the whole match (`block_sharing`), or nothing (`memory_only`). Under a policy
+  /// that accepts decode continuations, a partial block kept at a turn's end under the last matched block
+  /// extends the match when the prompt continues its tokens: its snapshot is the deepest. Changes nothing.
   template <std::uint32_t B>
-  restore_choice choose_restore(const sequence_record& r, std::uint32_t matched) const noexcept {
+  restore_choice choose_restore(const sequence_record& r, std::uint32_t matched,
+                                std::span<const token_id> prompt) noexcept {
     if constexpr (std::is_same_v<Policy, policy::block_sharing>) {
-      return {matched * B, no_slot};
+      return {matched * B, no_slot, no_block};
     } else if constexpr (restores) {
+      if constexpr (accepts_continuation && traits::capture::at_turn_end) {
+        const std::size_t begin = std::size_t{matched} * B;
+        const std::size_t room = std::min<std::size_t>(B - 1, prompt.size() - 1 - begin); // keep one token
+        if (room != 0) {
+          const block_id parent = matched == 0 ? no_block : r.blocks[matched - 1];
+          const block_key& start = matched == 0 ? r.root : blocks.node(parent).key;
+          restore_choice best{};
+          blocks.for_each_tail(start, parent, r.extras, prompt.subspan(begin, room), [&](block_node& n) {
+            const slot_id s = slots.usable(n, true);
+            if (s != no_slot && n.fill > best.usable) best = {n.fill, s, blocks.id_of(n)};
+          });
+          if (best.slot != no_slot) return {static_cast<std::uint32_t>(begin) + best.usable, best.slot, best.tail};
+        }
+      }
       for (std::uint32_t i = matched; i-- > 0;) {
         const block_node& n = blocks.node(r.blocks[i]);
         // Off the alignment grid only an end-of-turn (decode_continuation) snapshot can sit.
@@ -201,6 +222,12 @@ struct cache_core {
       blocks.reference(n);
       if (n.kind != exactness::prefill_exact && r.exact_until == unbounded) r.exact_until = i * B;
     }
+    if (choice.tail != no_block) { // held until the copy has run (first commit)
+      block_node& tail = blocks.node(choice.tail);
+      blocks.reference(tail);
+      r.copy_src = choice.tail;
+      if (tail.kind != exactness::prefill_exact) r.exact_until = std::min(r.exact_until, matched * B);
+    }
     auto ahead = blocks.prefetch_victims();
     for (std::uint32_t i = matched; i < total; ++i) {
       blocks.prefetch_next_victim(ahead);
@@ -216,9 +243,14 @@ struct cache_core {
     r.chain.assign(r.blocks.begin(), r.blocks.begin() + matched);
     sequences.insert(r);
 
-    const std::uint32_t kv_matched = matched * B;
+    const std::uint32_t kv_matched = choice.tail != no_block ? choice.usable : matched * B;
     admit_plan plan;
     plan.kv_matched_tokens = kv_matched;
+    if (choice.tail != no_block) {
+      plan.copy_src = choice.tail;
+      plan.copy_dst = r.blocks[matched];
+      ++metrics.partial_blocks_copied;
+    }
     plan.usable_tokens = choice.usable;
     plan.shared_blocks = matched;
     // Reusing a decode_continuation snapshot, or a decode_continuation block before the skip, makes what
@@ -293,6 +325,10 @@ struct cache_core {
       if (r->restore_slot != no_slot) {
         slots.unhold(r->restore_slot);
         r->restore_slot = no_slot;
+      }
+      if (r->copy_src != no_block) {
+        blocks.unreference(blocks.node(r->copy_src));
+        r->copy_src = no_block;
       }
     }
     return {};
@@ -441,21 +477,42 @@ struct cache_core {
     return plan;
   }
 
-  /// `policy::end_of_turn`: a decode_continuation snapshot of the live state at the committed position p,
-  /// when p ends a cached block that holds no snapshot yet and a slot is reusable.
-  void finish_capture(const sequence_record& r, finish_plan& plan) noexcept {
+  /// `policy::end_of_turn`: a decode_continuation snapshot of the live state at the committed position p.
+  /// At a block boundary it attaches to the cached block ending there; elsewhere the sequence's partial block
+  /// (tokens [floor(p / B) B, p), KV written) is kept as a tail under the last full block and the snapshot
+  /// attaches to it. Nothing when the block already holds a snapshot (or an equal tail exists), or no slot is
+  /// reusable (counted as refused).
+  void finish_capture(sequence_record& r, finish_plan& plan) noexcept {
     const std::uint32_t B = geometry.block_size;
     const std::uint32_t p = r.computed;
-    if (p == 0 || p % B != 0 || p / B > r.chain.size()) return;
-    block_node& b = blocks.node(r.chain[p / B - 1]);
-    if (b.snapshot[0] != no_slot || b.snapshot[1] != no_slot) return;
+    const std::uint32_t k = p / B, fill = p % B;
+    if (p == 0 || k > r.chain.size()) return;
+    block_node* target = nullptr;
+    if (fill == 0) {
+      target = &blocks.node(r.chain[k - 1]);
+      if (target->snapshot[0] != no_slot || target->snapshot[1] != no_slot) return;
+    } else {
+      if (k != r.chain.size() || blocks.node(r.blocks[k]).state != block_state::owned) return;
+      const block_id parent = k == 0 ? no_block : r.chain[k - 1];
+      const block_key start = k == 0 ? r.root : blocks.node(parent).key;
+      bool equal_kept = false;
+      blocks.for_each_tail(start, parent, r.extras, blocks.pool().tokens(r.blocks[k]).first(fill),
+                           [&](block_node& n) { equal_kept |= n.fill == fill; });
+      if (equal_kept) return;
+    }
     slot_node* n = slots.take();
     if (n == nullptr) {
       ++metrics.captures_refused;
       return;
     }
+    if (fill != 0) {
+      const block_id parent = k == 0 ? no_block : r.chain[k - 1];
+      blocks.keep_tail(r.blocks[k], k == 0 ? r.root : blocks.node(parent).key, parent, k, fill, r.kv_kind(p),
+                       r.extras);
+      target = &blocks.node(r.blocks[k]);
+    }
     // Written by the engine in the current step: restorable once that step completes.
-    slots.attach(*n, b, exactness::decode_continuation, clock.release_tag());
+    slots.attach(*n, *target, exactness::decode_continuation, clock.release_tag());
     plan.capture = {.sequence = 0, .position = p, .slot = slots.id_of(*n)};
     ++metrics.captures_planned;
     ++metrics.captures_written;
@@ -472,6 +529,7 @@ struct cache_core {
     if constexpr (restores) {
       if (r.restore_slot != no_slot) slots.unhold(r.restore_slot);
       for (const capture_point& c : r.captures) slots.release(slots.node(c.slot));
+      if (r.copy_src != no_block) blocks.unreference(blocks.node(r.copy_src));
     }
     // Deepest first, so in the LRU queue every block precedes its parent (leaf-first eviction).
     for (std::size_t i = r.blocks.size(); i-- > 0;) {

@@ -47,6 +47,10 @@ result<void> check_invariants(const cache_core<Policy, Hasher>& c) {
       if (n.state != block_state::cached || n.depth != i) return fail();
       if (n.parent != (i == 0 ? no_block : r.chain[i - 1])) return fail();
     }
+    if (r.copy_src != no_block) {
+      if (r.copy_src < 0 || r.copy_src >= nblocks || blocks.node(r.copy_src).state != block_state::tail) return fail();
+      ++at(refs, r.copy_src);
+    }
     if (r.restore_slot != no_slot) {
       if (r.restore_slot < 0 || r.restore_slot >= nslots) return fail();
       ++at(slot_refs, r.restore_slot);
@@ -57,22 +61,24 @@ result<void> check_invariants(const cache_core<Policy, Hasher>& c) {
       ++at(slot_pending, cp.slot);
     }
   }
-  std::uint32_t referenced = 0, cached = 0;
+  std::uint32_t referenced = 0, cached = 0, tails = 0;
   for (block_id b = 0; b < nblocks; ++b) {
     const block_node& n = blocks.node(b);
     if (n.refcount != at(refs, b)) return fail();
     referenced += n.refcount != 0;
-    const bool in_index = blocks.index().contains(n);
-    if (in_index != (n.state == block_state::cached)) return fail();
+    const bool kept = n.state == block_state::cached || n.state == block_state::tail;
+    if (n.index_link.is_linked() != kept) return fail(); // in the block index or the tail index
     const bool queued = n.queue_link.is_linked();
     if (n.state == block_state::free && (n.refcount != 0 || !queued)) return fail();
     if (n.state == block_state::owned && (n.refcount == 0 || queued)) return fail();
-    if (n.state == block_state::cached) {
-      ++cached;
+    if (kept) {
+      ++(n.state == block_state::cached ? cached : tails);
       if (queued != (n.refcount == 0)) return fail();
+      if (n.state == block_state::tail && (n.fill == 0 || n.fill >= block_size)) return fail();
       if (n.parent != no_block) {
         if (blocks.node(n.parent).state != block_state::cached) return fail();
         if (blocks.node(n.parent).depth + 1 != n.depth) return fail();
+        if (n.state == block_state::tail && blocks.node(n.parent).key != n.key) return fail();
         ++at(children, n.parent);
       } else if (n.depth != 0) {
         return fail();
@@ -83,18 +89,19 @@ result<void> check_invariants(const cache_core<Policy, Hasher>& c) {
   }
   for (block_id b = 0; b < nblocks; ++b)
     if (blocks.node(b).cached_children != at(children, b)) return fail();
-  if (blocks.index().size() != cached) return fail();
+  if (blocks.index().size() != cached || blocks.tails().size() != tails) return fail();
   const block_pool& pool = blocks.pool();
   if (pool.free().size() + pool.lru().size() + referenced != blocks.size()) return fail();
   // LRU order: every block precedes its parent, so the head is always a leaf.
   std::vector<std::uint8_t> seen(blocks.size(), 0);
   for (const block_node& n : pool.lru()) {
-    if (n.state != block_state::cached || n.refcount != 0) return fail();
+    if ((n.state != block_state::cached && n.state != block_state::tail) || n.refcount != 0) return fail();
     const block_id b = blocks.id_of(n);
     if (at(children, b) != 0) {
       // a cached child is either referenced (then so would be this block) or already seen
       for (block_id ch = 0; ch < nblocks; ++ch)
-        if (blocks.node(ch).state == block_state::cached && blocks.node(ch).parent == b && !at(seen, ch))
+        if (blocks.node(ch).state != block_state::free && blocks.node(ch).state != block_state::owned &&
+            blocks.node(ch).parent == b && !at(seen, ch))
           return fail();
     }
     at(seen, b) = 1;
@@ -119,8 +126,12 @@ result<void> check_invariants(const cache_core<Policy, Hasher>& c) {
       if (n.queue_link.is_linked() != (n.refcount == 0)) return fail();
       if (n.block < 0 || n.block >= nblocks) return fail();
       const block_node& b = blocks.node(n.block);
-      if (b.state != block_state::cached || b.snapshot[static_cast<int>(n.kind)] != s) return fail();
-      const std::uint64_t position = std::uint64_t{b.depth + 1} * block_size;
+      if ((b.state != block_state::cached && b.state != block_state::tail) ||
+          b.snapshot[static_cast<int>(n.kind)] != s)
+        return fail();
+      if (b.state == block_state::tail && n.kind != exactness::decode_continuation) return fail();
+      const std::uint64_t position =
+          b.state == block_state::tail ? std::uint64_t{b.depth} * block_size + b.fill : std::uint64_t{b.depth + 1} * block_size;
       if (n.kind == exactness::prefill_exact && position % c.geometry.alignment != 0) return fail();
       if (n.refcount != 0 && b.refcount == 0) return fail(); // a restorer holds the block too
       break;
@@ -137,7 +148,7 @@ result<void> check_invariants(const cache_core<Policy, Hasher>& c) {
   // Gauges.
   const cache_metrics& m = c.metrics;
   if (m.live_sequences != c.sequences.size() || m.blocks_referenced != referenced || m.blocks_cached != cached ||
-      m.blocks_free != pool.free().size() || m.snapshots_held != held ||
+      m.blocks_free != pool.free().size() || m.tail_blocks != tails || m.snapshots_held != held ||
       m.snapshot_bytes_held != std::uint64_t{held} * slots.bytes_per_snapshot())
     return fail();
   return {};

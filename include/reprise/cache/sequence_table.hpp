@@ -34,6 +34,7 @@ struct sequence_record {
   /// the published one, so its chain stays whole and later blocks publish under it.
   std::vector<block_id> chain;
   slot_id restore_slot = no_slot;        ///< held until the first commit (the restore copy has run)
+  block_id copy_src = no_block;          ///< a kept partial block held until the first commit (copied)
   /// Tokens before this position were computed prefill-exactly (from the zero state or prefill-exact state,
   /// through prefill-exact KV); the KV of later positions, and states past it, are `decode_continuation`.
   std::uint32_t exact_until = 0;
@@ -52,6 +53,7 @@ struct sequence_record {
     extras = {};
     tokens = computed = 0;
     restore_slot = no_slot;
+    copy_src = no_block;
     exact_until = 0;
   }
 };

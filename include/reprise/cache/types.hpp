@@ -69,12 +69,19 @@ struct cache_options {
 
 /// What `admit` decided. Spans point into the cache and stay valid until the next non-const call.
 struct admit_plan {
+  /// Copy-on-write of a partial block kept at a turn's end: before the prefill the engine copies KV block
+  /// `copy_src` into `copy_dst` (= block_table[shared_blocks]), which then holds the KV of
+  /// [shared_blocks * B, kv_matched_tokens). `no_block` when nothing is copied. The source stays valid until
+  /// the step after the sequence's first `commit` completes.
+  block_id copy_src = no_block;
+  block_id copy_dst = no_block;
   /// The sequence's block table: ceil(L / B) blocks. The first `shared_blocks` are shared, read-only and
   /// already hold the KV of tokens [0, kv_matched_tokens); the rest are the sequence's own.
   std::span<const block_id> block_table{};
   std::uint32_t shared_blocks = 0;
-  /// Tokens whose KV is cached (a multiple of B, at most L - 1 rounded down to a block). The engine writes
-  /// KV only for positions >= kv_matched_tokens.
+  /// Tokens whose KV is cached: shared full blocks, plus a copied partial block's tokens when `copy_src`
+  /// is set (then not a multiple of B); at most L - 1. The engine writes KV only for positions >=
+  /// kv_matched_tokens.
   std::uint32_t kv_matched_tokens = 0;
   /// Tokens whose prefill is skipped: the engine computes [usable_tokens, L). Always <= L - 1.
   std::uint32_t usable_tokens = 0;
@@ -105,7 +112,8 @@ struct finish_plan {
   /// End-of-turn capture (`policy::end_of_turn`): copy the sequence's live recurrent state (which has
   /// folded in exactly `capture.position` tokens) into `capture.slot` in the current step. `no_slot` when
   /// no capture is taken. The snapshot is `decode_continuation` and becomes restorable once the current
-  /// step is reported complete.
+  /// step is reported complete. When the position is not a multiple of B, the sequence's partial last block
+  /// is kept with it (the engine must not overwrite it: the block id stays the cache's until evicted).
   capture_point capture{};
 };
 
@@ -137,6 +145,7 @@ struct cache_metrics {
   // --- snapshots ---
   std::uint64_t snapshot_hits = 0;       ///< admits that restore a snapshot
   std::uint64_t snapshot_misses = 0;     ///< admits with a KV match but no usable snapshot
+  std::uint64_t partial_blocks_copied = 0; ///< snapshot hits at a turn end off a block boundary (block copied)
   std::uint64_t captures_planned = 0;
   std::uint64_t captures_written = 0;    ///< published as snapshots
   std::uint64_t captures_refused = 0;    ///< not planned (no slot, path cap) or dropped at commit
@@ -148,6 +157,7 @@ struct cache_metrics {
   std::uint32_t blocks_referenced = 0;   ///< blocks held by at least one sequence
   std::uint32_t blocks_cached = 0;       ///< blocks in the index (referenced or not)
   std::uint32_t blocks_free = 0;         ///< blocks in the free queue (some may wait for their epoch)
+  std::uint32_t tail_blocks = 0;         ///< partial blocks kept at turn ends with their snapshot
   std::uint32_t snapshots_held = 0;      ///< published snapshots
   std::uint64_t snapshot_bytes_held = 0;
 

@@ -1,0 +1,194 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+// Turn-end snapshots at any position: the partial last block is kept with the snapshot (a tail), and the next
+// turn restores there, copies the partial block (copy-on-write) and prefills only what is new.
+#include "support/cache_testing.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <vector>
+
+using namespace reprise;
+using namespace reprise::testing;
+
+namespace {
+
+constexpr std::size_t snap = small_hybrid::bytes_per_snapshot;
+constexpr std::uint32_t B = small_hybrid::block_size; // 16, alignment 64
+
+using chat = policy::snapshot_restore<policy::capture<policy::last_aligned, policy::end_of_turn>, policy::accept_any>;
+using strict = policy::snapshot_restore<policy::capture<policy::last_aligned, policy::end_of_turn>,
+                                        policy::accept_prefill_exact>;
+
+template <class Policy>
+prefix_cache<small_hybrid, Policy> make(std::uint32_t kv_blocks = 128, std::size_t slots = 16) {
+  auto c = prefix_cache<small_hybrid, Policy>::create(
+      {.kv_blocks = kv_blocks, .snapshot_budget_bytes = slots * snap, .hasher_seed = 2});
+  REQUIRE(c.has_value());
+  return std::move(*c);
+}
+
+/// One turn as an engine runs it: admit, commit the prefill, feed `reply.size() - 1` decoded tokens (the last
+/// sampled one is never fed), finish. Returns the finish plan; `tokens` becomes prompt + reply.
+template <class Cache>
+finish_plan run_turn(Cache& c, seq_id s, std::vector<token_id>& tokens, const std::vector<token_id>& reply,
+                     const extra_keys& keys = {}) {
+  auto plan = c.admit(s, tokens, keys);
+  REQUIRE(plan.has_value());
+  std::vector<std::uint32_t> written;
+  for (const capture_point& p : plan->captures) written.push_back(static_cast<std::uint32_t>(p.position));
+  auto n = static_cast<std::uint32_t>(tokens.size());
+  REQUIRE(c.commit(s, n, written).has_value());
+  for (std::size_t k = 0; k + 1 < reply.size(); ++k) {
+    REQUIRE(c.extend(s, std::vector<token_id>{reply[k]}).has_value());
+    REQUIRE(c.commit(s, ++n).has_value());
+  }
+  auto f = c.finish(s);
+  REQUIRE(f.has_value());
+  tokens.insert(tokens.end(), reply.begin(), reply.end());
+  REQUIRE(c.step_complete(c.current_epoch()).has_value());
+  return *f;
+}
+
+} // namespace
+
+TEST_CASE("turn 2 restores turn 1's end off a block boundary and prefills only the new tokens") {
+  auto c = make<chat>();
+  std::vector<token_id> tokens = iota_tokens(200);
+  const finish_plan f1 = run_turn(c, 1, tokens, iota_tokens(37, 70000)); // state at 200 + 36 = 236
+  REQUIRE(f1.capture.slot != no_slot);
+  CHECK(f1.capture.position == 236);
+  CHECK(c.metrics().tail_blocks == 1);
+  CHECK(c.check_invariants().has_value());
+
+  const std::vector<token_id> turn2 = concat(tokens, iota_tokens(20, 90000)); // L = 257
+  auto p2 = c.admit(2, turn2);
+  REQUIRE(p2.has_value());
+  CHECK(p2->shared_blocks == 14);          // [0, 224): prompt and decode-filled blocks
+  CHECK(p2->kv_matched_tokens == 236);     // plus the kept partial block [224, 236)
+  CHECK(p2->usable_tokens == 236);         // prefill computes the last sampled token and the 20 new ones
+  CHECK(p2->tokens_lost_to_missing_snapshot == 0);
+  CHECK(p2->restore_slot == f1.capture.slot);
+  CHECK(p2->restore_exactness == exactness::decode_continuation);
+  REQUIRE(p2->copy_src != no_block);
+  CHECK(p2->copy_dst == p2->block_table[14]);
+  CHECK(p2->copy_src != p2->copy_dst);
+  const block_id kept = p2->copy_src;
+  // The kept block is held until the copy has run: not evictable, and the engine's table does not name it.
+  CHECK(c.check_invariants().has_value());
+  REQUIRE(c.commit(2, 257).has_value());
+  REQUIRE(c.release(2).has_value());
+  REQUIRE(c.step_complete(c.current_epoch()).has_value());
+  CHECK(c.check_invariants().has_value());
+
+  // An edited turn 2 (another message after the same reply) restores the same kept block again: it stays
+  // cached after the copy.
+  auto p3 = c.admit(3, concat(tokens, iota_tokens(20, 95000)));
+  REQUIRE(p3.has_value());
+  CHECK(p3->copy_src == kept);
+  CHECK(p3->usable_tokens == 236);
+  REQUIRE(c.release(3).has_value());
+}
+
+TEST_CASE("a prefill-exact policy never restores a turn end or copies a decode-filled partial block") {
+  auto c = make<strict>();
+  std::vector<token_id> tokens = iota_tokens(200);
+  const finish_plan f1 = run_turn(c, 1, tokens, iota_tokens(37, 70000));
+  CHECK(f1.capture.slot != no_slot); // captured (the placement asks for it) but never restorable here
+  auto p2 = c.admit(2, concat(tokens, iota_tokens(20, 90000)));
+  REQUIRE(p2.has_value());
+  CHECK(p2->copy_src == no_block);
+  CHECK(p2->kv_matched_tokens == 192); // blocks from 192 on hold decoded tokens
+  CHECK(p2->usable_tokens == 192);
+  CHECK(p2->restore_exactness == exactness::prefill_exact);
+}
+
+TEST_CASE("short prompts (under one block) restore at their turn end too") {
+  auto c = make<chat>();
+  std::vector<token_id> tokens = iota_tokens(5, 100);
+  const finish_plan f1 = run_turn(c, 1, tokens, iota_tokens(3, 70000)); // state at 5 + 2 = 7
+  REQUIRE(f1.capture.slot != no_slot);
+  CHECK(f1.capture.position == 7);
+  auto p2 = c.admit(2, concat(tokens, iota_tokens(4, 90000))); // L = 12
+  REQUIRE(p2.has_value());
+  CHECK(p2->shared_blocks == 0);
+  CHECK(p2->usable_tokens == 7);
+  CHECK(p2->copy_dst == p2->block_table[0]);
+  REQUIRE(c.release(2).has_value());
+
+  SUBCASE("another tenant's identical prompt never sees it") {
+    auto p3 = c.admit(3, concat(tokens, iota_tokens(4, 90000)), {.tenant_salt = 9});
+    REQUIRE(p3.has_value());
+    CHECK(p3->usable_tokens == 0);
+    CHECK(p3->copy_src == no_block);
+  }
+  SUBCASE("a prompt that diverges inside the kept block does not use it") {
+    std::vector<token_id> other = tokens;
+    other[6] = 12345;
+    auto p3 = c.admit(3, concat(other, iota_tokens(4, 90000)));
+    REQUIRE(p3.has_value());
+    CHECK(p3->usable_tokens == 0);
+  }
+  SUBCASE("a prompt that ends at the kept position keeps one token to compute") {
+    auto p3 = c.admit(3, std::vector<token_id>(tokens.begin(), tokens.begin() + 7));
+    REQUIRE(p3.has_value());
+    CHECK(p3->usable_tokens == 0);
+    CHECK(p3->copy_src == no_block);
+  }
+}
+
+TEST_CASE("every turn of a chat with random lengths computes only its new tokens") {
+  auto c = make<chat>(512, 8);
+  std::vector<token_id> tokens = iota_tokens(93, 1);
+  std::uint32_t fed = 0;
+  const std::uint32_t replies[] = {1, 16, 17, 31, 2, 64, 9};
+  for (std::uint32_t turn = 0; turn < std::size(replies); ++turn) {
+    CAPTURE(turn);
+    const std::uint32_t before = static_cast<std::uint32_t>(tokens.size());
+    if (turn > 0) {
+      auto plan = c.admit(100 + turn, tokens);
+      REQUIRE(plan.has_value());
+      CHECK(plan->usable_tokens == fed); // everything the previous turn folded into its state
+      REQUIRE(c.release(100 + turn).has_value());
+    }
+    run_turn(c, turn + 1, tokens, iota_tokens(replies[turn], 1000 * (turn + 2)));
+    fed = static_cast<std::uint32_t>(tokens.size()) - 1;
+    tokens.insert(tokens.end(), {static_cast<token_id>(7 + turn), static_cast<token_id>(8 + turn)});
+    CHECK(before <= fed);
+    CHECK(c.check_invariants().has_value());
+  }
+}
+
+TEST_CASE("evicting a kept partial block drops its snapshot: never a restore without its KV") {
+  auto c = make<chat>(16, 4); // 16 blocks: the next prompts evict everything idle
+  std::vector<token_id> tokens = iota_tokens(40, 1);
+  const finish_plan f1 = run_turn(c, 1, tokens, iota_tokens(5, 70000)); // tail [32, 44)
+  REQUIRE(f1.capture.slot != no_slot);
+  CHECK(c.metrics().tail_blocks == 1);
+  for (seq_id s = 2; s < 6; ++s) {
+    auto p = c.admit(s, iota_tokens(200, static_cast<token_id>(10000 * s)));
+    REQUIRE(p.has_value());
+    REQUIRE(c.commit(s, 200).has_value()); // published: later admits evict them and the kept block
+    REQUIRE(c.release(s).has_value());
+    REQUIRE(c.step_complete(c.current_epoch()).has_value());
+  }
+  CHECK(c.metrics().tail_blocks == 0);
+  CHECK(c.metrics().snapshot_evictions_invalidated >= 1);
+  auto again = c.admit(9, concat(tokens, iota_tokens(3, 5)));
+  REQUIRE(again.has_value());
+  CHECK(again->usable_tokens == 0);
+  CHECK(again->copy_src == no_block);
+  CHECK(c.check_invariants().has_value());
+}
+
+TEST_CASE("an equal turn end is kept once") {
+  auto c = make<chat>();
+  std::vector<token_id> a = iota_tokens(50, 1), b = a;
+  const std::vector<token_id> reply = iota_tokens(4, 70000);
+  const finish_plan fa = run_turn(c, 1, a, reply);
+  const finish_plan fb = run_turn(c, 2, b, reply);
+  CHECK(fa.capture.slot != no_slot);
+  CHECK(fb.capture.slot == no_slot); // the same tokens are already kept with a snapshot
+  CHECK(c.metrics().tail_blocks == 1);
+  CHECK(c.check_invariants().has_value());
+}
