@@ -7,13 +7,15 @@
 namespace reprise::sim {
 
 std::uint32_t string_table::intern(std::string_view s) {
-  auto [it, inserted] = index_.try_emplace(std::string(s), static_cast<std::uint32_t>(names_.size()));
-  if (inserted) names_.emplace_back(s);
-  return it->second;
+  if (auto it = index_.find(s); it != index_.end()) return it->second;
+  const auto index = static_cast<std::uint32_t>(names_.size());
+  index_.emplace(std::string(s), index);
+  names_.emplace_back(s);
+  return index;
 }
 
 std::uint32_t string_table::find(std::string_view s) const {
-  auto it = index_.find(std::string(s));
+  auto it = index_.find(s);
   return it == index_.end() ? static_cast<std::uint32_t>(names_.size()) : it->second;
 }
 
@@ -44,7 +46,7 @@ std::uint32_t trace_builder::add_synthetic_pool(std::string name, std::uint64_t 
 }
 
 std::uint32_t trace_builder::find_pool(std::string_view name) const {
-  auto it = pool_index_.find(std::string(name));
+  auto it = pool_index_.find(name);
   return it == pool_index_.end() ? static_cast<std::uint32_t>(t_.pools.size()) : it->second;
 }
 

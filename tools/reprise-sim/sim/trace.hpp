@@ -66,6 +66,13 @@ token synthetic_token(std::uint64_t seed, std::uint64_t i) noexcept;
 /// A synthetic pool's tokens.
 std::vector<token> synthetic_tokens(std::uint64_t seed, std::uint64_t count);
 
+/// Hashes `std::string` keys and looks them up by `std::string_view` without building a string.
+struct string_hash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+};
+using string_index = std::unordered_map<std::string, std::uint32_t, string_hash, std::equal_to<>>;
+
 /// Interns strings to dense indices (session and tenant names).
 class string_table {
 public:
@@ -79,7 +86,7 @@ public:
 
 private:
   std::vector<std::string> names_;
-  std::unordered_map<std::string, std::uint32_t> index_;
+  string_index index_;
 };
 
 /// A whole trace. Invariants (kept by `trace_builder` and the parser): segments of request i lie in
@@ -133,7 +140,7 @@ private:
   trace& t_;
   request pending_{};
   std::size_t literal_mark_ = 0;
-  std::unordered_map<std::string, std::uint32_t> pool_index_;
+  string_index pool_index_;
 };
 
 /// The value of fresh token `i` of segment `seg` of request `index`, and of output token `i`. Fresh tokens
