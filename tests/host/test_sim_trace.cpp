@@ -139,6 +139,11 @@ TEST_CASE("malformed lines are reported with their line and column") {
       {R"({"id":007,"tokens":[1]})", "leading zero", 0},
       {R"([1,2,3])", "expected '{'", 1},
       {R"({"id":1,"tokens":[1],"output":99999999})", "exceeds the limit", 0},
+      {"{\"id\":1,\"session\":\"a\xff\",\"tokens\":[1]}", "invalid UTF-8", 21},
+      {R"({"id":1,"tokens":[1],"output":1e3})", "fraction or exponent", 31},
+      {R"({"id":1,"tokens":[1],"\u0069d":2})", "duplicate key \"id\"", 22},
+      {R"({"id":1,"tokens":[1],"session":true})", "string or an unsigned integer", 32},
+      {R"({"id":1,"tokens":[1]}{"id":2})", "trailing", 22},
   };
   for (const bad_line& b : cases) {
     const std::string line = b.text;
