@@ -142,6 +142,22 @@ TEST_CASE("KV and snapshot pools are bounded by the trace and by host memory") {
   }
 }
 
+TEST_CASE("a model file model_config refuses is an error carrying model_config's reason") {
+  const auto r = parse_model_file("name = x\nactive_params = 1e9\nmamba2 = count=1 heads=4 head_dim=8 state_dim=8 chunk=100\n");
+  REQUIRE(std::holds_alternative<std::string>(r));
+  CHECK(std::get<std::string>(r).find("model_config refused the layers (unsupported_config)") != std::string::npos);
+}
+
+// Byte counts that overflow 64 bits are model_config's to refuse; this passes once model_config::make
+// reports them (until then it accepts them and the KV block size wraps).
+TEST_CASE("a model file whose byte counts overflow is refused" * doctest::may_fail()) {
+  const auto r = parse_model_file("name = big\nactive_params = 1e9\n"
+                                  "attention = count=1 kv_heads=4294967295 head_dim=4294967295 block_size=16\n"
+                                  "mamba2 = count=1 heads=1 head_dim=1 state_dim=1 groups=1 conv_width=4 chunk=256\n");
+  REQUIRE(std::holds_alternative<std::string>(r));
+  CHECK(std::get<std::string>(r).find("model_config refused the layers") != std::string::npos);
+}
+
 TEST_CASE("replay prints one summary table, policies as rows") {
   const trace t = small_chat();
   std::vector<replay_report> reports;

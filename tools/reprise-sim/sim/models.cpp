@@ -149,7 +149,9 @@ std::variant<sim_model, std::string> parse_model_file(std::string_view text) {
   }
   if (m.active_params <= 0) return std::string("model file: active_params is required");
   auto config = model_config::make(std::move(groups));
-  if (!config) return "model file: invalid layer mix (" + std::string(to_string(config.error())) + ")";
+  if (!config)
+    return "model file: model_config refused the layers (" + std::string(to_string(config.error())) +
+           "): see the layer rules in docs/sim-trace-format.md";
   m.config = std::move(*config);
   return m;
 }
