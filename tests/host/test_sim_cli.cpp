@@ -71,6 +71,9 @@ TEST_CASE("cli: 64-bit values are range errors, never truncated to 32 bits") {
   check_error({"replay", "--workload", "chat", "--max-snapshots-per-path", "4294967296"}, "--max-snapshots-per-path",
               "4294967295");
   check_error({"replay", "--workload", "chat", "--kv-budget", "40XB"}, "--kv-budget", "byte size");
+  check_error({"replay", "--workload", "chat", "--seed", "-1"}, "--seed", "18446744073709551615");
+  check_error({"replay", "--workload", "chat", "--ttl", "18446744073709551616"}, "--ttl", "18446744073709551615");
+  check_error({"replay", "--workload", "chat", "--requests", "1.5"}, "--requests", "16777216");
   check_error({"replay", "--workload", "chat", "--kv-budget", "0"}, "--kv-budget", "range");
   check_error({"sweep", "--workload", "chat", "--axis", "snapshot_interval", "--values", "256,4294967296"},
               "--values", "4294967295");

@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <charconv>
 #include <cstdio>
 #include <sstream>
 
@@ -65,9 +66,19 @@ std::string split_each(const std::string& list, F&& one) {
   }
 }
 
-template <class T>
-CLI::Range range(T lo, T hi) {
-  return CLI::Range(lo, hi);
+/// A decimal unsigned integer in [lo, hi]. CLI11's own conversion would read "-1" as 2^64 - 1 and wrap
+/// values past 2^64, so the text is checked here, digits only, before it is converted.
+CLI::Validator range(std::uint64_t lo, std::uint64_t hi) {
+  const std::string text = "[" + std::to_string(lo) + " - " + std::to_string(hi) + "]";
+  return CLI::Validator(
+      [lo, hi, text](std::string& s) -> std::string {
+        std::uint64_t v = 0;
+        const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (s.empty() || ec != std::errc{} || end != s.data() + s.size() || v < lo || v > hi)
+          return "Value " + s + " not in range " + text;
+        return {};
+      },
+      "UINT in " + text);
 }
 
 } // namespace
@@ -103,20 +114,20 @@ cli_parse parse_command_line(int argc, const char* const* argv) {
                    ->check(CLI::IsMember({"chat", "system_prompt", "agentic", "rag"}))
                    ->excludes(tr);
     c->add_option("--requests", o.workload.requests, "requests to generate")
-        ->check(range<std::uint64_t>(1, L::max_requests))
+        ->check(range(1, L::max_requests))
         ->needs(wl);
-    c->add_option("--seed", o.workload.seed, "generator seed")->needs(wl);
+    c->add_option("--seed", o.workload.seed, "generator seed")->check(range(0, ~std::uint64_t{0}))->needs(wl);
     c->add_option("--tenants", o.workload.tenants, "sessions are spread over this many tenants")
-        ->check(range<std::uint32_t>(1, L::max_tenants))
+        ->check(range(1, L::max_tenants))
         ->needs(wl);
     c->add_option("--active-sessions", o.workload.active_sessions, "conversations interleaved at any time")
-        ->check(range<std::uint32_t>(1, L::max_active_sessions))
+        ->check(range(1, L::max_active_sessions))
         ->needs(wl);
     c->add_option("--documents", o.workload.documents, "rag: corpus size")
-        ->check(range<std::uint32_t>(1, L::max_documents))
+        ->check(range(1, L::max_documents))
         ->needs(wl);
     c->add_option("--system-prompt-tokens", o.workload.system_prompt_tokens, "system_prompt: the shared prompt's length")
-        ->check(range<std::uint32_t>(1, L::max_system_prompt_tokens))
+        ->check(range(1, L::max_system_prompt_tokens))
         ->needs(wl);
   };
   auto add_model = [&](CLI::App* c) {
@@ -127,7 +138,7 @@ cli_parse parse_command_line(int argc, const char* const* argv) {
         ->check(CLI::ExistingFile)
         ->excludes(mo);
     c->add_option("--block-size", o.block_size, "override the attention block size (tokens)")
-        ->check(range<std::uint32_t>(1, L::max_block_size));
+        ->check(range(1, L::max_block_size));
   };
   auto add_cache = [&](CLI::App* c) {
     c->add_option("--kv-budget", o.cache.kv_budget_bytes, "KV block memory (default 40GiB)")
@@ -135,12 +146,13 @@ cli_parse parse_command_line(int argc, const char* const* argv) {
     c->add_option("--snapshot-budget", o.cache.snapshot_budget_bytes, "snapshot memory (default 8GiB)")
         ->transform(bytes_in(0, L::max_bytes));
     c->add_option("--interval", o.cache.snapshot_interval, "snapshot interval in tokens (0: 4 x the alignment unit)")
-        ->check(range<std::uint32_t>(0, L::max_interval));
+        ->check(range(0, L::max_interval));
     c->add_option("--concurrency", o.cache.concurrency, "requests in flight (default 1)")
-        ->check(range<std::uint32_t>(1, L::max_concurrency));
-    c->add_option("--ttl", o.cache.snapshot_ttl_steps, "snapshot time to live in steps (0: none)");
+        ->check(range(1, L::max_concurrency));
+    c->add_option("--ttl", o.cache.snapshot_ttl_steps, "snapshot time to live in steps (0: none)")
+        ->check(range(0, ~std::uint64_t{0}));
     c->add_option("--max-snapshots-per-path", o.cache.max_snapshots_per_path, "snapshots kept per path (0: no cap)")
-        ->check(range<std::uint32_t>(0, L::max_snapshots_per_path));
+        ->check(range(0, L::max_snapshots_per_path));
     c->add_option("--max-cache-memory", o.limits.max_cache_bytes,
                   "host memory the cache's KV block bookkeeping may take (default 4GiB); a larger pool is an error")
         ->transform(bytes_in(std::uint64_t{1} << 20, L::max_bytes));
