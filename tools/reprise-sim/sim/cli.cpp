@@ -99,11 +99,10 @@ cli_parse parse_command_line(int argc, const char* const* argv) {
   std::string workload, model, policy = "all", on_error_text = "fail", axis, values;
   bool no_progress = false;
 
-  auto* models = app.add_subcommand("models", "list the preset models, their block and snapshot sizes and policies");
+  app.add_subcommand("models", "list the preset models, their block and snapshot sizes and policies");
   auto* generate = app.add_subcommand("generate", "write a generated workload as a JSONL trace");
   auto* replay = app.add_subcommand("replay", "replay traffic once per policy and print a report and a summary table");
   auto* sweep = app.add_subcommand("sweep", "replay along one axis and write a CSV and SVG charts");
-  (void)models;
 
   auto add_traffic = [&](CLI::App* c) {
     auto* tr = c->add_option("--trace", o.trace_path, "a JSONL trace (docs/sim-trace-format.md)")->check(CLI::ExistingFile);
