@@ -72,6 +72,48 @@ TEST_CASE("the materializer keeps expansions only while a later request needs th
   CHECK(out.size() == 1 + 1 + 2 + 1 + 2);
 }
 
+TEST_CASE("the materializer's memory is bounded whatever the trace references") {
+  // Each huge request is referenced once, much later, for one token: the old materializer kept all of them
+  // expanded (100 x 4 Mi tokens = 1.6 GiB for an 8 KiB trace).
+  constexpr int n = 24;
+  constexpr std::uint64_t fresh = std::uint64_t{1} << 18;
+  std::string text;
+  for (int i = 0; i < n; ++i) text += R"({"id":)" + std::to_string(i) + R"(,"segments":[{"fresh":)" + std::to_string(fresh) + "}]}\n";
+  for (int i = 0; i < n; ++i)
+    text += R"({"id":)" + std::to_string(n + i) + R"(,"segments":[{"from":)" + std::to_string(i) + R"(,"len":1}]})" "\n";
+  const parse_result r = parse_trace(text);
+  REQUIRE(r.ok());
+  const std::uint64_t budget = 3 * fresh;
+  materializer m(r.t, budget);
+  std::vector<token> out;
+  for (std::uint32_t i = 0; i < 2 * n; ++i) {
+    m.prompt(i, out);
+    CHECK(m.retained_tokens() <= budget);
+    if (i >= n) {
+      REQUIRE(out.size() == 1);
+      CHECK(out[0] == fresh_token(i - n, 0, 0)); // expanded from the source's segments when not kept
+    }
+  }
+  CHECK(m.retained() == 0);
+}
+
+TEST_CASE("expansions are the same with any keep budget") {
+  for (auto kind : {workload_kind::chat, workload_kind::agentic}) {
+    const trace t = generate({.kind = kind, .requests = 400, .seed = 11});
+    materializer all(t, ~std::uint64_t{0}), none(t, 0), some(t, 20000);
+    std::vector<token> a, b, c;
+    for (std::uint32_t i = 0; i < t.requests.size(); ++i) {
+      all.prompt(i, a);
+      none.prompt(i, b);
+      some.prompt(i, c);
+      REQUIRE(a == b);
+      REQUIRE(a == c);
+      CHECK(some.retained_tokens() <= 20000);
+    }
+    CHECK(none.retained() == 0);
+  }
+}
+
 TEST_CASE("malformed lines are reported with their line and column") {
   struct bad_line {
     const char* text;
@@ -97,6 +139,11 @@ TEST_CASE("malformed lines are reported with their line and column") {
       {R"({"id":007,"tokens":[1]})", "leading zero", 0},
       {R"([1,2,3])", "expected '{'", 1},
       {R"({"id":1,"tokens":[1],"output":99999999})", "exceeds the limit", 0},
+      {"{\"id\":1,\"session\":\"a\xff\",\"tokens\":[1]}", "invalid UTF-8", 21},
+      {R"({"id":1,"tokens":[1],"output":1e3})", "fraction or exponent", 31},
+      {R"({"id":1,"tokens":[1],"\u0069d":2})", "duplicate key \"id\"", 22},
+      {R"({"id":1,"tokens":[1],"session":true})", "string or an unsigned integer", 32},
+      {R"({"id":1,"tokens":[1]}{"id":2})", "trailing", 22},
   };
   for (const bad_line& b : cases) {
     const std::string line = b.text;

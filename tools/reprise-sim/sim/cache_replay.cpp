@@ -13,16 +13,15 @@ using namespace adapter;
 
 namespace {
 
-/// The block count the KV budget buys, or an error text. Counts above the cache's id range are capped: the
-/// pool's bookkeeping (node, stored tokens) is allocated up front, so a budget of exabytes must not turn into
-/// a pool of billions of blocks.
+/// The block count the KV budget buys, or an error text. `simulate` has already bounded the budget by what
+/// the trace can fill and by the memory limit; counts above the cache's id range are capped.
 std::string kv_blocks_for(const replay_config& c, std::uint32_t& blocks) {
   const model_config& m = c.model.config;
   const std::uint64_t count = m.bytes_per_kv_block() ? c.kv_budget_bytes / m.bytes_per_kv_block() : 0;
   if (count == 0)
     return "KV budget " + format_bytes(static_cast<double>(c.kv_budget_bytes)) + " is below one block (" +
            format_bytes(static_cast<double>(m.bytes_per_kv_block())) + ")";
-  blocks = static_cast<std::uint32_t>(std::min<std::uint64_t>(count, max_replay_kv_blocks));
+  blocks = static_cast<std::uint32_t>(std::min<std::uint64_t>(count, max_pool_ids));
   return {};
 }
 

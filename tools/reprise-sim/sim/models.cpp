@@ -16,7 +16,7 @@ std::span<const sim_model> preset_models() {
   // of 80B, Falcon-H1-7B 7.6B, Llama-3-8B 8.0B.
   static const std::vector<sim_model> models = {
       {"nemotron-h-8b", model_config::of<presets::nemotron_h_8b>(), 8.1e9, preset_id::nemotron_h_8b},
-      {"qwen3-next-80b-a3b", model_config::of<presets::qwen3_next_80b>(), 3.0e9, preset_id::qwen3_next_80b},
+      {"qwen3-next-80b-a3b", model_config::of<presets::qwen3_next_80b>(), 3.0e9, preset_id::qwen3_next_80b, 80e9},
       {"falcon-h1-7b", model_config::of<presets::falcon_h1_7b>(), 7.6e9, preset_id::falcon_h1_7b},
       {"llama-3-8b", model_config::of<presets::llama3_8b>(), 8.0e9, preset_id::llama3_8b},
   };
@@ -149,7 +149,9 @@ std::variant<sim_model, std::string> parse_model_file(std::string_view text) {
   }
   if (m.active_params <= 0) return std::string("model file: active_params is required");
   auto config = model_config::make(std::move(groups));
-  if (!config) return "model file: invalid layer mix (" + std::string(to_string(config.error())) + ")";
+  if (!config)
+    return "model file: model_config refused the layers (" + std::string(to_string(config.error())) +
+           "): see the layer rules in docs/sim-trace-format.md";
   m.config = std::move(*config);
   return m;
 }
@@ -162,9 +164,9 @@ result<model_config> with_block_size(const model_config& m, std::uint32_t block_
 }
 
 std::string format_bytes(double bytes) {
-  static constexpr const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  static constexpr const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   int u = 0;
-  while (std::fabs(bytes) >= 1024 && u < 4) {
+  while (std::fabs(bytes) >= 1024 && u < 6) {
     bytes /= 1024;
     ++u;
   }

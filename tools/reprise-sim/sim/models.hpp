@@ -26,6 +26,9 @@ struct sim_model {
   /// 2 * active_params FLOPs per token; the attention-score term is left out, so savings are a lower bound.
   double active_params = 8.1e9;
   preset_id preset = preset_id::nemotron_h_8b;
+  /// All parameters, for mixture-of-experts models whose experts do not all run per token (0: dense, the
+  /// same as `active_params`). Shown by `reprise-sim models`; not used in any estimate.
+  double total_params = 0;
 };
 
 /// The four presets, in a fixed order.

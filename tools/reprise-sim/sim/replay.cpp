@@ -28,12 +28,12 @@ std::optional<policy_kind> parse_policy(std::string_view name) noexcept {
 
 std::string_view describe(policy_kind p) noexcept {
   switch (p) {
-  case policy_kind::block_sharing: return "block sharing";
-  case policy_kind::memory_only: return "memory only";
-  case policy_kind::snapshot_interval: return "snap: every I";
-  case policy_kind::snapshot_prefix_tree: return "snap: every I, last, branch";
-  case policy_kind::snapshot_turns: return "snap: last, branch, turn end";
-  case policy_kind::snapshot_all: return "snap: every I, last, branch, turn end";
+  case policy_kind::block_sharing: return "block_sharing";
+  case policy_kind::memory_only: return "memory_only";
+  case policy_kind::snapshot_interval: return "snapshot_interval (every I)";
+  case policy_kind::snapshot_prefix_tree: return "snapshot_prefix_tree (every I, last, branch)";
+  case policy_kind::snapshot_turns: return "snapshot_turns (last, branch, turn end)";
+  case policy_kind::snapshot_all: return "snapshot_all (every I, last, branch, turn end)";
   }
   return "?";
 }
@@ -63,7 +63,8 @@ std::vector<std::string> configuration_warnings(const trace& t, const replay_con
   for (const request& r : t.requests) longest = std::max(longest, r.prompt_tokens);
   if (c.policy == policy_kind::memory_only)
     w.push_back("memory_only never skips prefill (recurrent layers must see every token); it only shares KV memory");
-  if (restores_snapshots(c.policy)) {
+  // A snapshot policy on an attention-only model has no snapshot size to divide by: replay() reports it.
+  if (restores_snapshots(c.policy) && m.has_recurrent() && m.bytes_per_snapshot() != 0) {
     if (m.bytes_per_snapshot() > c.snapshot_budget_bytes)
       w.push_back("never hits: snapshot budget " + format_bytes(static_cast<double>(c.snapshot_budget_bytes)) +
                   " is below one snapshot (" + format_bytes(static_cast<double>(m.bytes_per_snapshot())) + ")");
@@ -87,6 +88,87 @@ std::vector<std::string> configuration_warnings(const trace& t, const replay_con
                   std::to_string(needed) + "): such requests are rejected");
   }
   return w;
+}
+
+std::uint64_t cache_bytes_per_block(std::uint32_t block_size) noexcept {
+  // block_node (two intrusive hooks, the key, links and counters: under 128 bytes), the block's tokens,
+  // its root extra keys, and up to two index buckets (the bucket count is the next power of two).
+  return 128 + std::uint64_t{4} * block_size + 32 + 2 * 16;
+}
+
+std::uint64_t trace_block_bound(const trace& t, std::uint32_t block_size) noexcept {
+  std::uint64_t blocks = 1;
+  for (const request& r : t.requests) blocks += (r.prompt_tokens + r.output_tokens + block_size - 1) / block_size;
+  return blocks;
+}
+
+std::string check_config(const trace& t, replay_config& c, const replay_limits& limits, std::string& note) {
+  note.clear();
+  const model_config& m = c.model.config;
+  const std::vector<policy_kind> applicable = policies_for(m);
+  if (std::find(applicable.begin(), applicable.end(), c.policy) == applicable.end()) {
+    std::string names;
+    for (policy_kind p : applicable) names += (names.empty() ? "" : ", ") + std::string(to_string(p));
+    return "policy " + std::string(to_string(c.policy)) + " does not apply to " + c.model.name + " (" +
+           (m.has_recurrent() ? "it has recurrent layers" : "attention-only") + "); its policies: " + names;
+  }
+  // Snapshot slots: at most one capture per aligned position of every request, so a larger budget only
+  // adds slots that stay empty (the cache keeps bookkeeping for each).
+  const std::uint64_t per_snapshot = m.bytes_per_snapshot();
+  if (restores_snapshots(c.policy) && per_snapshot != 0) {
+    std::uint64_t slot_bound = 1;
+    for (const request& r : t.requests) slot_bound += (r.prompt_tokens + r.output_tokens) / m.alignment() + 1;
+    if (c.snapshot_budget_bytes / per_snapshot > slot_bound) {
+      note = "snapshot budget " + format_bytes(static_cast<double>(c.snapshot_budget_bytes)) + " holds " +
+             std::to_string(c.snapshot_budget_bytes / per_snapshot) + " snapshots, more than this trace can capture (" +
+             std::to_string(slot_bound) + "): simulated with " + std::to_string(slot_bound) +
+             " slots, which gives the same results";
+      c.snapshot_budget_bytes = slot_bound * per_snapshot;
+    }
+  }
+  const std::uint64_t per_block = m.bytes_per_kv_block();
+  if (per_block == 0 || c.kv_budget_bytes < per_block) return {}; // replay() reports a budget below one block
+  const std::uint64_t requested = c.kv_budget_bytes;
+  const std::uint64_t budget_blocks = c.kv_budget_bytes / per_block;
+  const std::uint64_t bound = trace_block_bound(t, m.block_size());
+  std::uint64_t blocks = budget_blocks;
+  if (budget_blocks > bound) {
+    blocks = bound;
+    if (!note.empty()) note += "; ";
+    note += "KV budget " + format_bytes(static_cast<double>(c.kv_budget_bytes)) + " holds " +
+           std::to_string(budget_blocks) + " blocks, more than this trace can fill (" + std::to_string(bound) +
+           "): simulated with " + std::to_string(bound) + " blocks, which gives the same results";
+    c.kv_budget_bytes = bound * per_block;
+  }
+  const std::uint64_t host = cache_bytes_per_block(m.block_size());
+  const std::uint64_t max_blocks = std::min(limits.max_kv_blocks, limits.max_cache_bytes / host);
+  if (blocks > max_blocks)
+    return "KV budget " + format_bytes(static_cast<double>(requested)) + " needs " + std::to_string(blocks) +
+           " blocks of " + format_bytes(static_cast<double>(per_block)) + "; the simulator tracks at most " +
+           std::to_string(max_blocks) + " blocks (2^32 - 2 block ids, " +
+           format_bytes(static_cast<double>(limits.max_cache_bytes)) + " of cache bookkeeping at about " +
+           std::to_string(host) + " bytes per block): use a KV budget of at most " +
+           format_bytes(static_cast<double>(max_blocks * per_block));
+  return {};
+}
+
+replay_report simulate(const trace& t, replay_config c, const replay_limits& limits, progress* bar) {
+  std::string note;
+  std::string error = check_config(t, c, limits, note);
+  if (!error.empty()) {
+    replay_report r;
+    r.model = c.model.name;
+    r.policy = std::string(to_string(c.policy));
+    r.block_size = c.model.config.block_size();
+    r.alignment = c.model.config.alignment();
+    r.kv_budget_bytes = c.kv_budget_bytes;
+    r.bytes_per_kv_block = c.model.config.bytes_per_kv_block();
+    r.error = std::move(error);
+    return r;
+  }
+  replay_report r = replay(t, c, bar);
+  if (!note.empty()) r.warnings.push_back(std::move(note));
+  return r;
 }
 
 std::string format_report(const replay_report& r) {
@@ -143,6 +225,30 @@ std::string format_report(const replay_report& r) {
   line("cache time per request", buf);
   std::snprintf(buf, sizeof buf, "%.0f requests/s (%.2f s wall)", r.requests_per_second(), r.wall_seconds);
   line("replay throughput", buf);
+  return s;
+}
+
+std::string format_summary(std::span<const replay_report> reports) {
+  std::string s;
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "%-22s %9s %16s %9s %16s %12s\n", "policy", "hit rate", "computed tokens", "computed",
+                "lost tokens", "peak bytes");
+  s += buf;
+  for (const replay_report& r : reports) {
+    if (!r.error.empty()) {
+      std::snprintf(buf, sizeof buf, "%-22s error: %s\n", r.policy.c_str(), r.error.c_str());
+      s += buf;
+      continue;
+    }
+    const double computed = r.prompt_tokens ? static_cast<double>(r.prefill_tokens) / static_cast<double>(r.prompt_tokens) : 0;
+    // Tokens lost to a missing snapshot only exist for policies that restore snapshots.
+    const std::string lost = restores_snapshots(*parse_policy(r.policy)) ? std::to_string(r.tokens_lost) : "n/a";
+    std::snprintf(buf, sizeof buf, "%-22s %7.2f %% %16llu %7.2f %% %16s %12s\n", r.policy.c_str(), 100 * r.hit_rate(),
+                  static_cast<unsigned long long>(r.prefill_tokens), 100 * computed, lost.c_str(),
+                  format_bytes(r.peak_kv_bytes + r.peak_snapshot_bytes).c_str());
+    s += buf;
+  }
+  s += "(computed: prefill tokens computed, also as % of prompt tokens; peak bytes: KV + snapshots)\n";
   return s;
 }
 

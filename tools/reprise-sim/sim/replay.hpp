@@ -43,7 +43,7 @@ inline constexpr policy_kind all_policies[] = {
 /// Short name for the command line and CSV (`snapshot_all`).
 std::string_view to_string(policy_kind p) noexcept;
 std::optional<policy_kind> parse_policy(std::string_view name) noexcept;
-/// Legend text (`snapshots: every I + last + branch`).
+/// Legend text: the name and, for snapshot policies, where they capture (`snapshot_all (every I, last, ...)`).
 std::string_view describe(policy_kind p) noexcept;
 /// Whether the policy uses the snapshot interval.
 bool uses_interval(policy_kind p) noexcept;
@@ -134,15 +134,42 @@ replay_report replay(const trace& t, const replay_config& c, progress* bar = nul
 /// Static checks of a configuration against a trace: warnings for setups that can never or rarely hit.
 std::vector<std::string> configuration_warnings(const trace& t, const replay_config& c);
 
+/// Bounds on the host memory of one replay. The cache keeps bookkeeping for every KV block of the budget
+/// (a node, the block's tokens, an index bucket: about `cache_bytes_per_block` each) whether or not the
+/// trace ever fills it, so a large budget over small blocks would allocate more than the machine has.
+struct replay_limits {
+  /// Block ids are non-negative `int32` (`reprise::max_pool_ids`).
+  std::uint64_t max_kv_blocks = 0x7fff'ffffu;
+  /// What the cache's bookkeeping for the KV blocks may take.
+  std::uint64_t max_cache_bytes = std::uint64_t{4} << 30;
+};
+
+/// Estimated host bytes the cache keeps per KV block of `block_size` tokens (an upper bound).
+std::uint64_t cache_bytes_per_block(std::uint32_t block_size) noexcept;
+
+/// The most KV blocks `t` can ever hold at once: every request's prompt and output in its own blocks.
+/// A cache with more blocks never evicts, so its results equal those of a cache with exactly this many.
+std::uint64_t trace_block_bound(const trace& t, std::uint32_t block_size) noexcept;
+
+/// Checks `c` against `t` and `limits` before any cache is built: a policy that does not apply to the model
+/// and a KV pool whose bookkeeping exceeds the limits are errors (the returned message); a KV budget larger
+/// than the trace can fill is lowered to `trace_block_bound` blocks, a snapshot budget to one slot per
+/// aligned position of every request (same results, bounded memory), and `note` says so.
+std::string check_config(const trace& t, replay_config& c, const replay_limits& limits, std::string& note);
+
+/// `check_config`, then `replay`: the entry point of the command line and of sweeps. A failed check becomes
+/// the report's `error`; a note is added to its warnings.
+replay_report simulate(const trace& t, replay_config c, const replay_limits& limits = {}, progress* bar = nullptr);
+
 /// The block sizes the cache supports, as a comma-separated list.
 std::string supported_block_sizes_text();
 
-/// The most KV blocks one replay's cache gets, whatever the budget: the cache allocates its bookkeeping for
-/// every block up front (about 100 bytes plus the block's tokens), so larger budgets are capped here.
-inline constexpr std::uint32_t max_replay_kv_blocks = std::uint32_t{1} << 24;
-
 /// The report as `key: value` lines for people.
 std::string format_report(const replay_report& r);
+
+/// One table, a row per report: policy, request hit rate, prefill tokens computed, tokens lost to missing
+/// snapshots, peak KV + snapshot bytes (or the error).
+std::string format_summary(std::span<const replay_report> reports);
 
 /// CSV column names of `write_report_row`, in order.
 std::vector<std::string> report_columns();

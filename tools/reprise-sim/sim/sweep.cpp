@@ -6,6 +6,7 @@
 #include "sim/svg_plot.hpp"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <set>
 
@@ -50,7 +51,8 @@ std::vector<std::uint64_t> default_sweep_values(sweep_axis a, const model_config
 }
 
 sweep_result run_sweep(const trace& t, const replay_config& base, const std::vector<policy_kind>& policies,
-                       sweep_axis axis, const std::vector<std::uint64_t>& values, bool show_progress) {
+                       sweep_axis axis, const std::vector<std::uint64_t>& values, bool show_progress,
+                       const replay_limits& limits) {
   sweep_result s;
   s.axis = axis;
   s.policies = policies;
@@ -77,7 +79,7 @@ sweep_result run_sweep(const trace& t, const replay_config& base, const std::vec
       }
       replay_report r;
       if (error.empty()) {
-        r = replay(t, c);
+        r = simulate(t, c, limits);
       } else {
         r.model = c.model.name;
         r.policy = std::string(to_string(p));
@@ -116,12 +118,17 @@ std::string value_text(sweep_axis a, std::uint64_t v) {
 
 /// One chart: y = f(report) in percent, one line per policy; notes for errors and never-hit warnings.
 line_chart chart_of(const sweep_result& s, const std::string& title, const std::string& subtitle,
-                    const char* y_label, double (*f)(const replay_report&)) {
+                    const char* y_label, double (*f)(const replay_report&), bool snapshot_policies_only) {
   const axis_text at = axis_of(s.axis);
   line_chart c{.title = title, .subtitle = subtitle, .x_label = at.label, .y_label = y_label, .x_format = at.format,
                .y_format = axis_format::percent, .x_log = at.log, .y_min = 0, .y_max = 100};
   std::set<std::string> notes;
+  std::vector<std::string> left_out;
   for (policy_kind p : s.policies) {
+    if (snapshot_policies_only && !restores_snapshots(p)) {
+      left_out.push_back(std::string(to_string(p)) + ": not plotted (it restores no snapshot, so no token is lost to a missing one)");
+      continue;
+    }
     series line{std::string(describe(p)), {}, {}};
     for (const sweep_point& pt : s.points) {
       if (pt.report.policy != to_string(p)) continue;
@@ -137,6 +144,7 @@ line_chart chart_of(const sweep_result& s, const std::string& title, const std::
     }
     c.lines.push_back(std::move(line));
   }
+  c.notes = std::move(left_out);
   // Keep the chart readable: at most six notes, then a count.
   std::size_t shown = 0;
   for (const std::string& n : notes) {
@@ -164,7 +172,7 @@ bool write_file(const std::string& path, const std::string& text, std::string& e
 std::vector<std::string> write_sweep(const sweep_result& s, const std::string& dir, const std::string& stem,
                                      const std::string& title, std::string& error) {
   std::vector<std::string> written;
-  const std::string base = (dir.empty() ? std::string(".") : dir) + "/" + stem;
+  const std::string base = (std::filesystem::path(dir.empty() ? "." : dir) / stem).string();
   {
     std::ofstream out(base + ".csv", std::ios::binary);
     std::vector<std::string> columns = report_columns();
@@ -186,14 +194,17 @@ std::vector<std::string> write_sweep(const sweep_result& s, const std::string& d
     const char* what;
     const char* y;
     double (*f)(const replay_report&);
+    bool snapshot_policies_only;
   } charts[] = {
       {"-hit-rate.svg", "Request hit rate", "requests with skipped prefill",
-       [](const replay_report& r) { return r.hit_rate(); }},
+       [](const replay_report& r) { return r.hit_rate(); }, false},
       {"-lost-tokens.svg", "Tokens lost to missing snapshots", "KV-matched tokens recomputed (% of prompt tokens)",
        [](const replay_report& r) {
          return r.prompt_tokens ? static_cast<double>(r.tokens_lost) / static_cast<double>(r.prompt_tokens) : 0.0;
-       }},
-      {"-skipped.svg", "Prefill skipped", "prompt tokens skipped", [](const replay_report& r) { return r.skipped_fraction(); }},
+       },
+       true},
+      {"-skipped.svg", "Prefill skipped", "prompt tokens skipped",
+       [](const replay_report& r) { return r.skipped_fraction(); }, false},
   };
   // The parameters held fixed, from any report that ran (they are the same in all but the swept one).
   std::string fixed;
@@ -215,7 +226,7 @@ std::vector<std::string> write_sweep(const sweep_result& s, const std::string& d
   const std::string subtitle = (title.empty() ? "" : title + "; ") + fixed +
                                "\nlast = last aligned position of the prompt, branch = where it leaves the cached tree";
   for (const auto& ch : charts) {
-    const line_chart c = chart_of(s, std::string(ch.what) + suffix, subtitle, ch.y, ch.f);
+    const line_chart c = chart_of(s, std::string(ch.what) + suffix, subtitle, ch.y, ch.f, ch.snapshot_policies_only);
     if (!write_file(base + ch.file, render_svg(c), error)) return {};
     written.push_back(base + ch.file);
   }

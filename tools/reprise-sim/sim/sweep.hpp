@@ -35,7 +35,8 @@ struct sweep_result {
 
 /// Runs the sweep. `base` gives everything but the swept value and the policy.
 sweep_result run_sweep(const trace& t, const replay_config& base, const std::vector<policy_kind>& policies,
-                       sweep_axis axis, const std::vector<std::uint64_t>& values, bool show_progress);
+                       sweep_axis axis, const std::vector<std::uint64_t>& values, bool show_progress,
+                       const replay_limits& limits = {});
 
 /// Writes `<dir>/<stem>.csv`, `<dir>/<stem>-hit-rate.svg`, `<dir>/<stem>-lost-tokens.svg` and
 /// `<dir>/<stem>-skipped.svg`; returns the paths written (empty and a message in `error` on I/O failure).

@@ -7,13 +7,15 @@
 namespace reprise::sim {
 
 std::uint32_t string_table::intern(std::string_view s) {
-  auto [it, inserted] = index_.try_emplace(std::string(s), static_cast<std::uint32_t>(names_.size()));
-  if (inserted) names_.emplace_back(s);
-  return it->second;
+  if (auto it = index_.find(s); it != index_.end()) return it->second;
+  const auto index = static_cast<std::uint32_t>(names_.size());
+  index_.emplace(std::string(s), index);
+  names_.emplace_back(s);
+  return index;
 }
 
 std::uint32_t string_table::find(std::string_view s) const {
-  auto it = index_.find(std::string(s));
+  auto it = index_.find(s);
   return it == index_.end() ? static_cast<std::uint32_t>(names_.size()) : it->second;
 }
 
@@ -44,7 +46,7 @@ std::uint32_t trace_builder::add_synthetic_pool(std::string name, std::uint64_t 
 }
 
 std::uint32_t trace_builder::find_pool(std::string_view name) const {
-  auto it = pool_index_.find(std::string(name));
+  auto it = pool_index_.find(name);
   return it == pool_index_.end() ? static_cast<std::uint32_t>(t_.pools.size()) : it->second;
 }
 
@@ -126,7 +128,8 @@ std::vector<token> synthetic_tokens(std::uint64_t seed, std::uint64_t count) {
   return out;
 }
 
-materializer::materializer(const trace& t) : t_(t), pending_refs_(t.requests.size(), 0) {
+materializer::materializer(const trace& t, std::uint64_t keep_tokens)
+    : t_(t), keep_tokens_(keep_tokens), pending_refs_(t.requests.size(), 0) {
   for (const segment& s : t.segments)
     if (s.kind == segment_kind::from) ++pending_refs_[s.ref];
 }
@@ -137,46 +140,92 @@ void materializer::append_output(std::uint32_t index, std::uint32_t count, std::
   for (std::uint32_t i = 0; i < count; ++i) out[base + i] = output_token(index, i);
 }
 
-void materializer::prompt(std::uint32_t index, std::vector<token>& out) {
-  const request& r = t_.requests[index];
-  out.clear();
-  out.reserve(r.prompt_tokens + r.output_tokens);
-  std::uint32_t seg_no = 0;
-  for (const segment& s : t_.segments_of(r)) {
+void materializer::append_prefix(std::uint32_t index, std::uint64_t length, std::vector<token>& out) {
+  stack_.clear();
+  stack_.push_back({index, 0, length});
+  while (!stack_.empty()) {
+    frame& f = stack_.back();
+    const request& r = t_.requests[f.request];
+    if (f.remaining == 0) {
+      stack_.pop_back();
+      continue;
+    }
+    if (f.next_segment == r.segment_count) {
+      // Only the output is left (a `from` length is at most prompt + output).
+      assert(f.remaining <= r.output_tokens);
+      append_output(f.request, static_cast<std::uint32_t>(f.remaining), out);
+      stack_.pop_back();
+      continue;
+    }
+    const std::uint32_t seg_no = f.next_segment++;
+    const segment& s = t_.segments[r.first_segment + seg_no];
+    const std::uint64_t n = std::min(f.remaining, s.length);
+    f.remaining -= n;
+    const std::uint32_t owner = f.request;
     switch (s.kind) {
     case segment_kind::literal:
       out.insert(out.end(), t_.literals.begin() + static_cast<std::ptrdiff_t>(s.offset),
-                 t_.literals.begin() + static_cast<std::ptrdiff_t>(s.offset + s.length));
+                 t_.literals.begin() + static_cast<std::ptrdiff_t>(s.offset + n));
       break;
     case segment_kind::pool: {
       const auto& p = t_.pools[s.ref].tokens;
       out.insert(out.end(), p.begin() + static_cast<std::ptrdiff_t>(s.offset),
-                 p.begin() + static_cast<std::ptrdiff_t>(s.offset + s.length));
+                 p.begin() + static_cast<std::ptrdiff_t>(s.offset + n));
       break;
     }
     case segment_kind::from: {
-      auto it = kept_.find(s.ref);
-      assert(it != kept_.end() && "a from segment names a request that was not expanded first");
-      const auto& src = it->second;
-      out.insert(out.end(), src.begin(), src.begin() + static_cast<std::ptrdiff_t>(s.length));
-      if (--pending_refs_[s.ref] == 0) kept_.erase(it);
+      if (auto it = kept_.find(s.ref); it != kept_.end()) {
+        out.insert(out.end(), it->second.begin(), it->second.begin() + static_cast<std::ptrdiff_t>(n));
+      } else {
+        stack_.push_back({s.ref, 0, n}); // `f` is not used after this
+      }
       break;
     }
     case segment_kind::fresh: {
       const std::size_t base = out.size();
-      out.resize(base + s.length);
-      for (std::uint64_t i = 0; i < s.length; ++i) out[base + i] = fresh_token(index, seg_no, i);
+      out.resize(base + n);
+      for (std::uint64_t i = 0; i < n; ++i) out[base + i] = fresh_token(owner, seg_no, i);
       break;
     }
     }
-    ++seg_no;
   }
-  if (pending_refs_[index] != 0) {
+}
+
+void materializer::keep(std::uint32_t index, std::vector<token> full) {
+  const std::uint64_t size = full.size();
+  if (size > keep_tokens_) return;
+  while (kept_tokens_ + size > keep_tokens_) {
+    // Make room by dropping the largest kept expansions, unless the new one is the largest.
+    const auto largest = std::prev(kept_by_size_.end());
+    if (largest->first <= size) return;
+    drop(largest->second);
+  }
+  kept_tokens_ += size;
+  kept_by_size_.emplace(size, index);
+  kept_.insert_or_assign(index, std::move(full));
+}
+
+void materializer::drop(std::uint32_t index) {
+  auto it = kept_.find(index);
+  if (it == kept_.end()) return;
+  kept_tokens_ -= it->second.size();
+  kept_by_size_.erase({it->second.size(), index});
+  kept_.erase(it);
+}
+
+void materializer::prompt(std::uint32_t index, std::vector<token>& out) {
+  const request& r = t_.requests[index];
+  out.clear();
+  out.reserve(r.prompt_tokens + r.output_tokens);
+  append_prefix(index, r.prompt_tokens, out);
+  for (const segment& s : t_.segments_of(r))
+    if (s.kind == segment_kind::from && pending_refs_[s.ref] != 0 && --pending_refs_[s.ref] == 0) drop(s.ref);
+  if (pending_refs_[index] != 0 && r.prompt_tokens + r.output_tokens <= keep_tokens_) {
     std::vector<token> full;
     full.reserve(out.size() + r.output_tokens);
     full.assign(out.begin(), out.end());
     append_output(index, r.output_tokens, full);
-    kept_.insert_or_assign(index, std::move(full));
+    keep(index, std::move(full));
   }
 }
 

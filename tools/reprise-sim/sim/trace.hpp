@@ -6,11 +6,12 @@
 /// docs/sim-trace-format.md maps one to one onto these types; the generators build them directly.
 ///
 /// Segments keep a million-request trace small: a chat turn is "the previous turn, then N new tokens", not
-/// a copy of the whole history. `materializer` expands requests to tokens on demand, in trace order, and
-/// keeps only the expansions a later request still references.
+/// a copy of the whole history. `materializer` expands requests to tokens on demand from their segments,
+/// in bounded memory.
 
 #include <cstddef>
 #include <cstdint>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -65,6 +66,13 @@ token synthetic_token(std::uint64_t seed, std::uint64_t i) noexcept;
 /// A synthetic pool's tokens.
 std::vector<token> synthetic_tokens(std::uint64_t seed, std::uint64_t count);
 
+/// Hashes `std::string` keys and looks them up by `std::string_view` without building a string.
+struct string_hash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+};
+using string_index = std::unordered_map<std::string, std::uint32_t, string_hash, std::equal_to<>>;
+
 /// Interns strings to dense indices (session and tenant names).
 class string_table {
 public:
@@ -78,7 +86,7 @@ public:
 
 private:
   std::vector<std::string> names_;
-  std::unordered_map<std::string, std::uint32_t> index_;
+  string_index index_;
 };
 
 /// A whole trace. Invariants (kept by `trace_builder` and the parser): segments of request i lie in
@@ -132,7 +140,7 @@ private:
   trace& t_;
   request pending_{};
   std::size_t literal_mark_ = 0;
-  std::unordered_map<std::string, std::uint32_t> pool_index_;
+  string_index pool_index_;
 };
 
 /// The value of fresh token `i` of segment `seg` of request `index`, and of output token `i`. Fresh tokens
@@ -141,24 +149,51 @@ private:
 token fresh_token(std::uint32_t index, std::uint32_t seg, std::uint64_t i) noexcept;
 token output_token(std::uint32_t index, std::uint64_t i) noexcept;
 
-/// Expands requests to tokens in trace order. Keeps the expansion (prompt + output) of a request only while
-/// a later `from` segment still needs it, so memory stays proportional to the live sessions, not the trace.
+/// Expands requests to tokens. The trace stores segments, never expanded requests: a `from` segment is
+/// expanded on demand from its source request's segments (recursively, with an explicit stack, so a deep
+/// chain of references cannot overflow the call stack). To keep long chains cheap, the full expansion
+/// (prompt + output) of a request that a later `from` still references is kept while it fits in
+/// `keep_tokens`; when it does not, the largest kept expansions make room (or the new one is not kept), so
+/// memory is bounded by `keep_tokens` plus the request being expanded, whatever the trace references.
+///
+/// Complexity: a prompt costs its length, plus the segments visited to reach the sources that are not kept.
 class materializer {
 public:
-  explicit materializer(const trace& t);
+  /// 16 Mi tokens (64 MiB) of kept expansions: the live context of hundreds of interleaved chats.
+  static constexpr std::uint64_t default_keep_tokens = std::uint64_t{1} << 24;
 
-  /// Writes the prompt of request `index` into `out` (replacing its contents). Requests must be expanded
-  /// in increasing index order; every request must be expanded (its references are counted).
+  explicit materializer(const trace& t, std::uint64_t keep_tokens = default_keep_tokens);
+
+  /// Writes the prompt of request `index` into `out` (replacing its contents). Any order gives the same
+  /// tokens; expanding each request once, in increasing index order (as a replay does), lets kept
+  /// expansions go as soon as their last reference has been expanded.
   void prompt(std::uint32_t index, std::vector<token>& out);
   /// Appends the output tokens of request `index` to `out`.
   static void append_output(std::uint32_t index, std::uint32_t count, std::vector<token>& out);
 
   std::size_t retained() const noexcept { return kept_.size(); }
+  /// Tokens held in kept expansions (at most `keep_tokens`).
+  std::uint64_t retained_tokens() const noexcept { return kept_tokens_; }
 
 private:
+  /// Appends the first `length` tokens of request `index`'s prompt followed by its output.
+  void append_prefix(std::uint32_t index, std::uint64_t length, std::vector<token>& out);
+  void keep(std::uint32_t index, std::vector<token> full);
+  void drop(std::uint32_t index);
+
+  struct frame {
+    std::uint32_t request;
+    std::uint32_t next_segment; ///< `segment_count`: the output tokens come next
+    std::uint64_t remaining;
+  };
+
   const trace& t_;
+  std::uint64_t keep_tokens_;
+  std::uint64_t kept_tokens_ = 0;
   std::vector<std::uint32_t> pending_refs_; ///< later `from` segments that still read request i
   std::unordered_map<std::uint32_t, std::vector<token>> kept_;
+  std::set<std::pair<std::uint64_t, std::uint32_t>> kept_by_size_;
+  std::vector<frame> stack_;
 };
 
 } // namespace reprise::sim

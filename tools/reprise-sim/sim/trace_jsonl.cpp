@@ -1,7 +1,11 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
 #include "sim/trace_jsonl.hpp"
 
-#include <charconv>
+#include <simdjson.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
 #include <istream>
 #include <limits>
 #include <ostream>
@@ -15,194 +19,196 @@ std::string to_string(const parse_error& e) {
 
 namespace {
 
-/// A forward-only reader over one line. Every accessor checks the end first; the first failure is kept
-/// (message and byte position) and later calls keep failing, so callers can chain with `&&`.
-class cursor {
+namespace od = simdjson::ondemand;
+
+/// The first error of one line: its message and byte position. Later failures keep the first one, so
+/// callers can chain checks with `&&`.
+class line_error {
 public:
-  explicit cursor(std::string_view line) : begin_(line.data()), p_(line.data()), end_(line.data() + line.size()) {}
+  line_error(const char* begin, const char* end) : begin_(begin), end_(end) {}
 
   bool failed() const noexcept { return !message_.empty(); }
   const std::string& message() const noexcept { return message_; }
   std::uint64_t column() const noexcept { return static_cast<std::uint64_t>(at_ - begin_) + 1; }
-  const char* pos() const noexcept { return p_; }
+  const char* begin() const noexcept { return begin_; }
+  const char* end() const noexcept { return end_; }
+  /// Where the document's iterator stands (the line's end once it is past the last token).
+  const char* here() const noexcept {
+    if (doc == nullptr) return end_;
+    auto loc = doc->current_location();
+    return loc.error() ? end_ : loc.value_unsafe();
+  }
+
+  od::document* doc = nullptr; ///< the line's document, for `here()`
 
   bool fail_at(const char* where, std::string m) {
     if (message_.empty()) {
       message_ = std::move(m);
-      at_ = where;
+      at_ = where < begin_ || where > end_ ? begin_ : where;
     }
     return false;
-  }
-  bool fail(std::string m) { return fail_at(p_, std::move(m)); }
-
-  void skip_ws() noexcept {
-    while (p_ < end_ && (*p_ == ' ' || *p_ == '\t' || *p_ == '\r')) ++p_;
-  }
-  bool at_end() {
-    skip_ws();
-    return p_ == end_;
-  }
-  bool peek(char c) {
-    skip_ws();
-    return p_ < end_ && *p_ == c;
-  }
-  bool expect(char c) {
-    skip_ws();
-    if (p_ < end_ && *p_ == c) {
-      ++p_;
-      return true;
-    }
-    if (p_ == end_) return fail(std::string("expected '") + c + "' but the line ended");
-    return fail(std::string("expected '") + c + "'");
-  }
-  /// ',' then true (more members follow), or `close` then false; anything else fails (check `failed()`).
-  bool next_member(char close) {
-    skip_ws();
-    if (p_ < end_ && *p_ == ',') {
-      ++p_;
-      return true;
-    }
-    if (p_ < end_ && *p_ == close) {
-      ++p_;
-      return false;
-    }
-    fail(std::string("expected ',' or '") + close + "'" + (p_ == end_ ? " but the line ended" : ""));
-    return false;
-  }
-
-  /// A JSON string, escapes decoded to UTF-8, at most `max_bytes` bytes once decoded.
-  bool string(std::string& out, std::uint64_t max_bytes) {
-    skip_ws();
-    out.clear();
-    if (p_ == end_ || *p_ != '"') return fail("expected a string");
-    const char* start = p_++;
-    while (true) {
-      if (p_ == end_) return fail_at(start, "unterminated string");
-      const auto c = static_cast<unsigned char>(*p_);
-      if (c == '"') {
-        ++p_;
-        return true;
-      }
-      if (c < 0x20) return fail("control character in a string");
-      if (out.size() >= max_bytes) return fail_at(start, "string longer than " + std::to_string(max_bytes) + " bytes");
-      if (c != '\\') {
-        out.push_back(static_cast<char>(c));
-        ++p_;
-        continue;
-      }
-      ++p_;
-      if (p_ == end_) return fail_at(start, "unterminated string");
-      switch (*p_++) {
-      case '"': out.push_back('"'); break;
-      case '\\': out.push_back('\\'); break;
-      case '/': out.push_back('/'); break;
-      case 'b': out.push_back('\b'); break;
-      case 'f': out.push_back('\f'); break;
-      case 'n': out.push_back('\n'); break;
-      case 'r': out.push_back('\r'); break;
-      case 't': out.push_back('\t'); break;
-      case 'u': {
-        std::uint32_t cp = 0;
-        if (!hex4(cp)) return false;
-        if (cp >= 0xd800 && cp <= 0xdbff) {
-          std::uint32_t low = 0;
-          if (end_ - p_ < 2 || p_[0] != '\\' || p_[1] != 'u') return fail("unpaired surrogate in \\u escape");
-          p_ += 2;
-          if (!hex4(low)) return false;
-          if (low < 0xdc00 || low > 0xdfff) return fail("unpaired surrogate in \\u escape");
-          cp = 0x10000 + ((cp - 0xd800) << 10) + (low - 0xdc00);
-        } else if (cp >= 0xdc00 && cp <= 0xdfff) {
-          return fail("unpaired surrogate in \\u escape");
-        }
-        append_utf8(cp, out);
-        break;
-      }
-      default: return fail_at(p_ - 1, "invalid escape in a string");
-      }
-    }
-  }
-
-  /// An unsigned decimal integer without sign, fraction, exponent or leading zeros, at most `max`.
-  bool uint(std::uint64_t& v, std::uint64_t max = std::numeric_limits<std::uint64_t>::max()) {
-    skip_ws();
-    const char* start = p_;
-    if (p_ == end_ || *p_ < '0' || *p_ > '9') return fail("expected an unsigned integer");
-    if (*p_ == '0' && end_ - p_ > 1 && p_[1] >= '0' && p_[1] <= '9') return fail("leading zero in a number");
-    auto [ptr, ec] = std::from_chars(p_, end_, v);
-    if (ec != std::errc{}) return fail_at(start, "number out of range");
-    p_ = ptr;
-    if (p_ < end_ && (*p_ == '.' || *p_ == 'e' || *p_ == 'E'))
-      return fail_at(start, "expected an unsigned integer, not a fraction or exponent");
-    if (v > max) return fail_at(start, "number " + std::to_string(v) + " exceeds the limit " + std::to_string(max));
-    return true;
-  }
-
-  /// A session or tenant id: a string, or an unsigned integer kept as its decimal text.
-  bool name(std::string& out, std::uint64_t max_bytes) {
-    skip_ws();
-    if (p_ < end_ && *p_ == '"') return string(out, max_bytes);
-    std::uint64_t v = 0;
-    if (p_ == end_ || *p_ < '0' || *p_ > '9') return fail("expected a string or an unsigned integer");
-    if (!uint(v)) return false;
-    out = std::to_string(v);
-    return true;
-  }
-
-  /// `[t, ...]` appended to `out` (each 0 <= t < 2^31); at most `max_count` values.
-  bool token_array(std::vector<token>& out, std::uint64_t max_count) {
-    if (!expect('[')) return false;
-    const char* start = p_;
-    if (peek(']')) {
-      ++p_;
-      return true;
-    }
-    do {
-      std::uint64_t v = 0;
-      if (!uint(v, std::numeric_limits<token>::max())) return false;
-      if (out.size() >= max_count) return fail_at(start, "more than " + std::to_string(max_count) + " tokens");
-      out.push_back(static_cast<token>(v));
-    } while (next_member(']'));
-    return !failed();
   }
 
 private:
-  bool hex4(std::uint32_t& v) {
-    if (end_ - p_ < 4) return fail("truncated \\u escape");
-    v = 0;
-    for (int i = 0; i < 4; ++i) {
-      const char c = *p_++;
-      v <<= 4;
-      if (c >= '0' && c <= '9') v |= static_cast<std::uint32_t>(c - '0');
-      else if (c >= 'a' && c <= 'f') v |= static_cast<std::uint32_t>(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F') v |= static_cast<std::uint32_t>(c - 'A' + 10);
-      else return fail_at(p_ - 1, "invalid hex digit in \\u escape");
-    }
-    return true;
-  }
-  static void append_utf8(std::uint32_t cp, std::string& out) {
-    if (cp < 0x80) {
-      out.push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      out.push_back(static_cast<char>(0xc0 | (cp >> 6)));
-      out.push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-    } else if (cp < 0x10000) {
-      out.push_back(static_cast<char>(0xe0 | (cp >> 12)));
-      out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
-      out.push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-    } else {
-      out.push_back(static_cast<char>(0xf0 | (cp >> 18)));
-      out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3f)));
-      out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
-      out.push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-    }
-  }
-
   const char* begin_;
-  const char* p_;
   const char* end_;
   const char* at_ = nullptr;
   std::string message_;
 };
+
+/// The byte offset of the first byte that is not valid UTF-8 (`s.size()` when all is).
+std::size_t first_invalid_utf8(std::string_view s) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    std::size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return i;
+    std::uint32_t cp = n == 1 ? c : n == 2 ? c & 0x1f : n == 3 ? c & 0x0f : c & 0x07;
+    for (std::size_t k = 1; k < n; ++k) {
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      if ((d & 0xc0) != 0x80) return i;
+      cp = cp << 6 | (d & 0x3f);
+    }
+    static constexpr std::uint32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < least[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return i;
+    i += n;
+  }
+  return s.size();
+}
+
+/// Why simdjson refused the string starting at `quote`: the first bad escape or control character.
+bool string_error(line_error& e, const char* quote) {
+  const char* p = quote + 1;
+  auto hex4 = [&](const char* q, std::uint32_t& v) {
+    v = 0;
+    for (int i = 0; i < 4; ++i, ++q) {
+      if (q >= e.end() || !std::isxdigit(static_cast<unsigned char>(*q))) return false;
+      v = v << 4 | static_cast<std::uint32_t>(std::isdigit(static_cast<unsigned char>(*q)) ? *q - '0' : (*q | 0x20) - 'a' + 10);
+    }
+    return true;
+  };
+  while (p < e.end() && *p != '"') {
+    if (static_cast<unsigned char>(*p) < 0x20) return e.fail_at(p, "control character in a string");
+    if (*p++ != '\\') continue;
+    if (p == e.end()) break;
+    const char x = *p++;
+    if (x != 'u') {
+      if (!std::strchr("\"\\/bfnrt", x)) return e.fail_at(p - 1, "invalid escape in a string");
+      continue;
+    }
+    std::uint32_t cp = 0, low = 0;
+    if (!hex4(p, cp)) return e.fail_at(p, "invalid hex digit in \\u escape");
+    p += 4;
+    if (cp >= 0xdc00 && cp <= 0xdfff) return e.fail_at(quote, "unpaired surrogate in \\u escape");
+    if (cp >= 0xd800 && cp <= 0xdbff) {
+      if (e.end() - p < 6 || p[0] != '\\' || p[1] != 'u' || !hex4(p + 2, low) || low < 0xdc00 || low > 0xdfff)
+        return e.fail_at(quote, "unpaired surrogate in \\u escape");
+      p += 6;
+    }
+  }
+  if (p >= e.end()) return e.fail_at(quote, "unterminated string");
+  return e.fail_at(quote, "invalid string");
+}
+
+/// A simdjson error at `where` (the value or token being read) as a message for people.
+bool json_error(line_error& e, simdjson::error_code code, const char* where, const char* expected) {
+  using simdjson::error_code;
+  if (where >= e.end()) return e.fail_at(e.end(), std::string("expected ") + expected + " but the line ended");
+  switch (code) {
+  case error_code::INCOMPLETE_ARRAY_OR_OBJECT:
+    return e.fail_at(e.end(), std::string("expected ") + expected + " but the line ended");
+  case error_code::UNCLOSED_STRING: return e.fail_at(where, "unterminated string");
+  case error_code::STRING_ERROR: return string_error(e, where);
+  case error_code::UNESCAPED_CHARS: return e.fail_at(where, "control character in a string");
+  default: return e.fail_at(where, std::string("expected ") + expected);
+  }
+}
+
+/// Where a value starts in the line.
+const char* where_of(od::value& v) { return v.raw_json_token().data(); }
+
+/// An unsigned decimal integer without sign, fraction, exponent or leading zeros, at most `max`.
+bool read_uint(line_error& e, od::value v, std::uint64_t& out,
+               std::uint64_t max = std::numeric_limits<std::uint64_t>::max()) {
+  const std::string_view tok = v.raw_json_token();
+  const char* at = tok.data();
+  if (tok.empty() || tok[0] < '0' || tok[0] > '9') return e.fail_at(at, "expected an unsigned integer");
+  if (tok[0] == '0' && tok.size() > 1 && tok[1] >= '0' && tok[1] <= '9') return e.fail_at(at, "leading zero in a number");
+  const std::size_t digits = std::min(tok.find_first_not_of("0123456789"), tok.size());
+  if (digits < tok.size() && (tok[digits] == '.' || tok[digits] == 'e' || tok[digits] == 'E'))
+    return e.fail_at(at, "expected an unsigned integer, not a fraction or exponent");
+  if (auto code = v.get_uint64().get(out); code != simdjson::SUCCESS) {
+    if (digits > 19 || code == simdjson::NUMBER_OUT_OF_RANGE)
+      return e.fail_at(at, "number out of range");
+    if (at + digits >= e.end()) return e.fail_at(e.end(), "expected ',' or a closing bracket but the line ended");
+    return json_error(e, code, at, "an unsigned integer");
+  }
+  if (out > max) return e.fail_at(at, "number " + std::to_string(out) + " exceeds the limit " + std::to_string(max));
+  return true;
+}
+
+/// A JSON string, escapes decoded (UTF-8 validated), at most `max_bytes` bytes once decoded.
+bool read_string(line_error& e, od::value v, std::string& out, std::uint64_t max_bytes) {
+  const char* at = where_of(v);
+  if (at >= e.end() || *at != '"') return e.fail_at(at, "expected a string");
+  std::string_view sv;
+  if (auto code = v.get_string().get(sv); code != simdjson::SUCCESS) return json_error(e, code, at, "a string");
+  if (sv.size() > max_bytes) return e.fail_at(at, "string longer than " + std::to_string(max_bytes) + " bytes");
+  out.assign(sv);
+  return true;
+}
+
+/// A session or tenant id: a string, or an unsigned integer kept as its decimal text.
+bool read_name(line_error& e, od::value v, std::string& out, std::uint64_t max_bytes) {
+  const char* at = where_of(v);
+  if (at < e.end() && *at == '"') return read_string(e, v, out, max_bytes);
+  if (at >= e.end() || *at < '0' || *at > '9') return e.fail_at(at, "expected a string or an unsigned integer");
+  std::uint64_t n = 0;
+  if (!read_uint(e, v, n)) return false;
+  out = std::to_string(n);
+  return true;
+}
+
+/// `[t, ...]` appended to `out` (each 0 <= t < 2^31); at most `max_count` values.
+bool read_tokens(line_error& e, od::value v, std::vector<token>& out, std::uint64_t max_count) {
+  const char* at = where_of(v);
+  od::array a;
+  if (at >= e.end() || *at != '[') return e.fail_at(at, "expected '['");
+  if (auto code = v.get_array().get(a); code != simdjson::SUCCESS) return json_error(e, code, at, "an array");
+  std::uint64_t count = 0;
+  for (auto item : a) {
+    od::value x;
+    if (auto code = item.get(x); code != simdjson::SUCCESS)
+      return json_error(e, code, e.here(), "a token or ']'");
+    if (count++ >= max_count) return e.fail_at(at, "more than " + std::to_string(max_count) + " tokens");
+    std::uint64_t t = 0;
+    if (!read_uint(e, x, t, std::numeric_limits<token>::max())) return false;
+    out.push_back(static_cast<token>(t));
+  }
+  return !e.failed();
+}
+
+/// Iterates the members of an object: `on_member(key, key position, value)` returns false to stop.
+template <class F>
+bool for_each_member(line_error& e, od::value v, const char* what, F&& on_member) {
+  const char* at = where_of(v);
+  if (at >= e.end() || *at != '{') return e.fail_at(at, "expected '{'");
+  od::object o;
+  if (auto code = v.get_object().get(o); code != simdjson::SUCCESS) return json_error(e, code, at, "an object");
+  bool any = false;
+  for (auto member : o) {
+    if (auto code = member.error(); code != simdjson::SUCCESS) return json_error(e, code, e.here(), "a key or '}'");
+    od::field f = std::move(member).value_unsafe();
+    const char* key_at = f.key().raw() - 1;
+    std::string_view key;
+    if (auto code = f.unescaped_key().get(key); code != simdjson::SUCCESS) return json_error(e, code, key_at, "a key");
+    any = true;
+    if (!on_member(key, key_at, f.value())) return false;
+  }
+  if (!any && !e.failed()) return e.fail_at(at, std::string("empty ") + what);
+  return !e.failed();
+}
+
 
 /// One segment as written, before its references are resolved.
 struct raw_segment {
@@ -243,12 +249,12 @@ public:
   /// Parses one line (without its '\n'); false once parsing must stop.
   bool feed(std::string_view line) {
     ++result_.lines;
-    cursor c(line);
-    if (c.at_end()) return true; // blank lines are allowed
-    if (!parse_line(c)) {
-      const std::uint64_t col = c.column();
-      return report(col, c.message());
-    }
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) return true; // blank lines are allowed
+    // simdjson reads up to SIMDJSON_PADDING bytes past the end: parse a padded copy.
+    padded_.assign(line.begin(), line.end());
+    padded_.resize(line.size() + simdjson::SIMDJSON_PADDING, '\0');
+    line_error e(padded_.data(), padded_.data() + line.size());
+    if (!parse_line(e)) return report(e.column(), e.message());
     return true;
   }
 
@@ -273,94 +279,83 @@ private:
     return true;
   }
 
-  bool duplicate(cursor& c, const char* key_pos, std::string_view key) {
-    return c.fail_at(key_pos, "duplicate key \"" + std::string(key) + "\"");
+  bool duplicate(line_error& e, const char* key_pos, std::string_view key) {
+    return e.fail_at(key_pos, "duplicate key \"" + std::string(key) + "\"");
   }
 
-  bool parse_segment(cursor& c, raw_segment& s) {
-    s.where = c.pos();
-    if (!c.expect('{')) return false;
-    if (c.peek('}')) return c.fail("empty segment object");
-    std::string key;
-    do {
-      c.skip_ws();
-      const char* key_pos = c.pos();
-      if (!c.string(key, 16) || !c.expect(':')) return false;
+  static std::string quoted(std::string_view key) {
+    return "\"" + std::string(key.substr(0, 64)) + (key.size() > 64 ? "...\"" : "\"");
+  }
+
+  bool parse_segment(line_error& e, od::value v, raw_segment& s) {
+    s.where = where_of(v);
+    const parse_limits& L = opt_.limits;
+    return for_each_member(e, v, "segment object", [&](std::string_view key, const char* key_pos, od::value x) {
       auto once = [&](std::uint8_t bit) {
-        if (s.keys & bit) return duplicate(c, key_pos, key);
+        if (s.keys & bit) return duplicate(e, key_pos, key);
         s.keys |= bit;
         return true;
       };
-      const parse_limits& L = opt_.limits;
-      bool ok = false;
-      if (key == "pool") ok = once(raw_segment::has_pool) && c.string(s.pool, L.max_string_bytes);
-      else if (key == "off") ok = once(raw_segment::has_off) && c.uint(s.off);
-      else if (key == "len") ok = once(raw_segment::has_len) && c.uint(s.len);
-      else if (key == "from") ok = once(raw_segment::has_from) && c.uint(s.from);
-      else if (key == "fresh") ok = once(raw_segment::has_fresh) && c.uint(s.fresh, L.max_prompt_tokens);
-      else if (key == "tokens") {
+      if (key == "pool") return once(raw_segment::has_pool) && read_string(e, x, s.pool, L.max_string_bytes);
+      if (key == "off") return once(raw_segment::has_off) && read_uint(e, x, s.off);
+      if (key == "len") return once(raw_segment::has_len) && read_uint(e, x, s.len);
+      if (key == "from") return once(raw_segment::has_from) && read_uint(e, x, s.from);
+      if (key == "fresh") return once(raw_segment::has_fresh) && read_uint(e, x, s.fresh, L.max_prompt_tokens);
+      if (key == "tokens") {
         s.literal_begin = f_.tokens.size();
-        ok = once(raw_segment::has_tokens) && c.token_array(f_.tokens, L.max_prompt_tokens);
+        const bool ok = once(raw_segment::has_tokens) && read_tokens(e, x, f_.tokens, L.max_prompt_tokens);
         s.literal_end = f_.tokens.size();
-      } else return c.fail_at(key_pos, "unknown segment key \"" + key + "\"");
-      if (!ok) return false;
-    } while (c.next_member('}'));
-    return !c.failed();
+        return ok;
+      }
+      return e.fail_at(key_pos, "unknown segment key " + quoted(key));
+    });
   }
 
-  bool parse_fields(cursor& c) {
+  bool parse_segments(line_error& e, od::value v) {
+    const char* at = where_of(v);
+    od::array a;
+    if (at >= e.end() || *at != '[') return e.fail_at(at, "expected '['");
+    if (auto code = v.get_array().get(a); code != simdjson::SUCCESS) return json_error(e, code, at, "an array");
+    for (auto item : a) {
+      od::value x;
+      if (auto code = item.get(x); code != simdjson::SUCCESS) return json_error(e, code, e.here(), "a segment or ']'");
+      if (f_.segments.size() >= opt_.limits.max_segments)
+        return e.fail_at(where_of(x), "more than " + std::to_string(opt_.limits.max_segments) + " segments");
+      f_.segments.emplace_back();
+      if (!parse_segment(e, x, f_.segments.back())) return false;
+    }
+    return !e.failed();
+  }
+
+  bool parse_fields(line_error& e, od::value v) {
     f_.clear();
-    if (!c.expect('{')) return false;
-    if (c.peek('}')) return c.fail("empty object");
-    std::string key;
-    do {
-      c.skip_ws();
-      const char* key_pos = c.pos();
-      if (!c.string(key, 16) || !c.expect(':')) return false;
+    const parse_limits& L = opt_.limits;
+    return for_each_member(e, v, "object", [&](std::string_view key, const char* key_pos, od::value x) {
       auto once = [&](std::uint16_t bit) {
-        if (f_.keys & bit) return duplicate(c, key_pos, key);
+        if (f_.keys & bit) return duplicate(e, key_pos, key);
         f_.keys |= bit;
         return true;
       };
-      const parse_limits& L = opt_.limits;
-      bool ok = false;
-      if (key == "pool") ok = once(line_fields::has_pool) && c.string(f_.pool, L.max_string_bytes);
-      else if (key == "tokens") {
-        c.skip_ws();
-        f_.where_tokens = c.pos();
-        const std::uint64_t cap = std::max(L.max_prompt_tokens, L.max_pool_tokens);
-        ok = once(line_fields::has_tokens) && c.token_array(f_.tokens, cap);
-      } else if (key == "random") ok = once(line_fields::has_random) && c.uint(f_.random, L.max_pool_tokens);
-      else if (key == "seed") ok = once(line_fields::has_seed) && c.uint(f_.seed);
-      else if (key == "id") {
-        c.skip_ws();
-        f_.where_id = c.pos();
-        ok = once(line_fields::has_id) && c.uint(f_.id);
-      } else if (key == "session") ok = once(line_fields::has_session) && c.name(f_.session, L.max_string_bytes);
-      else if (key == "tenant") ok = once(line_fields::has_tenant) && c.name(f_.tenant, L.max_string_bytes);
-      else if (key == "output") ok = once(line_fields::has_output) && c.uint(f_.output, L.max_output_tokens);
-      else if (key == "segments") {
-        ok = once(line_fields::has_segments) && c.expect('[');
-        if (ok && c.peek(']')) {
-          c.expect(']');
-        } else if (ok) {
-          do {
-            if (f_.segments.size() >= L.max_segments)
-              return c.fail("more than " + std::to_string(L.max_segments) + " segments");
-            f_.segments.emplace_back();
-            if (!parse_segment(c, f_.segments.back())) return false;
-          } while (c.next_member(']'));
-          ok = !c.failed();
-        }
-      } else return c.fail_at(key_pos, "unknown key \"" + key + "\"");
-      if (!ok) return false;
-    } while (c.next_member('}'));
-    if (c.failed()) return false;
-    if (!c.at_end()) return c.fail("trailing characters after the object");
-    return true;
+      if (key == "pool") return once(line_fields::has_pool) && read_string(e, x, f_.pool, L.max_string_bytes);
+      if (key == "tokens") {
+        f_.where_tokens = where_of(x);
+        return once(line_fields::has_tokens) && read_tokens(e, x, f_.tokens, std::max(L.max_prompt_tokens, L.max_pool_tokens));
+      }
+      if (key == "random") return once(line_fields::has_random) && read_uint(e, x, f_.random, L.max_pool_tokens);
+      if (key == "seed") return once(line_fields::has_seed) && read_uint(e, x, f_.seed);
+      if (key == "id") {
+        f_.where_id = where_of(x);
+        return once(line_fields::has_id) && read_uint(e, x, f_.id);
+      }
+      if (key == "session") return once(line_fields::has_session) && read_name(e, x, f_.session, L.max_string_bytes);
+      if (key == "tenant") return once(line_fields::has_tenant) && read_name(e, x, f_.tenant, L.max_string_bytes);
+      if (key == "output") return once(line_fields::has_output) && read_uint(e, x, f_.output, L.max_output_tokens);
+      if (key == "segments") return once(line_fields::has_segments) && parse_segments(e, x);
+      return e.fail_at(key_pos, "unknown key " + quoted(key));
+    });
   }
 
-  bool define_pool(cursor& c) {
+  bool define_pool(line_error& c) {
     constexpr std::uint16_t allowed = line_fields::has_pool | line_fields::has_tokens | line_fields::has_random |
                                       line_fields::has_seed;
     if (f_.keys & ~allowed) return c.fail_at(line_begin_, "a pool line takes only \"pool\", \"tokens\", \"random\", \"seed\"");
@@ -382,7 +377,7 @@ private:
     return true;
   }
 
-  bool add_request(cursor& c) {
+  bool add_request(line_error& c) {
     const parse_limits& L = opt_.limits;
     if (f_.keys & (line_fields::has_random | line_fields::has_seed))
       return c.fail_at(line_begin_, "\"random\" and \"seed\" belong to pool lines");
@@ -460,11 +455,21 @@ private:
     return true;
   }
 
-  bool parse_line(cursor& c) {
-    c.skip_ws();
-    line_begin_ = c.pos();
-    if (!parse_fields(c)) return false;
-    return (f_.keys & line_fields::has_pool) ? define_pool(c) : add_request(c);
+  bool parse_line(line_error& e) {
+    const std::string_view text(e.begin(), static_cast<std::size_t>(e.end() - e.begin()));
+    line_begin_ = e.begin() + text.find_first_not_of(" \t\r");
+    od::document doc;
+    e.doc = &doc;
+    if (auto code = parser_.iterate(e.begin(), text.size(), padded_.size()).get(doc); code != simdjson::SUCCESS) {
+      if (code == simdjson::UTF8_ERROR) return e.fail_at(e.begin() + first_invalid_utf8(text), "invalid UTF-8");
+      return json_error(e, code, line_begin_, "a JSON object");
+    }
+    if (*line_begin_ != '{') return e.fail_at(line_begin_, "expected '{'");
+    od::value root;
+    if (auto code = doc.get_value().get(root); code != simdjson::SUCCESS) return json_error(e, code, line_begin_, "'{'");
+    if (!parse_fields(e, root)) return false;
+    if (e.here() != e.end()) return e.fail_at(e.here(), "trailing characters after the object");
+    return (f_.keys & line_fields::has_pool) ? define_pool(e) : add_request(e);
   }
 
   parse_options opt_;
@@ -475,6 +480,8 @@ private:
   std::unordered_map<std::uint64_t, std::uint32_t> ids_; ///< trace id -> request index
   std::uint64_t pool_tokens_ = 0;
   const char* line_begin_ = nullptr;
+  std::string padded_;
+  od::parser parser_;
 };
 
 void write_string(std::ostream& out, std::string_view s) {

@@ -1,10 +1,12 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file
-/// Reads and writes the JSONL trace format (docs/sim-trace-format.md). The reader is a small strict parser
-/// for exactly that format: one object per line, no unknown or duplicate keys, unsigned integers only. It is
-/// meant to face hostile input: every length is bounded by `parse_limits`, nothing recurses, and a bad line
-/// becomes a `parse_error` with its line and column (then skipped, or the parse stops, by `on_error`).
+/// Reads and writes the JSONL trace format (docs/sim-trace-format.md). Each line is parsed by simdjson's
+/// On-Demand API (which validates UTF-8 and the JSON grammar, leading zeros included); on top of it the
+/// reader is strict about exactly that format: one object per line, no unknown or duplicate keys, unsigned
+/// integers only. It is meant to face hostile input: every length is bounded by `parse_limits`, only the
+/// format's fixed nesting is descended, and a bad line becomes a `parse_error` with its line and column
+/// (then skipped, or the parse stops, by `on_error`).
 
 #include "sim/trace.hpp"
 
