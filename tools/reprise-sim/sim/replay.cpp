@@ -4,7 +4,11 @@
 #include "sim/csv.hpp"
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <cstdio>
+#include <optional>
+#include <vector>
 
 namespace reprise::sim {
 
@@ -152,6 +156,75 @@ std::string check_config(const trace& t, replay_config& c, const replay_limits& 
   return {};
 }
 
+namespace {
+
+/// An open-addressing set of nonzero 64-bit hashes, sized once.
+class hash_set {
+public:
+  explicit hash_set(std::uint64_t capacity) : slots_(std::bit_ceil(std::max<std::uint64_t>(2 * capacity, 16)), 0) {}
+  bool contains(std::uint64_t h) const noexcept {
+    for (std::size_t i = h & (slots_.size() - 1);; i = (i + 1) & (slots_.size() - 1)) {
+      if (slots_[i] == h) return true;
+      if (slots_[i] == 0) return false;
+    }
+  }
+  void insert(std::uint64_t h) noexcept {
+    for (std::size_t i = h & (slots_.size() - 1);; i = (i + 1) & (slots_.size() - 1)) {
+      if (slots_[i] == h) return;
+      if (slots_[i] == 0) {
+        slots_[i] = h;
+        return;
+      }
+    }
+  }
+
+private:
+  std::vector<std::uint64_t> slots_;
+};
+
+std::uint64_t mix(std::uint64_t x) noexcept { // murmur3's finalizer
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  return x ^ (x >> 33);
+}
+
+} // namespace
+
+std::optional<std::uint64_t> prefill_floor(const trace& t, std::uint64_t max_positions) {
+  std::uint64_t positions = 0;
+  for (const request& r : t.requests) positions += r.prompt_tokens + r.output_tokens;
+  if (positions > max_positions) return std::nullopt;
+  hash_set seen(positions);
+  materializer m(t);
+  std::vector<token> tokens;
+  std::vector<std::uint64_t> prefix; // prefix[k]: hash of the tenant and the first k tokens
+  std::uint64_t floor = 0;
+  for (std::uint32_t i = 0; i < t.requests.size(); ++i) {
+    const request& r = t.requests[i];
+    m.prompt(i, tokens);
+    const std::size_t length = tokens.size();
+    materializer::append_output(i, r.output_tokens, tokens);
+    prefix.resize(tokens.size() + 1);
+    prefix[0] = mix(0x9e3779b97f4a7c15ULL + r.tenant);
+    for (std::size_t k = 0; k < tokens.size(); ++k) {
+      const std::uint64_t h = mix(prefix[k] ^ (static_cast<std::uint64_t>(static_cast<std::uint32_t>(tokens[k])) + 1));
+      prefix[k + 1] = h == 0 ? 1 : h;
+    }
+    // Every prefix of a seen sequence was inserted, so "prefix of length k is covered" is monotone in k.
+    std::size_t lo = 0, hi = length == 0 ? 0 : length - 1;
+    while (lo < hi) {
+      const std::size_t mid = (lo + hi + 1) / 2;
+      if (seen.contains(prefix[mid])) lo = mid;
+      else hi = mid - 1;
+    }
+    floor += length - lo;
+    for (std::size_t k = 1; k < prefix.size(); ++k) seen.insert(prefix[k]);
+  }
+  return floor;
+}
+
 replay_report simulate(const trace& t, replay_config c, const replay_limits& limits, progress* bar) {
   std::string note;
   std::string error = check_config(t, c, limits, note);
@@ -168,6 +241,7 @@ replay_report simulate(const trace& t, replay_config c, const replay_limits& lim
   }
   replay_report r = replay(t, c, bar);
   if (!note.empty()) r.warnings.push_back(std::move(note));
+  if (r.error.empty()) r.floor_tokens = prefill_floor(t).value_or(0);
   return r;
 }
 
@@ -207,6 +281,11 @@ std::string format_report(const replay_report& r) {
   line("usable (skipped) tokens", count(r.usable_tokens) + " (" + pct(r.skipped_fraction()) + " of prompt tokens)");
   line("tokens lost to missing snapshots", count(r.tokens_lost));
   line("prefill tokens computed", count(r.prefill_tokens));
+  if (r.floor_tokens) {
+    std::snprintf(buf, sizeof buf, "%llu (computed / floor %.2fx)", static_cast<unsigned long long>(r.floor_tokens),
+                  r.computed_over_floor());
+    line("prefill floor", buf);
+  }
   std::snprintf(buf, sizeof buf, "%.3g PFLOP", r.flops_saved / 1e15);
   line("prefill FLOPs saved (2 * params)", buf);
   line("KV bytes peak / mean", bytes(r.peak_kv_bytes) + " / " + bytes(r.mean_kv_bytes));
@@ -231,8 +310,8 @@ std::string format_report(const replay_report& r) {
 std::string format_summary(std::span<const replay_report> reports) {
   std::string s;
   char buf[512];
-  std::snprintf(buf, sizeof buf, "%-22s %9s %16s %9s %16s %12s\n", "policy", "hit rate", "computed tokens", "computed",
-                "lost tokens", "peak bytes");
+  std::snprintf(buf, sizeof buf, "%-22s %9s %16s %9s %9s %16s %12s\n", "policy", "hit rate", "computed tokens",
+                "computed", "/ floor", "lost tokens", "peak bytes");
   s += buf;
   for (const replay_report& r : reports) {
     if (!r.error.empty()) {
@@ -243,12 +322,15 @@ std::string format_summary(std::span<const replay_report> reports) {
     const double computed = r.prompt_tokens ? static_cast<double>(r.prefill_tokens) / static_cast<double>(r.prompt_tokens) : 0;
     // Tokens lost to a missing snapshot only exist for policies that restore snapshots.
     const std::string lost = restores_snapshots(*parse_policy(r.policy)) ? std::to_string(r.tokens_lost) : "n/a";
-    std::snprintf(buf, sizeof buf, "%-22s %7.2f %% %16llu %7.2f %% %16s %12s\n", r.policy.c_str(), 100 * r.hit_rate(),
-                  static_cast<unsigned long long>(r.prefill_tokens), 100 * computed, lost.c_str(),
-                  format_bytes(r.peak_kv_bytes + r.peak_snapshot_bytes).c_str());
+    char over_floor[32] = "n/a";
+    if (r.floor_tokens) std::snprintf(over_floor, sizeof over_floor, "%.2fx", r.computed_over_floor());
+    std::snprintf(buf, sizeof buf, "%-22s %7.2f %% %16llu %7.2f %% %9s %16s %12s\n", r.policy.c_str(),
+                  100 * r.hit_rate(), static_cast<unsigned long long>(r.prefill_tokens), 100 * computed, over_floor,
+                  lost.c_str(), format_bytes(r.peak_kv_bytes + r.peak_snapshot_bytes).c_str());
     s += buf;
   }
-  s += "(computed: prefill tokens computed, also as % of prompt tokens; peak bytes: KV + snapshots)\n";
+  s += "(computed: prefill tokens computed, also as % of prompt tokens; / floor: computed over the tokens no earlier\n"
+       " prompt + reply covers; peak bytes: KV + snapshots)\n";
   return s;
 }
 
@@ -256,7 +338,7 @@ std::vector<std::string> report_columns() {
   return {"model", "policy", "block_size", "alignment", "snapshot_interval", "concurrency", "kv_budget_bytes",
           "snapshot_budget_bytes", "kv_blocks", "snapshot_slots", "requests", "requests_rejected", "decode_truncated",
           "hits", "hit_rate", "kv_hits", "kv_hit_rate", "prompt_tokens", "kv_matched_tokens", "usable_tokens",
-          "tokens_lost", "prefill_tokens", "output_tokens", "flops_saved", "peak_kv_bytes", "mean_kv_bytes",
+          "tokens_lost", "prefill_tokens", "floor_tokens", "output_tokens", "flops_saved", "peak_kv_bytes", "mean_kv_bytes",
           "peak_snapshot_bytes", "mean_snapshot_bytes", "blocks_shared", "kv_evictions", "snapshot_hits",
           "snapshot_misses", "captures_planned", "captures_written", "captures_refused", "snapshot_evictions_lru",
           "snapshot_evictions_ttl", "snapshot_evictions_invalidated", "cache_ns_per_request", "error", "warnings"};
@@ -270,7 +352,8 @@ void write_report_row(csv_writer& w, const replay_report& r) {
   w.cell(u64{r.concurrency}).cell(r.kv_budget_bytes).cell(r.snapshot_budget_bytes).cell(u64{r.kv_blocks});
   w.cell(u64{r.snapshot_slots}).cell(r.requests).cell(r.requests_rejected).cell(r.decode_truncated).cell(r.hits);
   w.cell(r.hit_rate()).cell(r.kv_hits).cell(r.kv_hit_rate()).cell(r.prompt_tokens).cell(r.kv_matched_tokens);
-  w.cell(r.usable_tokens).cell(r.tokens_lost).cell(r.prefill_tokens).cell(r.output_tokens).cell(r.flops_saved);
+  w.cell(r.usable_tokens).cell(r.tokens_lost).cell(r.prefill_tokens).cell(r.floor_tokens).cell(r.output_tokens);
+  w.cell(r.flops_saved);
   w.cell(r.peak_kv_bytes).cell(r.mean_kv_bytes).cell(r.peak_snapshot_bytes).cell(r.mean_snapshot_bytes);
   w.cell(r.blocks_shared).cell(r.kv_evictions).cell(r.snapshot_hits).cell(r.snapshot_misses);
   w.cell(r.captures_planned).cell(r.captures_written).cell(r.captures_refused).cell(r.snapshot_evictions_lru);

@@ -92,6 +92,12 @@ struct replay_report {
   std::uint64_t usable_tokens = 0;      ///< prefill tokens skipped
   std::uint64_t tokens_lost = 0;        ///< KV matched but recomputed for want of a snapshot
   std::uint64_t prefill_tokens = 0;     ///< prefill tokens computed (prompt - usable)
+  /// The prefill floor of the trace: prompt tokens that no earlier request's prompt + output covers (at least
+  /// one token per request). 0 when not computed (`prefill_floor` refused the trace's size).
+  std::uint64_t floor_tokens = 0;
+  double computed_over_floor() const noexcept {
+    return floor_tokens ? static_cast<double>(prefill_tokens) / static_cast<double>(floor_tokens) : 0;
+  }
   std::uint64_t output_tokens = 0;
   double flops_saved = 0;               ///< 2 * active params * usable tokens
 
@@ -163,6 +169,18 @@ replay_report simulate(const trace& t, replay_config c, const replay_limits& lim
 
 /// The block sizes the cache supports, as a comma-separated list.
 std::string supported_block_sizes_text();
+
+/// The most token positions `prefill_floor` hashes (16 Mi: 256 MiB of table at most).
+inline constexpr std::uint64_t max_floor_positions = std::uint64_t{1} << 24;
+
+/// The prefill floor of `t`: for each request, its prompt length minus the longest prefix that an earlier
+/// request of the same tenant's prompt + output already holds (leaving at least one token), summed. This is
+/// what a cache with unbounded memory, snapshots at every position and exact reuse of decoded tokens would
+/// compute; the replay of a policy is judged against it. Prefixes are compared by 64-bit rolling hashes of
+/// every position (a collision could only lower the floor, with probability about positions^2 / 2^64).
+/// Empty when the trace holds more than `max_positions` token positions.
+/// Complexity: O(total tokens) time and memory.
+std::optional<std::uint64_t> prefill_floor(const trace& t, std::uint64_t max_positions = max_floor_positions);
 
 /// The report as `key: value` lines for people.
 std::string format_report(const replay_report& r);
