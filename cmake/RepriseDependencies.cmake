@@ -1,5 +1,9 @@
-# Third-party dependencies of reprise::reprise, all from distribution packages (never vendored):
-#   Boost.Intrusive (libboost-dev), xxHash (libxxhash-dev), OpenSSL libcrypto for SHA-256 (libssl-dev).
+# Third-party dependencies, all from distribution packages (never vendored):
+#   Boost.Intrusive (libboost-dev) and xxHash's header (libxxhash-dev) for reprise::reprise;
+#   OpenSSL libcrypto (libssl-dev) for the opt-in reprise::sha256 only.
 find_package(Boost 1.74 REQUIRED CONFIG)
-find_package(xxHash REQUIRED)
-find_package(OpenSSL REQUIRED COMPONENTS Crypto)
+include(RepriseXxhash)
+if(NOT TARGET reprise::xxhash)
+  message(FATAL_ERROR "reprise: xxhash.h not found (Debian: libxxhash-dev); set reprise_XXHASH_INCLUDE_DIR")
+endif()
+find_package(OpenSSL COMPONENTS Crypto)

@@ -56,6 +56,9 @@ void usage() {
       "  --device D          cpu (default) | gpu\n"
       "  -h, --help          this text\n"
       "\n"
+      "Models are named by their layer pattern, one letter per layer: M = Mamba2, D = gated delta rule,\n"
+      "A = attention (every layer also has an MLP); `hybrid MDAMDA` has two of each.\n"
+      "\n"
       "Columns: prefill = prompt tokens computed, skipped = prompt tokens whose prefill a hit skipped,\n"
       "KV-matched = tokens whose KV blocks were cached, lost = KV-matched tokens recomputed because no snapshot\n"
       "sat at a usable position, peak KV = most KV blocks referenced at once, snapshots = peak snapshot bytes.");
@@ -202,8 +205,12 @@ decoder make_model(const decoder_config& c) {
 void print_table(const options& o, const std::vector<row>& rows) {
   const workload_config& w = o.workload;
   std::printf("workload: %u conversations x %u turns, system prompt %u tokens, user messages %u tokens, "
-              "replies %u tokens (greedy)\n\n",
+              "replies %u tokens (greedy)\n",
               w.conversations, w.turns, w.system_tokens, w.user_tokens, w.reply_tokens);
+  std::printf("model = its layer pattern, one letter per layer: %c = Mamba2, %c = gated delta rule, %c = attention "
+              "(each followed by an MLP)\n\n",
+              static_cast<char>(layer_kind::mamba2), static_cast<char>(layer_kind::gated_delta),
+              static_cast<char>(layer_kind::attention));
   std::printf("%-18s %-17s %8s %8s %10s %6s %8s %10s %8s %8s  %s\n", "model", "policy", "prefill", "skipped",
               "KV-matched", "lost", "peak KV", "snapshots", "wall ms", "speed-up", "outputs vs off");
   for (const row& r : rows) {

@@ -15,7 +15,7 @@ namespace reprise {
 /// aggregates (usable as template arguments) and runtime configs can carry it.
 enum class dtype : std::uint8_t { f32, bf16, f16, f64 };
 
-/// Bytes per element of `t`.
+/// Bytes per element of `t`; 0 for a value outside the enumeration (see `is_valid`).
 constexpr std::size_t size_of(dtype t) noexcept {
   switch (t) {
   case dtype::f32: return 4;
@@ -25,6 +25,10 @@ constexpr std::size_t size_of(dtype t) noexcept {
   }
   return 0;
 }
+
+/// True for the enumerators above. A `dtype` read from a file or cast from an integer may be none of them;
+/// shapes refuse such a value instead of sizing a state at 0 bytes.
+constexpr bool is_valid(dtype t) noexcept { return size_of(t) != 0; }
 
 constexpr std::string_view to_string(dtype t) noexcept {
   switch (t) {

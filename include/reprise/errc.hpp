@@ -3,9 +3,8 @@
 /// \file
 /// Error codes and the expected-like `result<T>` that every fallible Reprise call returns.
 ///
-/// Hot-path calls never throw: a call that fails returns an `errc` and leaves the cache exactly as it was
-/// (DESIGN.md invariant 7). `errc` plugs into `std::error_code` so engines can log it with their own
-/// error plumbing.
+/// Hot-path calls never throw: a call that fails returns an `errc` and leaves the cache exactly as it was.
+/// `errc` plugs into `std::error_code` so engines can log it with their own error plumbing.
 
 #include <reprise/config.hpp>
 

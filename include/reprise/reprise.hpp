@@ -1,7 +1,9 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file
-/// Umbrella header: the whole host library.
+/// Umbrella header: the whole host library (reprise::reprise). Not included here: the opt-in
+/// <reprise/keys/sha256_hasher.hpp> (reprise::sha256, needs OpenSSL), <reprise/ops/...> (reprise::state_ops,
+/// needs CCCL) and <reprise/gpu/...> (reprise::kernels).
 
 #include <reprise/config.hpp>
 #include <reprise/dtype.hpp>
@@ -15,7 +17,6 @@
 #include <reprise/state/presets.hpp>
 #include <reprise/state/shapes.hpp>
 #include <reprise/keys/block_key.hpp>
-#include <reprise/keys/sha256_hasher.hpp>
 #include <reprise/keys/xxh3_hasher.hpp>
 #include <reprise/cache/types.hpp>
 #include <reprise/cache/epoch_fifo.hpp>

@@ -1,10 +1,12 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file
-/// Device discovery, defined in reprise::kernels (link it to use these). The header itself needs no CUDA
-/// headers, so host-only translation units of an engine can ask whether a GPU is there.
+/// Device discovery, defined in reprise::kernels: a target that does not link it stops at an #error here. The
+/// header itself needs no CUDA headers, so host-only translation units of an engine can ask whether a GPU is
+/// there.
 
 #include <reprise/errc.hpp>
+#include <reprise/gpu/requires_kernels.hpp>
 
 #include <cstddef>
 #include <string>

@@ -7,11 +7,11 @@
 ///   key_i = H(key_{i-1}, tokens of block i),   key_{-1} = H(seed, extra keys),
 /// so a key names the whole prefix up to the end of its block, and the extra keys (model revision, LoRA id,
 /// multimodal digest, tenant salt) reach every block through the chain. A partial last block has no key:
-/// only full blocks are ever published (DESIGN.md invariant 4).
+/// only full blocks are ever published.
 ///
 /// Keys only find candidates. The cache confirms every match against the stored tokens, the parent block
-/// and, for a first block, the stored extra keys (invariant 3), so a weak or even constant hasher costs
-/// speed, never correctness.
+/// and, for a first block, the stored extra keys, so a weak or even constant hasher costs speed, never
+/// correctness.
 
 #include <reprise/config.hpp>
 

@@ -6,6 +6,9 @@
 /// Keys are reproducible: the same seed, extra keys and tokens give the same key in every process and on
 /// every node, which cross-process or cross-node sharing needs. Tokens are hashed as little-endian 32-bit
 /// integers; the key is the first 16 bytes of the digest. About an order of magnitude slower than XXH3.
+///
+/// Opt-in: link `reprise::sha256` (CMake component `sha256`, pkg-config `reprise-sha256`), which adds OpenSSL
+/// libcrypto; the umbrella header <reprise/reprise.hpp> does not include this one.
 
 #include <reprise/keys/block_key.hpp>
 

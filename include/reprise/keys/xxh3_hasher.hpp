@@ -6,10 +6,23 @@
 /// A per-cache random seed (the cache draws one unless the caller fixes it) keeps keys unpredictable from
 /// outside the process, so crafted prompts cannot aim at one index bucket. Keys are therefore not comparable
 /// across processes; use `sha256_hasher` for that.
+///
+/// xxHash is used header-only (`XXH_INLINE_ALL`): only `xxhash.h` is needed, never `-lxxhash`. Its functions
+/// are then `static inline` in each translation unit, renamed with an `XXH_INLINE_` prefix, so they cannot
+/// collide with another copy of xxHash linked into the engine; a translation unit that included `xxhash.h`
+/// before this header still gets the inlined copy (xxHash supports that order).
 
 #include <reprise/keys/block_key.hpp>
 
+#ifndef XXH_INLINE_ALL
+#define XXH_INLINE_ALL
+#define REPRISE_XXH_INLINE_ALL_DEFINED_HERE
+#endif
 #include <xxhash.h>
+#ifdef REPRISE_XXH_INLINE_ALL_DEFINED_HERE
+#undef XXH_INLINE_ALL
+#undef REPRISE_XXH_INLINE_ALL_DEFINED_HERE
+#endif
 
 #include <cstddef>
 #include <cstdint>

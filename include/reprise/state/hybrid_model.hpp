@@ -64,6 +64,9 @@ struct hybrid_model {
                 "hybrid_model: the block size and every chunk size must divide the largest of them "
                 "(e.g. B = 16 with Q = 256); otherwise the snapshot alignment lcm(B, Q) is so coarse that "
                 "most prefixes could never hit");
+  static_assert(facts.error != model_error::too_large,
+                "hybrid_model: the bytes per KV block or per snapshot overflow std::size_t, or the layer counts "
+                "overflow 32 bits");
   static_assert(facts.error == model_error::none, "hybrid_model: invalid layer group");
 
   static constexpr std::uint32_t block_size = facts.block_size;

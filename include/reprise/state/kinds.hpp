@@ -28,6 +28,8 @@ template <kv_shape S>
 struct kv_block {
   static_assert(S.kv_heads > 0 && S.head_dim > 0, "kv_block: kv_heads and head_dim must be positive");
   static_assert(S.block_size > 0, "kv_block: block_size must be positive");
+  static_assert(is_valid(S.type), "kv_block: type must be one of the reprise::dtype enumerators");
+  static_assert(S.validate() != errc::out_of_range, "kv_block: the bytes of one block overflow std::size_t");
 
   static constexpr kv_shape shape = S;
   static constexpr state_family family = state_family::kv_block;
@@ -47,6 +49,9 @@ struct mamba2_state {
   static_assert(S.groups > 0 && S.heads % S.groups == 0, "mamba2_state: heads must be a multiple of groups");
   static_assert(is_supported_conv_width(S.conv_width), "mamba2_state: conv_width must be 2, 3 or 4");
   static_assert(is_supported_chunk(S.chunk), "mamba2_state: chunk must be 64, 128 or 256");
+  static_assert(is_valid(S.state_type) && is_valid(S.conv_type),
+                "mamba2_state: state_type and conv_type must be reprise::dtype enumerators");
+  static_assert(S.validate() != errc::out_of_range, "mamba2_state: the state's bytes overflow std::size_t");
 
   static constexpr mamba2_shape shape = S;
   static constexpr state_family family = state_family::mamba2;
@@ -68,6 +73,9 @@ struct gated_delta {
   static_assert(S.value_heads % S.key_heads == 0, "gated_delta: value_heads must be a multiple of key_heads");
   static_assert(is_supported_conv_width(S.conv_width), "gated_delta: conv_width must be 2, 3 or 4");
   static_assert(is_supported_delta_chunk(S.chunk), "gated_delta: chunk must be 64 (or 32 for small shapes)");
+  static_assert(is_valid(S.state_type) && is_valid(S.conv_type),
+                "gated_delta: state_type and conv_type must be reprise::dtype enumerators");
+  static_assert(S.validate() != errc::out_of_range, "gated_delta: the state's bytes overflow std::size_t");
 
   static constexpr gated_delta_shape shape = S;
   static constexpr state_family family = state_family::gated_delta;

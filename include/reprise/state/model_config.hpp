@@ -35,9 +35,11 @@ class model_config {
 public:
   /// Validates `groups` and derives the model's facts.
   ///
-  /// Effects: none on failure. Errors: `invalid_argument` (no layers, a count of 0, attention layers with
-  /// different block sizes), `unsupported_config` (a shape outside what the kernels support),
-  /// `misaligned` (a block or chunk size that does not divide the largest of them).
+  /// Effects: none on failure. Errors: `invalid_argument` (no layers, a count of 0, a zero size, a dtype
+  /// outside the enumeration, attention layers with different block sizes), `unsupported_config` (a shape
+  /// outside what the kernels support), `misaligned` (a block or chunk size that does not divide the largest
+  /// of them), `out_of_range` (bytes per block, per state or in total that do not fit in a `std::size_t`, or
+  /// more than 2^32 - 1 layers).
   /// Complexity: linear in the number of groups.
   static result<model_config> make(std::vector<layer_spec> groups) {
     model_facts f;

@@ -5,11 +5,12 @@
 /// the rules that make a layer mix valid. One `constexpr` accumulator computes them for both the
 /// compile-time `hybrid_model` and the runtime `model_config`, so both apply the very same checks.
 
+#include <reprise/state/checked_size.hpp>
 #include <reprise/state/shapes.hpp>
 
 #include <cstddef>
 #include <cstdint>
-#include <numeric>
+#include <limits>
 
 namespace reprise {
 
@@ -19,7 +20,8 @@ enum class model_error : std::uint8_t {
   empty,               ///< no layer, or a layer group with count 0
   invalid_shape,       ///< a layer shape fails its own `validate()`
   block_sizes_differ,  ///< two attention layers use different block sizes
-  alignment_too_coarse ///< lcm(B, every Q) is not the largest of them: some size does not divide another
+  alignment_too_coarse, ///< lcm(B, every Q) is not the largest of them: some size does not divide another
+  too_large             ///< a byte total or a layer count does not fit its type (64-bit bytes, 32-bit counts)
 };
 
 constexpr errc to_errc(model_error e) noexcept {
@@ -29,21 +31,26 @@ constexpr errc to_errc(model_error e) noexcept {
   case model_error::invalid_shape: return errc::unsupported_config;
   case model_error::block_sizes_differ: return errc::invalid_argument;
   case model_error::alignment_too_coarse: return errc::misaligned;
+  case model_error::too_large: return errc::out_of_range;
   }
   return errc::invalid_argument;
 }
 
 /// Facts about a model, accumulated layer group by layer group.
 ///
-/// Alignment rule (DESIGN.md invariant 2): snapshots sit at multiples of lcm(B, every Q). Reprise further
+/// Alignment rule: snapshots sit at multiples of lcm(B, every Q). Reprise further
 /// requires that every one of those sizes divides the largest, so that the unit is max(B, Q...). A block size
 /// of 528 with Q = 256 (a real engine default) would otherwise make the unit 8448 tokens and most prompts
 /// could never hit; that mix is refused instead of silently caching nothing.
+///
+/// Every total is accumulated with overflow checks: a mix whose bytes per KV block or per snapshot do not fit
+/// in a `std::size_t`, or whose layer count does not fit in 32 bits, records `too_large` (a shape whose own
+/// bytes overflow records `invalid_shape` with `out_of_range`). No figure is ever a wrapped value.
 struct model_facts {
   std::uint32_t block_size = 0;      ///< tokens per KV block (and per key block when no attention layer)
   std::uint32_t max_chunk = 0;       ///< the largest chunk size of any recurrent layer
   std::uint32_t alignment = 0;       ///< lcm(B, every Q): positions a snapshot may sit at are its multiples
-  std::uint32_t attention_layers = 0;
+  std::uint32_t attention_layers = 0; ///< the three layer counts and their sum fit in 32 bits once finished
   std::uint32_t mamba2_layers = 0;
   std::uint32_t gated_delta_layers = 0;
   std::size_t bytes_per_kv_block = 0; ///< one block id covers this many bytes over all attention layers
@@ -65,26 +72,32 @@ struct model_facts {
     if (!check_group(s.validate(), count)) return;
     if (block_size != 0 && block_size != s.block_size) fail(model_error::block_sizes_differ);
     block_size = s.block_size;
-    attention_layers += count;
-    bytes_per_kv_block += std::size_t{count} * s.bytes_per_block();
+    attention_layers = add_layers(attention_layers, count);
+    const detail::checked_size total =
+        detail::checked_size{bytes_per_kv_block} + detail::checked_size{count} * s.checked_bytes_per_block();
+    if (total.overflowed()) fail(model_error::too_large);
+    else bytes_per_kv_block = total.value();
   }
   constexpr void add(const mamba2_shape& s, std::uint32_t count) noexcept {
     if (!check_group(s.validate(), count)) return;
-    mamba2_layers += count;
-    add_recurrent(s.chunk, std::size_t{count} * s.state_bytes());
+    mamba2_layers = add_layers(mamba2_layers, count);
+    add_recurrent(s.chunk, detail::checked_size{count} * s.checked_state_bytes());
   }
   constexpr void add(const gated_delta_shape& s, std::uint32_t count) noexcept {
     if (!check_group(s.validate(), count)) return;
-    gated_delta_layers += count;
-    add_recurrent(s.chunk, std::size_t{count} * s.state_bytes());
+    gated_delta_layers = add_layers(gated_delta_layers, count);
+    add_recurrent(s.chunk, detail::checked_size{count} * s.checked_state_bytes());
   }
 
   /// Derives the alignment unit once every group is added; records an error if the mix is invalid.
   constexpr void finish() noexcept {
-    if (attention_layers + recurrent_layers() == 0) fail(model_error::empty);
+    if (error != model_error::none) return;
+    const std::uint64_t layers = std::uint64_t{attention_layers} + mamba2_layers + gated_delta_layers;
+    if (layers > std::numeric_limits<std::uint32_t>::max()) fail(model_error::too_large);
+    if (layers == 0) fail(model_error::empty);
     if (error != model_error::none) return;
     if (block_size == 0) block_size = max_chunk; // attention-free model: key blocks of one chunk
-    const std::uint64_t unit = std::lcm(std::uint64_t{block_size}, std::uint64_t{lcm_of_chunks});
+    const std::uint64_t unit = detail::lcm(block_size, lcm_of_chunks);
     const std::uint32_t largest = block_size > max_chunk ? block_size : max_chunk;
     if (unit != largest) {
       fail(model_error::alignment_too_coarse);
@@ -97,18 +110,28 @@ private:
   constexpr void fail(model_error e) noexcept {
     if (error == model_error::none) error = e;
   }
-  constexpr bool check_group(errc shape_error, std::uint32_t count) noexcept {
+  constexpr bool check_group(errc shape_status, std::uint32_t count) noexcept {
     if (count == 0) fail(model_error::empty);
-    else if (shape_error != errc{} && error == model_error::none) {
+    else if (shape_status != errc{} && error == model_error::none) {
       fail(model_error::invalid_shape);
-      this->shape_error = shape_error;
+      shape_error = shape_status;
     }
     return error == model_error::none;
   }
-  constexpr void add_recurrent(std::uint32_t chunk, std::size_t bytes) noexcept {
-    bytes_per_snapshot += bytes;
+  constexpr std::uint32_t add_layers(std::uint32_t so_far, std::uint32_t count) noexcept {
+    if (count > std::numeric_limits<std::uint32_t>::max() - so_far) {
+      fail(model_error::too_large);
+      return so_far;
+    }
+    return so_far + count;
+  }
+  constexpr void add_recurrent(std::uint32_t chunk, detail::checked_size bytes) noexcept {
+    const detail::checked_size total = detail::checked_size{bytes_per_snapshot} + bytes;
+    if (total.overflowed()) fail(model_error::too_large);
+    else bytes_per_snapshot = total.value();
     max_chunk = chunk > max_chunk ? chunk : max_chunk;
-    lcm_of_chunks = std::lcm(lcm_of_chunks, chunk);
+    // Chunks are 32, 64, 128 or 256 (validated), so their lcm is one of them and fits.
+    lcm_of_chunks = static_cast<std::uint32_t>(detail::lcm(lcm_of_chunks, chunk));
   }
 };
 

@@ -1,7 +1,7 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file
-/// State layouts of public hybrid models (DESIGN.md section 7), for budgets, tests, benchmarks and the
+/// State layouts of public hybrid models, for budgets, tests, benchmarks and the
 /// simulator. Only stateful layers are listed. Recurrent shapes and counts follow the models' public configs;
 /// attention shapes are those configs' KV heads and head dims with a 16-token block.
 

@@ -7,9 +7,14 @@
 /// kinds (`kv_block<kv_shape{...}>`) and the kernels; as a runtime value it describes a layer that an engine
 /// learns from a checkpoint's config (`model_config`). Every byte figure and every validity rule is a
 /// `constexpr` member here, so the two worlds can never disagree.
+///
+/// Byte figures are computed with overflow checks: `validate()` answers `out_of_range` when one does not fit
+/// in a `std::size_t`, and the plain accessors (`bytes_per_block()`, `state_bytes()`, ...) are meaningful only
+/// for a shape that validates.
 
 #include <reprise/dtype.hpp>
 #include <reprise/errc.hpp>
+#include <reprise/state/checked_size.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -32,7 +37,7 @@ constexpr std::string_view to_string(state_family f) noexcept {
   return "?";
 }
 
-/// Chunk sizes the chunked prefill kernels are instantiated for (DESIGN.md section 6).
+/// Chunk sizes the chunked prefill kernels are instantiated for.
 constexpr bool is_supported_chunk(std::uint32_t q) noexcept { return q == 64 || q == 128 || q == 256; }
 /// Gated-delta chunked prefill uses the WY form at Q = 64 (32 allowed for small shapes).
 constexpr bool is_supported_delta_chunk(std::uint32_t q) noexcept { return q == 32 || q == 64; }
@@ -49,15 +54,21 @@ struct kv_shape {
   dtype type = dtype::bf16;
 
   /// Bytes one token occupies in this layer (K and V).
-  constexpr std::size_t bytes_per_token() const noexcept {
-    return std::size_t{2} * kv_heads * head_dim * size_of(type);
+  constexpr detail::checked_size checked_bytes_per_token() const noexcept {
+    return detail::checked_size{std::size_t{2}} * kv_heads * head_dim * size_of(type);
   }
   /// Bytes of one block of this layer.
-  constexpr std::size_t bytes_per_block() const noexcept { return bytes_per_token() * block_size; }
+  constexpr detail::checked_size checked_bytes_per_block() const noexcept {
+    return checked_bytes_per_token() * block_size;
+  }
+  constexpr std::size_t bytes_per_token() const noexcept { return checked_bytes_per_token().value(); }
+  constexpr std::size_t bytes_per_block() const noexcept { return checked_bytes_per_block().value(); }
 
-  /// `errc{}` when the shape is usable, else why not.
+  /// `errc{}` when the shape is usable, else why not: `invalid_argument` for a zero size or a dtype outside
+  /// the enumeration, `out_of_range` when the bytes of one block do not fit in a `std::size_t`.
   constexpr errc validate() const noexcept {
-    if (kv_heads == 0 || head_dim == 0 || block_size == 0) return errc::invalid_argument;
+    if (kv_heads == 0 || head_dim == 0 || block_size == 0 || !is_valid(type)) return errc::invalid_argument;
+    if (checked_bytes_per_block().overflowed()) return errc::out_of_range;
     return errc{};
   }
   friend constexpr bool operator==(const kv_shape&, const kv_shape&) = default;
@@ -76,23 +87,34 @@ struct mamba2_shape {
   dtype conv_type = dtype::bf16; ///< conv window holds pre-conv activations in the model's dtype
 
   /// Channels that pass through the causal conv: x (H*P) plus B and C (G*N each).
-  constexpr std::size_t conv_channels() const noexcept {
-    return std::size_t{heads} * head_dim + std::size_t{2} * groups * state_dim;
+  constexpr detail::checked_size checked_conv_channels() const noexcept {
+    return detail::checked_size{heads} * head_dim + detail::checked_size{std::size_t{2}} * groups * state_dim;
   }
   /// The conv state at position p holds the last W-1 pre-conv inputs.
-  constexpr std::size_t conv_state_bytes() const noexcept {
-    return std::size_t{conv_width - 1} * conv_channels() * size_of(conv_type);
+  constexpr detail::checked_size checked_conv_state_bytes() const noexcept {
+    return detail::checked_size{conv_width - 1} * checked_conv_channels() * size_of(conv_type);
   }
-  constexpr std::size_t matrix_state_bytes() const noexcept {
-    return std::size_t{heads} * head_dim * state_dim * size_of(state_type);
+  constexpr detail::checked_size checked_matrix_state_bytes() const noexcept {
+    return detail::checked_size{heads} * head_dim * state_dim * size_of(state_type);
   }
-  constexpr std::size_t state_bytes() const noexcept { return conv_state_bytes() + matrix_state_bytes(); }
+  constexpr detail::checked_size checked_state_bytes() const noexcept {
+    return checked_conv_state_bytes() + checked_matrix_state_bytes();
+  }
+  constexpr std::size_t conv_channels() const noexcept { return checked_conv_channels().value(); }
+  constexpr std::size_t conv_state_bytes() const noexcept { return checked_conv_state_bytes().value(); }
+  constexpr std::size_t matrix_state_bytes() const noexcept { return checked_matrix_state_bytes().value(); }
+  constexpr std::size_t state_bytes() const noexcept { return checked_state_bytes().value(); }
 
+  /// `errc{}` when the shape is usable; `invalid_argument` for a zero size, heads not a multiple of groups or
+  /// a dtype outside the enumeration; `unsupported_config` for a conv width or chunk without kernels;
+  /// `out_of_range` when the state's bytes do not fit in a `std::size_t`.
   constexpr errc validate() const noexcept {
     if (heads == 0 || head_dim == 0 || state_dim == 0 || groups == 0) return errc::invalid_argument;
     if (heads % groups != 0) return errc::invalid_argument;
+    if (!is_valid(state_type) || !is_valid(conv_type)) return errc::invalid_argument;
     if (!is_supported_conv_width(conv_width)) return errc::unsupported_config;
     if (!is_supported_chunk(chunk)) return errc::unsupported_config;
+    if (checked_state_bytes().overflowed()) return errc::out_of_range;
     return errc{};
   }
   friend constexpr bool operator==(const mamba2_shape&, const mamba2_shape&) = default;
@@ -111,22 +133,33 @@ struct gated_delta_shape {
   dtype conv_type = dtype::bf16;
 
   /// Channels that pass through the causal conv: q and k (H*K each) plus v (HV*V).
-  constexpr std::size_t conv_channels() const noexcept {
-    return std::size_t{2} * key_heads * key_dim + std::size_t{value_heads} * value_dim;
+  constexpr detail::checked_size checked_conv_channels() const noexcept {
+    return detail::checked_size{std::size_t{2}} * key_heads * key_dim + detail::checked_size{value_heads} * value_dim;
   }
-  constexpr std::size_t conv_state_bytes() const noexcept {
-    return std::size_t{conv_width - 1} * conv_channels() * size_of(conv_type);
+  constexpr detail::checked_size checked_conv_state_bytes() const noexcept {
+    return detail::checked_size{conv_width - 1} * checked_conv_channels() * size_of(conv_type);
   }
-  constexpr std::size_t matrix_state_bytes() const noexcept {
-    return std::size_t{value_heads} * key_dim * value_dim * size_of(state_type);
+  constexpr detail::checked_size checked_matrix_state_bytes() const noexcept {
+    return detail::checked_size{value_heads} * key_dim * value_dim * size_of(state_type);
   }
-  constexpr std::size_t state_bytes() const noexcept { return conv_state_bytes() + matrix_state_bytes(); }
+  constexpr detail::checked_size checked_state_bytes() const noexcept {
+    return checked_conv_state_bytes() + checked_matrix_state_bytes();
+  }
+  constexpr std::size_t conv_channels() const noexcept { return checked_conv_channels().value(); }
+  constexpr std::size_t conv_state_bytes() const noexcept { return checked_conv_state_bytes().value(); }
+  constexpr std::size_t matrix_state_bytes() const noexcept { return checked_matrix_state_bytes().value(); }
+  constexpr std::size_t state_bytes() const noexcept { return checked_state_bytes().value(); }
 
+  /// `errc{}` when the shape is usable; `invalid_argument` for a zero size, value heads not a multiple of key
+  /// heads or a dtype outside the enumeration; `unsupported_config` for a conv width or chunk without
+  /// kernels; `out_of_range` when the state's bytes do not fit in a `std::size_t`.
   constexpr errc validate() const noexcept {
     if (key_heads == 0 || value_heads == 0 || key_dim == 0 || value_dim == 0) return errc::invalid_argument;
     if (value_heads % key_heads != 0) return errc::invalid_argument;
+    if (!is_valid(state_type) || !is_valid(conv_type)) return errc::invalid_argument;
     if (!is_supported_conv_width(conv_width)) return errc::unsupported_config;
     if (!is_supported_delta_chunk(chunk)) return errc::unsupported_config;
+    if (checked_state_bytes().overflowed()) return errc::out_of_range;
     return errc{};
   }
   friend constexpr bool operator==(const gated_delta_shape&, const gated_delta_shape&) = default;

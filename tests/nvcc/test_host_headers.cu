@@ -1,0 +1,75 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+// The host library compiled by nvcc (-std=c++20), as an engine's .cu translation units include it: every
+// preset, model_config, and typed prefix caches driven through create / admit / commit. Needs no GPU: nothing
+// here launches a kernel, so it runs (label `host`) on any machine where CUDA is enabled.
+#include <reprise/reprise.hpp>
+
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <vector>
+
+using namespace reprise;
+
+namespace {
+
+std::vector<token_id> tokens(std::uint32_t n) {
+  std::vector<token_id> v(n);
+  for (std::uint32_t i = 0; i < n; ++i) v[i] = static_cast<token_id>(i % 1000 + 1);
+  return v;
+}
+
+// Admits a prompt, commits it (with every planned capture written), then admits the same prompt again and
+// returns the second plan's skip.
+template <class Cache>
+std::uint32_t repeat_skip(std::uint32_t prompt_length) {
+  auto made = Cache::create({.kv_blocks = 256,
+                             .max_sequences = 4,
+                             .snapshot_budget_bytes = std::size_t{4} * Cache::model_type::bytes_per_snapshot,
+                             .hasher_seed = 7});
+  REQUIRE(made.has_value());
+  Cache& c = *made;
+  const std::vector<token_id> prompt = tokens(prompt_length);
+  auto first = c.admit(1, prompt);
+  REQUIRE(first.has_value());
+  std::vector<std::uint32_t> written;
+  for (const capture_point& p : first->captures) written.push_back(p.position);
+  REQUIRE(c.commit(1, prompt_length, written).has_value());
+  REQUIRE(c.release(1).has_value());
+  c.step_complete(c.current_epoch());
+  auto second = c.admit(2, prompt);
+  REQUIRE(second.has_value());
+  CHECK(c.check_invariants().has_value());
+  return second->usable_tokens;
+}
+
+} // namespace
+
+static_assert(presets::nemotron_h_8b::alignment == 256);
+static_assert(presets::nemotron_h_8b::bytes_per_snapshot == 102137856);
+static_assert(presets::qwen3_next_80b::alignment == 64);
+static_assert(presets::falcon_h1_7b::alignment == 128);
+static_assert(presets::llama3_8b::is_attention_only);
+
+TEST_CASE("presets and model_config agree under nvcc") {
+  const model_config c = model_config::of<presets::qwen3_next_80b>();
+  CHECK(c.bytes_per_snapshot() == presets::qwen3_next_80b::bytes_per_snapshot);
+  CHECK(c.alignment() == 64);
+  CHECK(model_config::of<presets::falcon_h1_7b>().alignment() == 128);
+  CHECK(model_config::of<presets::llama3_8b>().has_recurrent() == false);
+  auto made = model_config::make({{kv_shape{.kv_heads = 8, .head_dim = 128}, 4},
+                                  {mamba2_shape{.heads = 128, .head_dim = 64, .state_dim = 128, .groups = 8}, 24}});
+  REQUIRE(made.has_value());
+  CHECK(made->bytes_per_snapshot() == presets::nemotron_h_8b::bytes_per_snapshot);
+  CHECK(model_config::make({{kv_shape{.kv_heads = 0xffffffffu, .head_dim = 0xffffffffu}, 1}}).error() ==
+        errc::out_of_range);
+}
+
+TEST_CASE("typed prefix caches under nvcc: create, admit, commit, admit again") {
+  CHECK(repeat_skip<prefix_cache<presets::llama3_8b, policy::block_sharing>>(100) == 96);
+  CHECK(repeat_skip<prefix_cache<presets::nemotron_h_8b, policy::snapshot_restore<>>>(600) == 512);
+  CHECK(repeat_skip<prefix_cache<presets::qwen3_next_80b,
+                                 policy::snapshot_restore<policy::capture<policy::every<128>>,
+                                                          policy::accept_prefill_exact>>>(300) == 256);
+  CHECK(repeat_skip<prefix_cache<presets::falcon_h1_7b, policy::memory_only>>(300) == 0);
+}
