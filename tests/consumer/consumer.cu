@@ -21,9 +21,9 @@ bool serves_a_repeat(std::uint32_t length, std::uint32_t expected_skip) {
   auto first = c.admit(1, prompt);
   if (!first) return false;
   std::vector<std::uint32_t> written;
-  for (const reprise::capture_point& p : first->captures) written.push_back(p.position);
+  for (const reprise::capture_point& p : first->captures) written.push_back(static_cast<std::uint32_t>(p.position));
   if (!c.commit(1, length, written) || !c.release(1)) return false;
-  c.step_complete(c.current_epoch());
+  if (!c.step_complete(c.current_epoch())) return false;
   auto second = c.admit(2, prompt);
   return second && second->usable_tokens == expected_skip && c.check_invariants();
 }

@@ -151,9 +151,8 @@ TEST_CASE("a model file model_config refuses is an error carrying model_config's
   CHECK(std::get<std::string>(r).find("model_config refused the layers (unsupported_config)") != std::string::npos);
 }
 
-// Byte counts that overflow 64 bits are model_config's to refuse; this passes once model_config::make
-// reports them (until then it accepts them and the KV block size wraps).
-TEST_CASE("a model file whose byte counts overflow is refused" * doctest::may_fail()) {
+// Byte counts that overflow 64 bits are model_config's to refuse; the simulator reports its error.
+TEST_CASE("a model file whose byte counts overflow is refused") {
   const auto r = parse_model_file("name = big\nactive_params = 1e9\n"
                                   "attention = count=1 kv_heads=4294967295 head_dim=4294967295 block_size=16\n"
                                   "mamba2 = count=1 heads=1 head_dim=1 state_dim=1 groups=1 conv_width=4 chunk=256\n");

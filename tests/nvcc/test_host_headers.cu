@@ -33,10 +33,10 @@ std::uint32_t repeat_skip(std::uint32_t prompt_length) {
   auto first = c.admit(1, prompt);
   REQUIRE(first.has_value());
   std::vector<std::uint32_t> written;
-  for (const capture_point& p : first->captures) written.push_back(p.position);
+  for (const capture_point& p : first->captures) written.push_back(static_cast<std::uint32_t>(p.position));
   REQUIRE(c.commit(1, prompt_length, written).has_value());
   REQUIRE(c.release(1).has_value());
-  c.step_complete(c.current_epoch());
+  REQUIRE(c.step_complete(c.current_epoch()).has_value());
   auto second = c.admit(2, prompt);
   REQUIRE(second.has_value());
   CHECK(c.check_invariants().has_value());
@@ -72,4 +72,28 @@ TEST_CASE("typed prefix caches under nvcc: create, admit, commit, admit again") 
                                  policy::snapshot_restore<policy::capture<policy::every<128>>,
                                                           policy::accept_prefill_exact>>>(300) == 256);
   CHECK(repeat_skip<prefix_cache<presets::falcon_h1_7b, policy::memory_only>>(300) == 0);
+}
+
+TEST_CASE("a runtime-configured cache under nvcc: built from a model_config, restores at a turn end") {
+  auto config = model_config::make({{kv_shape{.kv_heads = 8, .head_dim = 128, .block_size = 32}, 4},
+                                    {mamba2_shape{.heads = 128, .head_dim = 64, .state_dim = 128, .groups = 8}, 24}});
+  REQUIRE(config.has_value());
+  auto made = runtime_prefix_cache<policy::snapshot_restore<>>::create(
+      *config, {.kv_blocks = 64, .snapshot_budget_bytes = 2 * config->bytes_per_snapshot(), .hasher_seed = 3});
+  REQUIRE(made.has_value());
+  auto& c = *made;
+  REQUIRE(c.admit(1, tokens(100)).has_value());
+  REQUIRE(c.commit(1, 100).has_value());
+  auto f = c.finish(1);
+  REQUIRE(f.has_value());
+  CHECK(f->capture.position == 100);
+  REQUIRE(c.step_complete(c.current_epoch()).has_value());
+  std::vector<token_id> next = tokens(100);
+  next.push_back(7);
+  next.push_back(8);
+  auto p = c.admit(2, next);
+  REQUIRE(p.has_value());
+  CHECK(p->usable_tokens == 100);
+  CHECK(p->copy_src != no_block);
+  CHECK(c.check_invariants().has_value());
 }
