@@ -1,5 +1,5 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
-// The layer-state vocabulary: byte figures of real models (DESIGN.md section 7), alignment units, concepts.
+// The layer-state vocabulary: byte figures of real models (the presets), alignment units, concepts.
 #include <reprise/state/concepts.hpp>
 #include <reprise/state/hybrid_model.hpp>
 #include <reprise/state/kinds.hpp>

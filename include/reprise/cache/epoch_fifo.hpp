@@ -5,9 +5,10 @@
 ///
 /// GPU work runs after the scheduler decided: a block or slot given up while step n is being scheduled may
 /// still be read by step n's kernels, so it is reusable only once the engine reports step n complete
-/// (DESIGN.md invariant 6). Nodes enter with tag n + 1 and become *safe* once `safe_before >= tag`. Tags are
-/// non-decreasing along the list, so the safe nodes are a prefix; a cursor marks where it ends and the count
-/// of safe nodes is exact in O(1), which lets callers check capacity before changing anything.
+/// (docs/architecture.md, invariant 6). Nodes enter with tag n + 1 and become *safe* once
+/// `safe_before >= tag`. Tags are non-decreasing along the list, so the safe nodes are a prefix; a cursor
+/// marks where it ends and the count of safe nodes is exact in O(1), which lets callers check capacity before
+/// changing anything.
 
 #include <reprise/cache/types.hpp>
 

@@ -3,7 +3,7 @@
 /// \file
 /// Replaying a trace through `reprise::prefix_cache`, with model compute left out.
 ///
-/// Each request goes through the engine-facing flow of DESIGN.md section 5: `admit` (with the tenant as
+/// Each request goes through the engine-facing flow (docs/architecture.md): `admit` (with the tenant as
 /// salt), `commit` of the whole prompt with every planned capture reported as written, `extend` with the
 /// output tokens and `commit` of every token the model has fed (all but the last sampled one), `finish`,
 /// and `step_complete` for the step. With `concurrency` > 1 up to that many requests are in flight: a
