@@ -30,6 +30,10 @@ static_assert(std::is_same_v<policy::snapshot_restore<>::capture_type,
                              policy::capture<policy::last_aligned, policy::branch_point, policy::end_of_turn>>);
 static_assert(std::is_same_v<policy::snapshot_restore<>::accept_type, policy::accept_any>);
 static_assert(!policy::policy_traits<exact_then_capture>::accepts_decode_continuation);
+static_assert(policy::policy_traits<policy::chat>::accepts_decode_continuation);
+static_assert(policy::policy_traits<policy::chat>::capture::at_turn_end);
+static_assert(!policy::policy_traits<policy::strict>::accepts_decode_continuation);
+static_assert(!policy::policy_traits<policy::strict>::capture::at_turn_end);
 static_assert(policy::policy_traits<policy::snapshot_restore<policy::capture<policy::end_of_turn>>>::capture::at_turn_end);
 static_assert(!policy::policy_traits<policy::snapshot_restore<policy::capture<policy::end_of_turn>>>::capture::plans_at_admit);
 

@@ -221,6 +221,18 @@ struct snapshot_restore {
   using accept_type = typename detail::find_option<detail::is_accept_pred, accept_any, Options...>::type;
 };
 
+// ----- presets named for what engines do -----
+
+/// Multi-turn chat: a snapshot at every turn end (the partial last block kept with it), at the prompt's last
+/// aligned position and where a prompt leaves the cached tree; `decode_continuation` state accepted, so a
+/// next turn restores exactly where the previous one stopped. A hit is bitwise the same session continuing
+/// (not a cold prefill of the same tokens).
+using chat = snapshot_restore<capture<last_aligned, branch_point, end_of_turn>, accept_any>;
+
+/// Every hit bitwise equal to a cold prefill of the same tokens: prefill-exact snapshots and blocks only
+/// (turn ends restore only as far as the last aligned position before them).
+using strict = snapshot_restore<capture<last_aligned, branch_point>, accept_prefill_exact>;
+
 // ----- traits the cache reads -----
 
 namespace detail {
