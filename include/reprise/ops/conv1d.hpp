@@ -55,6 +55,25 @@ errc validate_conv1d(const conv1d_args<T>& a) noexcept {
   return errc{};
 }
 
+/// Everything a prefill checks before it reads or writes anything, shared by the host implementation, the
+/// device launcher and its workspace query. Errors: as `validate_conv1d`, `validate_batch` and
+/// `validate_prefill_slots` (chunk 1). Complexity: that of `validate_prefill_slots`.
+template <activation_element T>
+errc validate_conv1d_prefill(const conv1d_args<T>& a, const varlen_batch& b, const prefill_slots& slots) noexcept {
+  if (errc e = validate_conv1d(a); e != errc{}) return e;
+  if (errc e = validate_batch(b, a.x.extent(0)); e != errc{}) return e;
+  return validate_prefill_slots(b, slots, a.conv_pool.extent(0), 1);
+}
+
+/// Everything a decode update checks, shared like `validate_conv1d_prefill`. Errors: as `validate_conv1d`;
+/// `size_mismatch` (pairs.size() != rows); as `validate_decode_slots`. Complexity: O(rows log rows).
+template <activation_element T>
+errc validate_conv1d_update(const conv1d_args<T>& a, std::span<const copy_pair> pairs) noexcept {
+  if (errc e = validate_conv1d(a); e != errc{}) return e;
+  if (static_cast<std::int64_t>(pairs.size()) != a.x.extent(0)) return errc::size_mismatch;
+  return validate_decode_slots(pairs, a.conv_pool.extent(0));
+}
+
 namespace detail {
 template <int W, activation_element T>
 void conv1d_prefill_host_w(const conv1d_args<T>& a, const varlen_batch& b, const prefill_slots& slots) {
@@ -112,9 +131,7 @@ void conv1d_update_host_w(const conv1d_args<T>& a, std::span<const copy_pair> pa
 /// written. Complexity: O(tokens x C x W).
 template <activation_element T>
 result<void> causal_conv1d_prefill_host(const conv1d_args<T>& a, const varlen_batch& b, const prefill_slots& slots) {
-  if (errc e = validate_conv1d(a); e != errc{}) return e;
-  if (errc e = validate_batch(b, a.x.extent(0)); e != errc{}) return e;
-  if (errc e = validate_prefill_slots(b, slots, a.conv_pool.extent(0), 1); e != errc{}) return e;
+  if (errc e = validate_conv1d_prefill(a, b, slots); e != errc{}) return e;
   switch (a.weight.extent(1)) {
   case 2: detail::conv1d_prefill_host_w<2>(a, b, slots); break;
   case 3: detail::conv1d_prefill_host_w<3>(a, b, slots); break;
@@ -130,9 +147,7 @@ result<void> causal_conv1d_prefill_host(const conv1d_args<T>& a, const varlen_ba
 /// Complexity: O(rows x C x W).
 template <activation_element T>
 result<void> causal_conv1d_update_host(const conv1d_args<T>& a, std::span<const copy_pair> pairs) {
-  if (errc e = validate_conv1d(a); e != errc{}) return e;
-  if (static_cast<std::int64_t>(pairs.size()) != a.x.extent(0)) return errc::size_mismatch;
-  if (errc e = validate_decode_slots(pairs, a.conv_pool.extent(0)); e != errc{}) return e;
+  if (errc e = validate_conv1d_update(a, pairs); e != errc{}) return e;
   switch (a.weight.extent(1)) {
   case 2: detail::conv1d_update_host_w<2>(a, pairs); break;
   case 3: detail::conv1d_update_host_w<3>(a, pairs); break;

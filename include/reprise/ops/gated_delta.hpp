@@ -16,6 +16,7 @@
 /// (sigmoid(b)). Value head hv reads key head hv / (HV / H) (grouped value heads).
 
 #include <reprise/errc.hpp>
+#include <reprise/ops/chunk_grid.hpp>
 #include <reprise/ops/gated_delta_math.hpp>
 #include <reprise/ops/slots.hpp>
 #include <reprise/ops/stream.hpp>
@@ -165,6 +166,28 @@ inline errc validate_recurrent_slots(const varlen_batch& b, const recurrent_slot
   return errc{};
 }
 
+/// Everything a chunked prefill checks before it reads or writes anything, shared by the host implementation,
+/// the device launcher and its workspace query. Errors: as `validate_gated_delta`, `validate_batch` and
+/// `validate_prefill_slots` on the chunk grid. Complexity: that of `validate_prefill_slots`.
+template <activation_element T, gated_delta_state_element State>
+errc validate_gated_delta_prefill(const gated_delta_args<T, State>& a, const gated_delta_options& o,
+                                  const varlen_batch& b, const prefill_slots& slots) noexcept {
+  if (errc e = validate_gated_delta(a, o); e != errc{}) return e;
+  if (errc e = validate_batch(b, a.q.extent(0)); e != errc{}) return e;
+  return validate_prefill_slots(b, slots, a.state_pool.extent(0), o.chunk);
+}
+
+/// Everything a recurrent step checks, shared like `validate_gated_delta_prefill`. Errors: as
+/// `validate_gated_delta`, `validate_batch` and `validate_recurrent_slots`. Complexity: that of
+/// `validate_recurrent_slots`.
+template <activation_element T, gated_delta_state_element State>
+errc validate_gated_delta_step(const gated_delta_args<T, State>& a, const gated_delta_options& o,
+                               const varlen_batch& b, const recurrent_slots& r) {
+  if (errc e = validate_gated_delta(a, o); e != errc{}) return e;
+  if (errc e = validate_batch(b, a.q.extent(0)); e != errc{}) return e;
+  return validate_recurrent_slots(b, r, a.state_pool.extent(0));
+}
+
 namespace detail {
 
 /// fp32 scratch of one (sequence, value head) chunk loop of the host implementation.
@@ -279,8 +302,8 @@ void gated_delta_host_chunk(const gated_delta_args<T, State>& a, const gated_del
 /// Host chunked gated-delta prefill over a varlen batch: the math the CUDA kernel runs.
 ///
 /// Effects: for every sequence s and value head, starts from `slots.initial[s]` (zero state if negative),
-/// walks its tokens in chunks on the absolute grid (a sequence starting at p with p % Q != 0 first runs a
-/// short chunk up to the next multiple of Q), writes `out` for every token, the state at each capture
+/// walks its tokens in chunks on the absolute grid (`chunk_end`: a sequence starting at p with p % Q != 0
+/// first runs a short chunk up to the next multiple of Q), writes `out` for every token, the state at each capture
 /// point to its slot, and the final state to `slots.final[s]` (if >= 0). Resuming from an fp32 capture at
 /// its position reproduces the uninterrupted run bit for bit (states and outputs): a chunk's arithmetic
 /// depends only on its start state and its own tokens.
@@ -290,9 +313,7 @@ void gated_delta_host_chunk(const gated_delta_args<T, State>& a, const gated_del
 template <activation_element T, gated_delta_state_element State>
 result<void> gated_delta_chunked_prefill_host(const gated_delta_args<T, State>& a, const gated_delta_options& o,
                                               const varlen_batch& b, const prefill_slots& slots) {
-  if (errc e = validate_gated_delta(a, o); e != errc{}) return e;
-  if (errc e = validate_batch(b, a.q.extent(0)); e != errc{}) return e;
-  if (errc e = validate_prefill_slots(b, slots, a.state_pool.extent(0), o.chunk); e != errc{}) return e;
+  if (errc e = validate_gated_delta_prefill(a, o, b, slots); e != errc{}) return e;
   const std::int64_t H = a.q.extent(1), HV = a.v.extent(1), Q = o.chunk;
   detail::gated_delta_host_scratch sc(Q, a.q.extent(2), a.v.extent(2));
   std::vector<capture_point> caps(slots.captures.begin(), slots.captures.end());
@@ -309,9 +330,9 @@ result<void> gated_delta_chunked_prefill_host(const gated_delta_args<T, State>& 
       detail::load_state(a.state_pool, slots.initial[s], hv, sc.s.data());
       auto cap = cap_first;
       for (std::int64_t pos = start; pos < end;) {
-        const std::int64_t chunk_end = std::min(end, (pos / Q + 1) * Q);
-        detail::gated_delta_host_chunk(a, o, sc, row0 + (pos - start), static_cast<int>(chunk_end - pos), h, hv);
-        pos = chunk_end;
+        const std::int64_t next = chunk_end(pos, end, Q);
+        detail::gated_delta_host_chunk(a, o, sc, row0 + (pos - start), static_cast<int>(next - pos), h, hv);
+        pos = next;
         if (cap != cap_last && cap->position == pos) detail::store_state(a.state_pool, (cap++)->slot, hv, sc.s.data());
       }
       if (slots.final[s] >= 0) detail::store_state(a.state_pool, slots.final[s], hv, sc.s.data());
@@ -334,9 +355,7 @@ result<void> gated_delta_chunked_prefill_host(const gated_delta_args<T, State>& 
 template <activation_element T, gated_delta_state_element State>
 result<void> gated_delta_recurrent_step_host(const gated_delta_args<T, State>& a, const gated_delta_options& o,
                                              const varlen_batch& b, const recurrent_slots& r) {
-  if (errc e = validate_gated_delta(a, o); e != errc{}) return e;
-  if (errc e = validate_batch(b, a.q.extent(0)); e != errc{}) return e;
-  if (errc e = validate_recurrent_slots(b, r, a.state_pool.extent(0)); e != errc{}) return e;
+  if (errc e = validate_gated_delta_step(a, o, b, r); e != errc{}) return e;
   const std::int64_t H = a.q.extent(1), K = a.q.extent(2), HV = a.v.extent(1), V = a.v.extent(2);
   const float scale = o.effective_scale(K);
   std::vector<float> S(static_cast<std::size_t>(K * V)), kr(static_cast<std::size_t>(K)), qr(static_cast<std::size_t>(K));

@@ -15,7 +15,7 @@
 /// sequence s as tokens `[cu_seqlens[s], cu_seqlens[s+1])`; `start_positions[s]` is the absolute position
 /// of its first token (the number of tokens already folded into its initial state). The chunk grid is
 /// absolute: chunk boundaries sit at multiples of Q from position 0, so a sequence starting at p > 0 first
-/// runs a short chunk up to the next multiple of Q (DESIGN.md section 2).
+/// runs a short chunk up to the next multiple of Q (`chunk_grid.hpp`).
 ///
 /// **Captures.** A `capture_point{sequence, position, slot}` asks the kernel to write the state that
 /// sequence `sequence` has after folding in the tokens before absolute `position` into `slot`. It must lie
