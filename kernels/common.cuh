@@ -1,15 +1,19 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
 #pragma once
-// Shared by every kernel translation unit: CUDA error -> reprise::errc, the device-code namespace, and the
-// workspace layout / metadata upload that every launcher performs the same way.
+// Shared by every kernel translation unit: CUDA error -> reprise::errc, the device-code namespace, the
+// workspace layout / metadata upload / size query that every launcher performs the same way, and the instance
+// table that maps a runtime configuration to an explicitly instantiated kernel family member.
+#include <reprise/dtype.hpp>
 #include <reprise/errc.hpp>
 #include <reprise/ops/stream.hpp>
+#include <reprise/ops/tensor.hpp>
 
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstring>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 // Device templates live in reprise::device::<arch tag> (REPRISE_DEVICE_ABI comes from CMake and names the
@@ -91,4 +95,79 @@ T* at(void* base, std::size_t offset) noexcept {
   return reinterpret_cast<T*>(static_cast<std::byte*>(base) + offset);
 }
 
+/// The workspace size of a launch, asked the way CUB asks (null-buffer idiom): every launcher takes a
+/// `std::size_t* query`; when it is set, the launcher validates and plans exactly as for a launch, stores the
+/// bytes it would need in `*query` and returns before touching the device. `launch(query)` calls the
+/// launcher so; the result is 0 when the operands are invalid (the launch would return the error). Size and
+/// launch therefore share one code path and cannot disagree.
+template <class Launch>
+std::size_t workspace_query(Launch&& launch) noexcept {
+  std::size_t bytes = 0;
+  return launch(&bytes).has_value() ? bytes : 0;
+}
+
+/// The runtime dispatch of one kernel family: the instances this build compiled, per input element type.
+/// `Instance<T>` carries its `config`, a plain aggregate with a `chunk` (Q of the chunked entry point; a
+/// query with chunk 0 asks for an entry point without chunks and matches any Q), an `input` dtype and
+/// `operator==`. Complexity: linear in the (handful of) instances.
+template <template <class> class Instance>
+struct instance_table {
+  using config = decltype(Instance<float>::config);
+  std::span<const Instance<float>* const> f32;
+  std::span<const Instance<ops::bfloat16>* const> bf16;
+
+  template <class T>
+  std::span<const Instance<T>* const> of() const noexcept {
+    if constexpr (std::is_same_v<T, float>)
+      return f32;
+    else
+      return bf16;
+  }
+
+  /// The instance for `c`, or `unsupported_config`.
+  template <class T>
+  result<const Instance<T>*> find(const config& c) const noexcept {
+    for (const Instance<T>* inst : of<T>()) {
+      config want = c;
+      if (want.chunk == 0) want.chunk = inst->config.chunk;
+      if (inst->config == want) return inst;
+    }
+    return errc::unsupported_config;
+  }
+
+  /// `errc{}` when some instance serves `c`, else `unsupported_config`.
+  errc supports(const config& c) const noexcept {
+    if (c.input == dtype::f32) return find<float>(c) ? errc{} : errc::unsupported_config;
+    if (c.input == dtype::bf16) return find<ops::bfloat16>(c) ? errc{} : errc::unsupported_config;
+    return errc::unsupported_config;
+  }
+
+  /// Every compiled configuration, fp32 inputs first.
+  std::vector<config> configs() const {
+    std::vector<config> v;
+    for (const auto* i : f32) v.push_back(i->config);
+    for (const auto* i : bf16) v.push_back(i->config);
+    return v;
+  }
+};
+
 } // namespace reprise::device_runtime
+
+// The element-type tokens of the instance macros.
+namespace reprise::device_types {
+using f32 = float;
+using bf16 = ::reprise::ops::bfloat16;
+} // namespace reprise::device_types
+
+/// Declares (in a dispatch file) or defines (in an instantiation file, one shape family per file) the instance
+/// `Name` of kernel family `Family` (a `reprise::device` template over the input type) for element token `T`
+/// (f32, bf16); `...` is the `reprise::device` constant that holds its entry points.
+#define REPRISE_DECLARE_INSTANCE(Family, Name, T)                                                               \
+  namespace reprise::device_instances {                                                                        \
+  extern const ::reprise::device::Family<::reprise::device_types::T> Name;                                     \
+  }
+#define REPRISE_DEFINE_INSTANCE(Family, Name, T, ...)                                                           \
+  REPRISE_DECLARE_INSTANCE(Family, Name, T)                                                                    \
+  namespace reprise::device_instances {                                                                        \
+  const ::reprise::device::Family<::reprise::device_types::T> Name = ::reprise::device::__VA_ARGS__;           \
+  }

@@ -36,7 +36,7 @@ struct conv1d_args {
 /// One output channel: `bias + sum_k w[k] * window[k]` (window oldest first), then the activation.
 /// The shared building block of the host implementation and both kernels.
 template <int W>
-REPRISE_HOST_DEVICE float conv1d_channel(const float (&window)[W], const float* w, float bias, bool act) noexcept {
+REPRISE_HOST_DEVICE float conv1d_channel(const float (&window)[static_cast<unsigned>(W)], const float* w, float bias, bool act) noexcept {
   float acc = bias;
   REPRISE_UNROLL
   for (int k = 0; k < W; ++k) acc += w[k] * window[k];
@@ -78,10 +78,11 @@ namespace detail {
 template <int W, activation_element T>
 void conv1d_prefill_host_w(const conv1d_args<T>& a, const varlen_batch& b, const prefill_slots& slots) {
   const std::int64_t C = a.x.extent(1);
-  std::vector<float> init(static_cast<std::size_t>((W - 1) * C));
+  std::vector<float> init_buf(static_cast<std::size_t>((W - 1) * C));
+  float* init = init_buf.data();
   for (std::int64_t s = 0; s < b.sequences(); ++s) {
-    const std::int64_t t0 = b.cu_seqlens[s], len = b.length(s), p0 = b.start_positions[s];
-    const std::int32_t in_slot = slots.initial[s];
+    const std::int64_t t0 = nth(b.cu_seqlens, s), len = b.length(s), p0 = nth(b.start_positions, s);
+    const std::int32_t in_slot = nth(slots.initial, s);
     for (std::int64_t j = 0; j < W - 1; ++j)
       for (std::int64_t c = 0; c < C; ++c)
         init[j * C + c] = in_slot < 0 ? 0.0f : to_float(a.conv_pool(in_slot, j, c));
@@ -91,7 +92,7 @@ void conv1d_prefill_host_w(const conv1d_args<T>& a, const varlen_batch& b, const
     };
     for (std::int64_t i = 0; i < len; ++i)
       for (std::int64_t c = 0; c < C; ++c) {
-        float window[W];
+        float window[static_cast<unsigned>(W)];
         for (int k = 0; k < W; ++k) window[k] = input(p0 + i - (W - 1) + k, c);
         const float bias = is_absent(a.bias) ? 0.0f : a.bias(c);
         a.out(t0 + i, c) = from_float<T>(conv1d_channel<W>(window, &a.weight(c, 0), bias, a.silu));
@@ -102,7 +103,7 @@ void conv1d_prefill_host_w(const conv1d_args<T>& a, const varlen_batch& b, const
     };
     for (const capture_point& cp : slots.captures)
       if (cp.sequence == s) store(cp.slot, cp.position);
-    if (slots.final[s] >= 0) store(slots.final[s], p0 + len);
+    if (nth(slots.final, s) >= 0) store(nth(slots.final, s), p0 + len);
   }
 }
 
@@ -110,10 +111,10 @@ template <int W, activation_element T>
 void conv1d_update_host_w(const conv1d_args<T>& a, std::span<const copy_pair> pairs) {
   const std::int64_t C = a.x.extent(1);
   for (std::int64_t r = 0; r < static_cast<std::int64_t>(pairs.size()); ++r) {
-    const copy_pair p = pairs[r];
+    const copy_pair p = nth(pairs, r);
     if (p.src < 0 || p.dst < 0) continue;
     for (std::int64_t c = 0; c < C; ++c) {
-      float window[W];
+      float window[static_cast<unsigned>(W)];
       for (int k = 0; k < W - 1; ++k) window[k] = to_float(a.conv_pool(p.src, k, c));
       window[W - 1] = to_float(a.x(r, c));
       const float bias = is_absent(a.bias) ? 0.0f : a.bias(c);
@@ -156,9 +157,16 @@ result<void> causal_conv1d_update_host(const conv1d_args<T>& a, std::span<const 
   return {};
 }
 
-/// Device workspace the conv launchers need.
-std::size_t causal_conv1d_prefill_workspace_bytes(const varlen_batch& b, const prefill_slots& slots) noexcept;
-std::size_t causal_conv1d_update_workspace_bytes(std::size_t rows) noexcept;
+/// Device workspace the conv launchers need for these operands. The launcher itself answers (it validates and
+/// plans, then stops before the device), so the size always fits the launch; 0 when the launch would fail
+/// validation.
+std::size_t causal_conv1d_prefill_workspace_bytes(const conv1d_args<float>& a, const varlen_batch& b,
+                                                  const prefill_slots& slots) noexcept;
+std::size_t causal_conv1d_prefill_workspace_bytes(const conv1d_args<bfloat16>& a, const varlen_batch& b,
+                                                  const prefill_slots& slots) noexcept;
+std::size_t causal_conv1d_update_workspace_bytes(const conv1d_args<float>& a, std::span<const copy_pair> pairs) noexcept;
+std::size_t causal_conv1d_update_workspace_bytes(const conv1d_args<bfloat16>& a,
+                                                 std::span<const copy_pair> pairs) noexcept;
 
 /// Device causal conv1d prefill (reprise::kernels), same effects and errors as the host version plus
 /// `size_mismatch` (workspace too small) and `device_error`. Tensors are device memory; `b` and `slots` are

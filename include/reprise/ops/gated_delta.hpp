@@ -251,17 +251,17 @@ void gated_delta_host_chunk(const gated_delta_args<T, State>& a, const gated_del
   const float scale = o.effective_scale(K);
   float* S = sc.s.data();
   for (int i = 0; i < n; ++i) {
-    load_key_row(a.k, r0 + i, h, &sc.k[std::size_t(i) * K], o.l2norm_qk, o.l2norm_eps);
-    load_key_row(a.q, r0 + i, h, &sc.q[std::size_t(i) * K], o.l2norm_qk, o.l2norm_eps);
-    for (int c = 0; c < V; ++c) sc.v[std::size_t(i) * V + c] = to_float(a.v(r0 + i, hv, c));
-    sc.g[i] = a.g(r0 + i, hv);
-    sc.beta[i] = a.beta(r0 + i, hv);
+    load_key_row(a.k, r0 + i, h, sc.k.data() + i * K, o.l2norm_qk, o.l2norm_eps);
+    load_key_row(a.q, r0 + i, h, sc.q.data() + i * K, o.l2norm_qk, o.l2norm_eps);
+    for (int c = 0; c < V; ++c) sc.v.data()[i * V + c] = to_float(a.v(r0 + i, hv, c));
+    sc.g.data()[i] = a.g(r0 + i, hv);
+    sc.beta.data()[i] = a.beta(r0 + i, hv);
   }
   gdn::chunk_gate_cumsum(sc.g.data(), 1, n, sc.gcum.data());
-  const float glast = sc.gcum[n - 1];
+  const float glast = sc.gcum.data()[n - 1];
   for (int i = 0; i < n; ++i) {
-    sc.coef[i] = sc.beta[i] * expf(sc.gcum[i]);
-    sc.kdecay[i] = gdn::pair_decay(glast, sc.gcum[i]);
+    sc.coef.data()[i] = sc.beta.data()[i] * expf(sc.gcum.data()[i]);
+    sc.kdecay.data()[i] = gdn::pair_decay(glast, sc.gcum.data()[i]);
   }
   // R = 8 entries side by side (Q is a multiple of 8; the buffers hold Q rows, so the rows past n that a
   // block touches exist and are simply not stored).
@@ -273,8 +273,8 @@ void gated_delta_host_chunk(const gated_delta_args<T, State>& a, const gated_del
   wy_blocked_solve(tm, Q, n, sc.x.data());
   // W = T diag(beta e^G) K, U = T diag(beta) V, then V_new = U - W S_0 in place of U.
   for (int i = 0; i < n; ++i) {
-    for (int d = 0; d < K; ++d) sc.w[i * K + d] = gdn::wy_apply(tm, Q, sc.coef.data(), sc.k.data(), K, i, d);
-    for (int c = 0; c < V; ++c) sc.u[i * V + c] = gdn::wy_apply(tm, Q, sc.beta.data(), sc.v.data(), V, i, c);
+    for (int d = 0; d < K; ++d) sc.w.data()[i * K + d] = gdn::wy_apply(tm, Q, sc.coef.data(), sc.k.data(), K, i, d);
+    for (int c = 0; c < V; ++c) sc.u.data()[i * V + c] = gdn::wy_apply(tm, Q, sc.beta.data(), sc.v.data(), V, i, c);
   }
   for (int c = 0; c < V; ++c)
     for (int i0 = 0; i0 < n; i0 += R) gdn::wy_new_values<R>(sc.u.data(), V, sc.w.data(), K, S, V, c, K, i0, 1, n);
@@ -324,10 +324,10 @@ result<void> gated_delta_chunked_prefill_host(const gated_delta_args<T, State>& 
   for (std::int64_t s = 0; s < b.sequences(); ++s) {
     auto cap_last = cap_first;
     while (cap_last != caps.end() && cap_last->sequence == s) ++cap_last;
-    const std::int64_t row0 = b.cu_seqlens[s], start = b.start_positions[s], end = b.end_position(s);
+    const std::int64_t row0 = nth(b.cu_seqlens, s), start = nth(b.start_positions, s), end = b.end_position(s);
     for (std::int64_t hv = 0; hv < HV; ++hv) {
       const std::int64_t h = hv / (HV / H);
-      detail::load_state(a.state_pool, slots.initial[s], hv, sc.s.data());
+      detail::load_state(a.state_pool, nth(slots.initial, s), hv, sc.s.data());
       auto cap = cap_first;
       for (std::int64_t pos = start; pos < end;) {
         const std::int64_t next = chunk_end(pos, end, Q);
@@ -335,7 +335,7 @@ result<void> gated_delta_chunked_prefill_host(const gated_delta_args<T, State>& 
         pos = next;
         if (cap != cap_last && cap->position == pos) detail::store_state(a.state_pool, (cap++)->slot, hv, sc.s.data());
       }
-      if (slots.final[s] >= 0) detail::store_state(a.state_pool, slots.final[s], hv, sc.s.data());
+      if (nth(slots.final, s) >= 0) detail::store_state(a.state_pool, nth(slots.final, s), hv, sc.s.data());
     }
     cap_first = cap_last;
   }
@@ -366,7 +366,7 @@ result<void> gated_delta_recurrent_step_host(const gated_delta_args<T, State>& a
       const std::int64_t h = hv / (HV / H);
       detail::load_state(a.state_pool, p.src, hv, S.data());
       for (std::int64_t i = 0; i < b.length(s); ++i) {
-        const std::int64_t row = b.cu_seqlens[s] + i;
+        const std::int64_t row = nth(b.cu_seqlens, s) + i;
         detail::load_key_row(a.k, row, h, kr.data(), o.l2norm_qk, o.l2norm_eps);
         detail::load_key_row(a.q, row, h, qr.data(), o.l2norm_qk, o.l2norm_eps);
         const float decay = expf(a.g(row, hv)), beta = a.beta(row, hv);
@@ -375,7 +375,7 @@ result<void> gated_delta_recurrent_step_host(const gated_delta_args<T, State>& a
                                                                           qr.data(), static_cast<int>(K), decay, beta,
                                                                           to_float(a.v(row, hv, c))));
         if (r.ring_size > 0) {
-          const std::int64_t pos = b.start_positions[s] + i + 1;
+          const std::int64_t pos = nth(b.start_positions, s) + i + 1;
           const std::int32_t slot = r.ring[static_cast<std::size_t>(s * r.ring_size + ring_index(pos, r.ring_size))];
           if (slot >= 0) detail::store_state(a.state_pool, slot, hv, S.data());
         }
@@ -397,9 +397,19 @@ std::span<const gated_delta_kernel_config> gated_delta_instantiated_configs() no
 /// `errc{}` when this build has a kernel for `c`, else `unsupported_config`. Step configs have chunk 0.
 errc gated_delta_supports(const gated_delta_kernel_config& c) noexcept;
 
-/// Device workspace the launchers need.
-std::size_t gated_delta_chunked_prefill_workspace_bytes(const varlen_batch& b, const prefill_slots& slots) noexcept;
-std::size_t gated_delta_recurrent_step_workspace_bytes(const varlen_batch& b, const recurrent_slots& r) noexcept;
+/// Device workspace the launchers need for these operands. The launcher itself answers (it validates and
+/// plans, then stops before the device), so the size always fits the launch; 0 when the launch would fail
+/// validation or has no instance.
+std::size_t gated_delta_chunked_prefill_workspace_bytes(const gated_delta_args<float>& a, const gated_delta_options& o,
+                                                        const varlen_batch& b, const prefill_slots& slots) noexcept;
+std::size_t gated_delta_chunked_prefill_workspace_bytes(const gated_delta_args<bfloat16>& a,
+                                                        const gated_delta_options& o, const varlen_batch& b,
+                                                        const prefill_slots& slots) noexcept;
+std::size_t gated_delta_recurrent_step_workspace_bytes(const gated_delta_args<float>& a, const gated_delta_options& o,
+                                                       const varlen_batch& b, const recurrent_slots& r) noexcept;
+std::size_t gated_delta_recurrent_step_workspace_bytes(const gated_delta_args<bfloat16>& a,
+                                                       const gated_delta_options& o, const varlen_batch& b,
+                                                       const recurrent_slots& r) noexcept;
 
 /// Device chunked prefill: effects of `gated_delta_chunked_prefill_host`, stream-ordered.
 /// Errors: as the host version (nothing launched); `unsupported_config` (no instantiation for K, V, Q);

@@ -195,8 +195,8 @@ result<void> mamba2_ssd_prefill_host(const mamba2_args<T>& a, const varlen_batch
     for (const capture_point& c : slots.captures)
       if (c.sequence == s) caps.push_back(c);
     for (std::int64_t h = 0; h < a.x.extent(1); ++h)
-      detail::ssd_head_host(a, b.cu_seqlens[s], b.start_positions[s], b.end_position(s), slots.initial[s],
-                            slots.final[s], caps, h, buf);
+      detail::ssd_head_host(a, nth(b.cu_seqlens, s), nth(b.start_positions, s), b.end_position(s),
+                            nth(slots.initial, s), nth(slots.final, s), caps, h, buf);
   }
   return {};
 }
@@ -211,7 +211,7 @@ result<void> mamba2_state_update_host(const mamba2_args<T>& a, std::span<const c
   if (errc e = validate_mamba2_update(a, pairs); e != errc{}) return e;
   const std::int64_t H = a.x.extent(1), P = a.x.extent(2), N = a.B.extent(2), hpg = H / a.B.extent(1);
   for (std::int64_t r = 0; r < static_cast<std::int64_t>(pairs.size()); ++r) {
-    const copy_pair pr = pairs[r];
+    const copy_pair pr = nth(pairs, r);
     if (pr.src < 0 || pr.dst < 0) continue;
     for (std::int64_t h = 0; h < H; ++h) {
       const std::int64_t g = h / hpg;
@@ -241,8 +241,10 @@ std::span<const mamba2_kernel_config> mamba2_instantiated_configs() noexcept;
 /// `errc{}` when this build has a kernel for `c`, else `unsupported_config`. Decode configs have chunk 0.
 errc mamba2_supports(const mamba2_kernel_config& c) noexcept;
 
-/// Device workspace `mamba2_ssd_prefill` needs: metadata plus per-chunk dt, cumulative decay and chunk states
-/// (fp32 [chunks, H, P, N]).
+/// Device workspace `mamba2_ssd_prefill` needs for these operands: metadata plus per-chunk dt, cumulative
+/// decay and chunk states (fp32 [chunks, H, P, N]). The launcher itself answers (it validates and plans, then
+/// stops before the device), so the size always fits the launch; 0 when the launch would fail validation or
+/// has no instance.
 std::size_t mamba2_ssd_prefill_workspace_bytes(const mamba2_args<float>& a, const varlen_batch& b,
                                                const prefill_slots& slots) noexcept;
 std::size_t mamba2_ssd_prefill_workspace_bytes(const mamba2_args<bfloat16>& a, const varlen_batch& b,
@@ -259,8 +261,10 @@ result<void> mamba2_ssd_prefill(const mamba2_args<float>& a, const varlen_batch&
 result<void> mamba2_ssd_prefill(const mamba2_args<bfloat16>& a, const varlen_batch& b, const prefill_slots& slots,
                                 device_workspace ws, stream_handle stream);
 
-/// Device workspace `mamba2_state_update` needs for `rows` rows.
-std::size_t mamba2_state_update_workspace_bytes(std::size_t rows) noexcept;
+/// Device workspace `mamba2_state_update` needs for these operands, answered like the prefill's.
+std::size_t mamba2_state_update_workspace_bytes(const mamba2_args<float>& a, std::span<const copy_pair> pairs) noexcept;
+std::size_t mamba2_state_update_workspace_bytes(const mamba2_args<bfloat16>& a,
+                                                std::span<const copy_pair> pairs) noexcept;
 
 /// Device selective state update: as the host version, plus the device errors above.
 result<void> mamba2_state_update(const mamba2_args<float>& a, std::span<const copy_pair> pairs,

@@ -25,11 +25,18 @@
 #include <reprise/errc.hpp>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
 
 namespace reprise::ops {
+
+/// Element `i` (0 <= i < size) of a span or vector, indexed by a signed count as the batch tables are.
+template <class Range>
+constexpr decltype(auto) nth(Range& r, std::int64_t i) noexcept {
+  return r[static_cast<std::size_t>(i)];
+}
 
 /// A packed batch of sequences (host-side metadata; the tensors it describes may live on the device).
 struct varlen_batch {
@@ -40,8 +47,8 @@ struct varlen_batch {
     return cu_seqlens.empty() ? 0 : static_cast<std::int64_t>(cu_seqlens.size()) - 1;
   }
   std::int64_t tokens() const noexcept { return cu_seqlens.empty() ? 0 : cu_seqlens.back(); }
-  std::int64_t length(std::int64_t s) const noexcept { return cu_seqlens[s + 1] - cu_seqlens[s]; }
-  std::int64_t end_position(std::int64_t s) const noexcept { return start_positions[s] + length(s); }
+  std::int64_t length(std::int64_t s) const noexcept { return nth(cu_seqlens, s + 1) - nth(cu_seqlens, s); }
+  std::int64_t end_position(std::int64_t s) const noexcept { return nth(start_positions, s) + length(s); }
 };
 
 /// One state to write during a prefill: the state of `sequence` at absolute `position`, into `slot`.
@@ -95,12 +102,12 @@ inline errc validate_prefill_slots(const varlen_batch& b, const prefill_slots& s
     return errc::size_mismatch;
   if (chunk <= 0) return errc::invalid_argument;
   for (std::int64_t s = 0; s < n; ++s) {
-    if (slots.initial[s] >= num_slots || slots.final[s] >= num_slots) return errc::out_of_range;
+    if (nth(slots.initial, s) >= num_slots || nth(slots.final, s) >= num_slots) return errc::out_of_range;
   }
   for (const capture_point& c : slots.captures) {
     if (c.sequence < 0 || c.sequence >= n) return errc::out_of_range;
     if (c.slot < 0 || c.slot >= num_slots) return errc::out_of_range;
-    if (c.position <= b.start_positions[c.sequence] || c.position > b.end_position(c.sequence))
+    if (c.position <= nth(b.start_positions, c.sequence) || c.position > b.end_position(c.sequence))
       return errc::out_of_range;
     if (c.position % chunk != 0) return errc::misaligned;
   }
@@ -114,13 +121,13 @@ inline errc validate_prefill_slots(const varlen_batch& b, const prefill_slots& s
   std::vector<write> writes;
   writes.reserve(static_cast<std::size_t>(n) + slots.captures.size());
   for (std::int64_t s = 0; s < n; ++s)
-    if (slots.final[s] >= 0) writes.push_back({slots.final[s], static_cast<std::int32_t>(s), true});
+    if (nth(slots.final, s) >= 0) writes.push_back({nth(slots.final, s), static_cast<std::int32_t>(s), true});
   for (const capture_point& c : slots.captures) writes.push_back({c.slot, c.sequence, false});
   std::sort(writes.begin(), writes.end(), [](write a, write c) { return a.slot < c.slot; });
   for (std::size_t i = 1; i < writes.size(); ++i)
     if (writes[i].slot == writes[i - 1].slot) return errc::overlapping_pairs;
   for (std::int64_t s = 0; s < n; ++s) {
-    const std::int32_t r = slots.initial[s];
+    const std::int32_t r = nth(slots.initial, s);
     if (r < 0) continue;
     auto it = std::lower_bound(writes.begin(), writes.end(), r, [](write w, std::int32_t v) { return w.slot < v; });
     if (it != writes.end() && it->slot == r && (!it->is_final || it->sequence != s)) return errc::overlapping_pairs;
