@@ -106,28 +106,35 @@ std::size_t workspace_query(Launch&& launch) noexcept {
   return launch(&bytes).has_value() ? bytes : 0;
 }
 
-/// The runtime dispatch of one kernel family: the instances this build compiled, per input element type.
-/// `Instance<T>` carries its `config`, a plain aggregate with a `chunk` (Q of the chunked entry point; a
-/// query with chunk 0 asks for an entry point without chunks and matches any Q), an `input` dtype and
-/// `operator==`. Complexity: linear in the (handful of) instances.
+/// One row of a kernel family's instance table: the fp32-input and bf16-input instances of one shape.
 template <template <class> class Instance>
-struct instance_table {
-  using config = decltype(Instance<float>::config);
-  std::span<const Instance<float>* const> f32;
-  std::span<const Instance<ops::bfloat16>* const> bf16;
+struct instance_row {
+  const Instance<float>* f32;
+  const Instance<ops::bfloat16>* bf16;
 
   template <class T>
-  std::span<const Instance<T>* const> of() const noexcept {
+  const Instance<T>* of() const noexcept {
     if constexpr (std::is_same_v<T, float>)
       return f32;
     else
       return bf16;
   }
+};
+
+/// The runtime dispatch of one kernel family: the shapes this build compiled, each for both input types.
+/// `Instance<T>` carries its `config`, a plain aggregate with a `chunk` (Q of the chunked entry point; a
+/// query with chunk 0 asks for an entry point without chunks and matches any Q), an `input` dtype and
+/// `operator==`. Complexity: linear in the (handful of) rows.
+template <template <class> class Instance>
+struct instance_table {
+  using config = decltype(Instance<float>::config);
+  std::span<const instance_row<Instance>> rows;
 
   /// The instance for `c`, or `unsupported_config`.
   template <class T>
   result<const Instance<T>*> find(const config& c) const noexcept {
-    for (const Instance<T>* inst : of<T>()) {
+    for (const instance_row<Instance>& row : rows) {
+      const Instance<T>* inst = row.template of<T>();
       config want = c;
       if (want.chunk == 0) want.chunk = inst->config.chunk;
       if (inst->config == want) return inst;
@@ -145,8 +152,8 @@ struct instance_table {
   /// Every compiled configuration, fp32 inputs first.
   std::vector<config> configs() const {
     std::vector<config> v;
-    for (const auto* i : f32) v.push_back(i->config);
-    for (const auto* i : bf16) v.push_back(i->config);
+    for (const auto& row : rows) v.push_back(row.f32->config);
+    for (const auto& row : rows) v.push_back(row.bf16->config);
     return v;
   }
 };
@@ -159,9 +166,10 @@ using f32 = float;
 using bf16 = ::reprise::ops::bfloat16;
 } // namespace reprise::device_types
 
-/// Declares (in a dispatch file) or defines (in an instantiation file, one shape family per file) the instance
-/// `Name` of kernel family `Family` (a `reprise::device` template over the input type) for element token `T`
-/// (f32, bf16); `...` is the `reprise::device` constant that holds its entry points.
+/// Declares (in a dispatch file) or defines (in an instantiation file, one shape family per file) the fp32-
+/// and bf16-input instances of one shape of kernel family `Family` (a `reprise::device` template over the
+/// input type). `NAME(args..., T)` names an instance; `OF(args..., T)` is the `reprise::device` constant
+/// that holds its entry points. `REPRISE_INSTANCE_ROW` is the shape's row of the family's instance table.
 #define REPRISE_DECLARE_INSTANCE(Family, Name, T)                                                               \
   namespace reprise::device_instances {                                                                        \
   extern const ::reprise::device::Family<::reprise::device_types::T> Name;                                     \
@@ -171,3 +179,5 @@ using bf16 = ::reprise::ops::bfloat16;
   namespace reprise::device_instances {                                                                        \
   const ::reprise::device::Family<::reprise::device_types::T> Name = ::reprise::device::__VA_ARGS__;           \
   }
+#define REPRISE_INSTANCE_ROW(NAME, ...)                                                                         \
+  {&::reprise::device_instances::NAME(__VA_ARGS__, f32), &::reprise::device_instances::NAME(__VA_ARGS__, bf16)},

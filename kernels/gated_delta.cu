@@ -9,13 +9,15 @@
 #include <algorithm>
 #include <vector>
 
-// The dispatch table. Reduced set (CI): the small test shape. Full set: Qwen3-Next (K128 V128 Q64).
-REPRISE_DECLARE_GATED_DELTA_INSTANCE(64, 32, 16, f32)
-REPRISE_DECLARE_GATED_DELTA_INSTANCE(64, 32, 16, bf16)
+// The dispatch table, one row per shape (fp32 and bf16 inputs each). Reduced set (CI): the small test shape.
+// Full set: Qwen3-Next (K128 V128 Q64).
 #if REPRISE_KERNELS_FULL
-REPRISE_DECLARE_GATED_DELTA_INSTANCE(64, 128, 128, f32)
-REPRISE_DECLARE_GATED_DELTA_INSTANCE(64, 128, 128, bf16)
+#define REPRISE_GATED_DELTA_FULL_SHAPES(X) X(64, 128, 128)
+#else
+#define REPRISE_GATED_DELTA_FULL_SHAPES(X)
 #endif
+#define REPRISE_GATED_DELTA_SHAPES(X) X(64, 32, 16) REPRISE_GATED_DELTA_FULL_SHAPES(X)
+REPRISE_GATED_DELTA_SHAPES(REPRISE_DECLARE_GATED_DELTA_INSTANCES)
 
 namespace reprise::ops {
 namespace {
@@ -40,22 +42,10 @@ struct step_layout {
   }
 };
 
-namespace di = reprise::device_instances;
-
-const device::gated_delta_instance<float>* const f32_instances[] = {
-    &di::REPRISE_GATED_DELTA_INSTANCE_NAME(64, 32, 16, f32),
-#if REPRISE_KERNELS_FULL
-    &di::REPRISE_GATED_DELTA_INSTANCE_NAME(64, 128, 128, f32),
-#endif
-};
-const device::gated_delta_instance<bfloat16>* const bf16_instances[] = {
-    &di::REPRISE_GATED_DELTA_INSTANCE_NAME(64, 32, 16, bf16),
-#if REPRISE_KERNELS_FULL
-    &di::REPRISE_GATED_DELTA_INSTANCE_NAME(64, 128, 128, bf16),
-#endif
-};
+const device_runtime::instance_row<device::gated_delta_instance> rows[] = {
+    REPRISE_GATED_DELTA_SHAPES(REPRISE_GATED_DELTA_INSTANCE_ROW)};
 /// Step configs (chunk 0) match the instance of any chunk.
-const device_runtime::instance_table<device::gated_delta_instance> table{f32_instances, bf16_instances};
+const device_runtime::instance_table<device::gated_delta_instance> table{rows};
 
 /// The operands both kernels share, from the public argument set.
 template <class T>

@@ -394,11 +394,16 @@ inline constexpr gated_delta_instance<T> gated_delta_instance_of{
 
 REPRISE_DEVICE_NAMESPACE_END
 
-/// Declares (in gated_delta.cu) or defines (in an instantiation file, one shape family per file) the instance
-/// of one configuration. BV, the V tile of a thread block, is a tuning choice of the definition.
+/// Declares (in gated_delta.cu) or defines (in an instantiation file, one shape family per file) the fp32 and
+/// bf16 instances of one shape; `REPRISE_GATED_DELTA_INSTANCE_ROW` is its row of the dispatch table. BV, the V
+/// tile of a thread block, is a tuning choice of the definition.
 #define REPRISE_GATED_DELTA_INSTANCE_NAME(Q, K, V, T) gated_delta_q##Q##_k##K##_v##V##_##T
-#define REPRISE_DECLARE_GATED_DELTA_INSTANCE(Q, K, V, T)                                                        \
-  REPRISE_DECLARE_INSTANCE(gated_delta_instance, REPRISE_GATED_DELTA_INSTANCE_NAME(Q, K, V, T), T)
-#define REPRISE_DEFINE_GATED_DELTA_INSTANCE(Q, K, V, BV, T)                                                     \
-  REPRISE_DEFINE_INSTANCE(gated_delta_instance, REPRISE_GATED_DELTA_INSTANCE_NAME(Q, K, V, T), T,              \
-                          gated_delta_instance_of<Q, K, V, BV, ::reprise::device_types::T>)
+#define REPRISE_DECLARE_GATED_DELTA_INSTANCES(Q, K, V)                                                          \
+  REPRISE_DECLARE_INSTANCE(gated_delta_instance, REPRISE_GATED_DELTA_INSTANCE_NAME(Q, K, V, f32), f32)         \
+  REPRISE_DECLARE_INSTANCE(gated_delta_instance, REPRISE_GATED_DELTA_INSTANCE_NAME(Q, K, V, bf16), bf16)
+#define REPRISE_DEFINE_GATED_DELTA_INSTANCES(Q, K, V, BV)                                                       \
+  REPRISE_DEFINE_INSTANCE(gated_delta_instance, REPRISE_GATED_DELTA_INSTANCE_NAME(Q, K, V, f32), f32,          \
+                          gated_delta_instance_of<Q, K, V, BV, float>)                                         \
+  REPRISE_DEFINE_INSTANCE(gated_delta_instance, REPRISE_GATED_DELTA_INSTANCE_NAME(Q, K, V, bf16), bf16,        \
+                          gated_delta_instance_of<Q, K, V, BV, ::reprise::ops::bfloat16>)
+#define REPRISE_GATED_DELTA_INSTANCE_ROW(Q, K, V) REPRISE_INSTANCE_ROW(REPRISE_GATED_DELTA_INSTANCE_NAME, Q, K, V)

@@ -7,41 +7,23 @@
 
 #include <vector>
 
-// The dispatch table. Reduced set (CI): the small test shape. Full set: Nemotron-H (P64 N128) at every chunk.
-REPRISE_DECLARE_MAMBA2_INSTANCE(64, 16, 16, f32)
-REPRISE_DECLARE_MAMBA2_INSTANCE(64, 16, 16, bf16)
+// The dispatch table, one row per shape (fp32 and bf16 inputs each). Reduced set (CI): the small test shape.
+// Full set: Nemotron-H (P64 N128) at every chunk.
 #if REPRISE_KERNELS_FULL
-REPRISE_DECLARE_MAMBA2_INSTANCE(64, 64, 128, f32)
-REPRISE_DECLARE_MAMBA2_INSTANCE(64, 64, 128, bf16)
-REPRISE_DECLARE_MAMBA2_INSTANCE(128, 64, 128, f32)
-REPRISE_DECLARE_MAMBA2_INSTANCE(128, 64, 128, bf16)
-REPRISE_DECLARE_MAMBA2_INSTANCE(256, 64, 128, f32)
-REPRISE_DECLARE_MAMBA2_INSTANCE(256, 64, 128, bf16)
+#define REPRISE_MAMBA2_FULL_SHAPES(X) X(64, 64, 128) X(128, 64, 128) X(256, 64, 128)
+#else
+#define REPRISE_MAMBA2_FULL_SHAPES(X)
 #endif
+#define REPRISE_MAMBA2_SHAPES(X) X(64, 16, 16) REPRISE_MAMBA2_FULL_SHAPES(X)
+REPRISE_MAMBA2_SHAPES(REPRISE_DECLARE_MAMBA2_INSTANCES)
 
 namespace reprise::ops {
 namespace {
 using device_runtime::workspace_layout;
-namespace di = reprise::device_instances;
-
-const device::mamba2_instance<float>* const f32_instances[] = {
-    &di::REPRISE_MAMBA2_INSTANCE_NAME(64, 16, 16, f32),
-#if REPRISE_KERNELS_FULL
-    &di::REPRISE_MAMBA2_INSTANCE_NAME(64, 64, 128, f32),
-    &di::REPRISE_MAMBA2_INSTANCE_NAME(128, 64, 128, f32),
-    &di::REPRISE_MAMBA2_INSTANCE_NAME(256, 64, 128, f32),
-#endif
-};
-const device::mamba2_instance<bfloat16>* const bf16_instances[] = {
-    &di::REPRISE_MAMBA2_INSTANCE_NAME(64, 16, 16, bf16),
-#if REPRISE_KERNELS_FULL
-    &di::REPRISE_MAMBA2_INSTANCE_NAME(64, 64, 128, bf16),
-    &di::REPRISE_MAMBA2_INSTANCE_NAME(128, 64, 128, bf16),
-    &di::REPRISE_MAMBA2_INSTANCE_NAME(256, 64, 128, bf16),
-#endif
-};
+const device_runtime::instance_row<device::mamba2_instance> rows[] = {
+    REPRISE_MAMBA2_SHAPES(REPRISE_MAMBA2_INSTANCE_ROW)};
 /// Decode configs (chunk 0) match the instance of any chunk.
-const device_runtime::instance_table<device::mamba2_instance> table{f32_instances, bf16_instances};
+const device_runtime::instance_table<device::mamba2_instance> table{rows};
 
 /// The kernels move states as 16-byte vectors: the pool must start on a 16-byte boundary (cudaMalloc
 /// gives 256) and N must be a multiple of 4 (every instantiated N is).

@@ -478,10 +478,15 @@ inline constexpr mamba2_instance<T> mamba2_instance_of{
 
 REPRISE_DEVICE_NAMESPACE_END
 
-/// Declares (in mamba2.cu) or defines (in an instantiation file) the instance of one configuration.
+/// Declares (in mamba2.cu) or defines (in an instantiation file) the fp32 and bf16 instances of one shape;
+/// `REPRISE_MAMBA2_INSTANCE_ROW` is its row of the dispatch table.
 #define REPRISE_MAMBA2_INSTANCE_NAME(Q, P, N, T) mamba2_q##Q##_p##P##_n##N##_##T
-#define REPRISE_DECLARE_MAMBA2_INSTANCE(Q, P, N, T)                                                             \
-  REPRISE_DECLARE_INSTANCE(mamba2_instance, REPRISE_MAMBA2_INSTANCE_NAME(Q, P, N, T), T)
-#define REPRISE_DEFINE_MAMBA2_INSTANCE(Q, P, N, T)                                                              \
-  REPRISE_DEFINE_INSTANCE(mamba2_instance, REPRISE_MAMBA2_INSTANCE_NAME(Q, P, N, T), T,                        \
-                          mamba2_instance_of<Q, P, N, ::reprise::device_types::T>)
+#define REPRISE_DECLARE_MAMBA2_INSTANCES(Q, P, N)                                                               \
+  REPRISE_DECLARE_INSTANCE(mamba2_instance, REPRISE_MAMBA2_INSTANCE_NAME(Q, P, N, f32), f32)                   \
+  REPRISE_DECLARE_INSTANCE(mamba2_instance, REPRISE_MAMBA2_INSTANCE_NAME(Q, P, N, bf16), bf16)
+#define REPRISE_DEFINE_MAMBA2_INSTANCES(Q, P, N)                                                                \
+  REPRISE_DEFINE_INSTANCE(mamba2_instance, REPRISE_MAMBA2_INSTANCE_NAME(Q, P, N, f32), f32,                    \
+                          mamba2_instance_of<Q, P, N, float>)                                                  \
+  REPRISE_DEFINE_INSTANCE(mamba2_instance, REPRISE_MAMBA2_INSTANCE_NAME(Q, P, N, bf16), bf16,                  \
+                          mamba2_instance_of<Q, P, N, ::reprise::ops::bfloat16>)
+#define REPRISE_MAMBA2_INSTANCE_ROW(Q, P, N) REPRISE_INSTANCE_ROW(REPRISE_MAMBA2_INSTANCE_NAME, Q, P, N)

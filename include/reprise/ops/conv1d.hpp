@@ -61,8 +61,7 @@ errc validate_conv1d(const conv1d_args<T>& a) noexcept {
 template <activation_element T>
 errc validate_conv1d_prefill(const conv1d_args<T>& a, const varlen_batch& b, const prefill_slots& slots) noexcept {
   if (errc e = validate_conv1d(a); e != errc{}) return e;
-  if (errc e = validate_batch(b, a.x.extent(0)); e != errc{}) return e;
-  return validate_prefill_slots(b, slots, a.conv_pool.extent(0), 1);
+  return validate_prefill(b, slots, a.x.extent(0), a.conv_pool.extent(0), 1);
 }
 
 /// Everything a decode update checks, shared like `validate_conv1d_prefill`. Errors: as `validate_conv1d`;
@@ -70,8 +69,7 @@ errc validate_conv1d_prefill(const conv1d_args<T>& a, const varlen_batch& b, con
 template <activation_element T>
 errc validate_conv1d_update(const conv1d_args<T>& a, std::span<const copy_pair> pairs) noexcept {
   if (errc e = validate_conv1d(a); e != errc{}) return e;
-  if (static_cast<std::int64_t>(pairs.size()) != a.x.extent(0)) return errc::size_mismatch;
-  return validate_decode_slots(pairs, a.conv_pool.extent(0));
+  return validate_decode(pairs, a.x.extent(0), a.conv_pool.extent(0));
 }
 
 namespace detail {

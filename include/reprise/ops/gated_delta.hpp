@@ -173,8 +173,7 @@ template <activation_element T, gated_delta_state_element State>
 errc validate_gated_delta_prefill(const gated_delta_args<T, State>& a, const gated_delta_options& o,
                                   const varlen_batch& b, const prefill_slots& slots) noexcept {
   if (errc e = validate_gated_delta(a, o); e != errc{}) return e;
-  if (errc e = validate_batch(b, a.q.extent(0)); e != errc{}) return e;
-  return validate_prefill_slots(b, slots, a.state_pool.extent(0), o.chunk);
+  return validate_prefill(b, slots, a.q.extent(0), a.state_pool.extent(0), o.chunk);
 }
 
 /// Everything a recurrent step checks, shared like `validate_gated_delta_prefill`. Errors: as

@@ -90,8 +90,7 @@ template <activation_element T>
 errc validate_mamba2_prefill(const mamba2_args<T>& a, const varlen_batch& b, const prefill_slots& slots) noexcept {
   if (errc e = validate_mamba2(a); e != errc{}) return e;
   if (a.chunk <= 0 || !is_supported_chunk(static_cast<std::uint32_t>(a.chunk))) return errc::unsupported_config;
-  if (errc e = validate_batch(b, a.x.extent(0)); e != errc{}) return e;
-  return validate_prefill_slots(b, slots, a.state_pool.extent(0), a.chunk);
+  return validate_prefill(b, slots, a.x.extent(0), a.state_pool.extent(0), a.chunk);
 }
 
 /// Everything a decode update checks, shared like `validate_mamba2_prefill`. Errors: as `validate_mamba2`;
@@ -99,8 +98,7 @@ errc validate_mamba2_prefill(const mamba2_args<T>& a, const varlen_batch& b, con
 template <activation_element T>
 errc validate_mamba2_update(const mamba2_args<T>& a, std::span<const copy_pair> pairs) noexcept {
   if (errc e = validate_mamba2(a); e != errc{}) return e;
-  if (static_cast<std::int64_t>(pairs.size()) != a.x.extent(0)) return errc::size_mismatch;
-  return validate_decode_slots(pairs, a.state_pool.extent(0));
+  return validate_decode(pairs, a.x.extent(0), a.state_pool.extent(0));
 }
 
 namespace detail {

@@ -163,6 +163,22 @@ inline errc validate_decode_slots(std::span<const copy_pair> pairs, std::int64_t
   return errc{};
 }
 
+/// Everything about a prefill's batch and slots that a kernel family checks besides its own operands: the
+/// batch against `tokens` rows, then the slots against `num_slots` on the grid of `chunk`.
+/// Errors: as `validate_batch`, then as `validate_prefill_slots`. Complexity: that of `validate_prefill_slots`.
+inline errc validate_prefill(const varlen_batch& b, const prefill_slots& slots, std::int64_t tokens,
+                             std::int64_t num_slots, std::int64_t chunk) noexcept {
+  if (errc e = validate_batch(b, tokens); e != errc{}) return e;
+  return validate_prefill_slots(b, slots, num_slots, chunk);
+}
+
+/// A decode batch: one `(src, dst)` pair per row of the operands. Errors: `size_mismatch` (pairs.size() !=
+/// rows); as `validate_decode_slots`. Complexity: O(rows log rows).
+inline errc validate_decode(std::span<const copy_pair> pairs, std::int64_t rows, std::int64_t num_slots) noexcept {
+  if (static_cast<std::int64_t>(pairs.size()) != rows) return errc::size_mismatch;
+  return validate_decode_slots(pairs, num_slots);
+}
+
 /// Checks copy pairs for a pool of `units` slots or blocks. Unlike decode pairs, every index must be valid
 /// and a pair copies (src != dst). Errors: `out_of_range`; `overlapping_pairs` (src == dst, a destination
 /// named twice, or a destination that any pair reads: the copies run concurrently).
