@@ -53,6 +53,22 @@ TEST_CASE_TEMPLATE("ssd chunked prefill matches the fp64 sequential recurrence",
   }
 }
 
+TEST_CASE("segment sums advanced row by row equal the direct forward sums bit for bit") {
+  // The host advances seg(s, t) one row at a time; the kernels sum seg(s, t) directly for a tile's first row.
+  random_source rng(9);
+  const auto a = rng.values<float>(256, -3.0f, 0.0f);
+  std::vector<float> seg(256, -1.0f);
+  for (int t = 0; t < 256; ++t) {
+    ssd_segsum_advance(seg.data(), a.data(), t);
+    for (int s = 0; s <= t; ++s) {
+      const float direct = ssd_segsum(a.data(), s, t);
+      REQUIRE(bitwise_equal(&seg[static_cast<std::size_t>(s)], &direct, 1));
+    }
+  }
+  CHECK(ssd_segsum(a.data(), 7, 7) == 0.0f);
+  CHECK(ssd_segsum(a.data(), 9, 3) == 0.0f);
+}
+
 TEST_CASE("ssd with wide steps keeps the in-chunk decays precise (segment sums, not prefix differences)") {
   // Raw dt in [-6, 3): steps up to 3, so the in-chunk prefix sums of A dt reach hundreds. Decays taken as
   // exp(Acum_t - Acum_s) carried 6e-7 (Q 64) to 2.2e-6 (Q 256) relative RMS here; summing each segment

@@ -22,7 +22,6 @@
 #include <reprise/ops/tensor.hpp>
 #include <reprise/state/shapes.hpp>
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
