@@ -95,15 +95,15 @@ T* at(void* base, std::size_t offset) noexcept {
   return reinterpret_cast<T*>(static_cast<std::byte*>(base) + offset);
 }
 
-/// The workspace size of a launch, asked the way CUB asks (null-buffer idiom): every launcher takes a
-/// `std::size_t* query`; when it is set, the launcher validates and plans exactly as for a launch, stores the
-/// bytes it would need in `*query` and returns before touching the device. `launch(query)` calls the
-/// launcher so; the result is 0 when the operands are invalid (the launch would return the error). Size and
-/// launch therefore share one code path and cannot disagree.
-template <class Launch>
-std::size_t workspace_query(Launch&& launch) noexcept {
+/// The workspace size of a launch, asked the way CUB asks (null-buffer idiom): every launcher ends in
+/// `(..., device_workspace ws, stream_handle stream, std::size_t* query)`; when `query` is set it validates
+/// and plans exactly as for a launch, stores the bytes it would need in `*query` and returns before touching
+/// the device. `workspace_query(launcher, operands...)` calls it so; the result is 0 when the operands are
+/// invalid (the launch would return the error). Size and launch share one code path and cannot disagree.
+template <class... Params, class... Operands>
+std::size_t workspace_query(result<void> (*launcher)(Params...), const Operands&... operands) noexcept {
   std::size_t bytes = 0;
-  return launch(&bytes).has_value() ? bytes : 0;
+  return launcher(operands..., ops::device_workspace{}, nullptr, &bytes).has_value() ? bytes : 0;
 }
 
 /// One row of a kernel family's instance table: the fp32-input and bf16-input instances of one shape.

@@ -112,18 +112,18 @@ result<void> update(const conv1d_args<T>& a, std::span<const copy_pair> pairs, d
 
 std::size_t causal_conv1d_prefill_workspace_bytes(const conv1d_args<float>& a, const varlen_batch& b,
                                                   const prefill_slots& slots) noexcept {
-  return device_runtime::workspace_query([&](std::size_t* q) { return prefill(a, b, slots, {}, nullptr, q); });
+  return device_runtime::workspace_query(prefill<float>, a, b, slots);
 }
 std::size_t causal_conv1d_prefill_workspace_bytes(const conv1d_args<bfloat16>& a, const varlen_batch& b,
                                                   const prefill_slots& slots) noexcept {
-  return device_runtime::workspace_query([&](std::size_t* q) { return prefill(a, b, slots, {}, nullptr, q); });
+  return device_runtime::workspace_query(prefill<bfloat16>, a, b, slots);
 }
 std::size_t causal_conv1d_update_workspace_bytes(const conv1d_args<float>& a, std::span<const copy_pair> pairs) noexcept {
-  return device_runtime::workspace_query([&](std::size_t* q) { return update(a, pairs, {}, nullptr, q); });
+  return device_runtime::workspace_query(update<float>, a, pairs);
 }
 std::size_t causal_conv1d_update_workspace_bytes(const conv1d_args<bfloat16>& a,
                                                  std::span<const copy_pair> pairs) noexcept {
-  return device_runtime::workspace_query([&](std::size_t* q) { return update(a, pairs, {}, nullptr, q); });
+  return device_runtime::workspace_query(update<bfloat16>, a, pairs);
 }
 
 result<void> causal_conv1d_prefill(const conv1d_args<float>& a, const varlen_batch& b, const prefill_slots& slots,

@@ -155,21 +155,21 @@ errc gated_delta_supports(const gated_delta_kernel_config& c) noexcept { return 
 
 std::size_t gated_delta_chunked_prefill_workspace_bytes(const gated_delta_args<float>& a, const gated_delta_options& o,
                                                         const varlen_batch& b, const prefill_slots& slots) noexcept {
-  return device_runtime::workspace_query([&](std::size_t* q) { return prefill(a, o, b, slots, {}, nullptr, q); });
+  return device_runtime::workspace_query(prefill<float>, a, o, b, slots);
 }
 std::size_t gated_delta_chunked_prefill_workspace_bytes(const gated_delta_args<bfloat16>& a,
                                                         const gated_delta_options& o, const varlen_batch& b,
                                                         const prefill_slots& slots) noexcept {
-  return device_runtime::workspace_query([&](std::size_t* q) { return prefill(a, o, b, slots, {}, nullptr, q); });
+  return device_runtime::workspace_query(prefill<bfloat16>, a, o, b, slots);
 }
 std::size_t gated_delta_recurrent_step_workspace_bytes(const gated_delta_args<float>& a, const gated_delta_options& o,
                                                        const varlen_batch& b, const recurrent_slots& r) noexcept {
-  return device_runtime::workspace_query([&](std::size_t* q) { return step(a, o, b, r, {}, nullptr, q); });
+  return device_runtime::workspace_query(step<float>, a, o, b, r);
 }
 std::size_t gated_delta_recurrent_step_workspace_bytes(const gated_delta_args<bfloat16>& a,
                                                        const gated_delta_options& o, const varlen_batch& b,
                                                        const recurrent_slots& r) noexcept {
-  return device_runtime::workspace_query([&](std::size_t* q) { return step(a, o, b, r, {}, nullptr, q); });
+  return device_runtime::workspace_query(step<bfloat16>, a, o, b, r);
 }
 
 result<void> gated_delta_chunked_prefill(const gated_delta_args<float>& a, const gated_delta_options& o,

@@ -141,11 +141,11 @@ errc mamba2_supports(const mamba2_kernel_config& c) noexcept { return table.supp
 
 std::size_t mamba2_ssd_prefill_workspace_bytes(const mamba2_args<float>& a, const varlen_batch& b,
                                                const prefill_slots& slots) noexcept {
-  return device_runtime::workspace_query([&](std::size_t* q) { return ssd_prefill(a, b, slots, {}, nullptr, q); });
+  return device_runtime::workspace_query(ssd_prefill<float>, a, b, slots);
 }
 std::size_t mamba2_ssd_prefill_workspace_bytes(const mamba2_args<bfloat16>& a, const varlen_batch& b,
                                                const prefill_slots& slots) noexcept {
-  return device_runtime::workspace_query([&](std::size_t* q) { return ssd_prefill(a, b, slots, {}, nullptr, q); });
+  return device_runtime::workspace_query(ssd_prefill<bfloat16>, a, b, slots);
 }
 result<void> mamba2_ssd_prefill(const mamba2_args<float>& a, const varlen_batch& b, const prefill_slots& slots,
                                 device_workspace ws, stream_handle stream) {
@@ -156,11 +156,11 @@ result<void> mamba2_ssd_prefill(const mamba2_args<bfloat16>& a, const varlen_bat
   return ssd_prefill(a, b, slots, ws, stream);
 }
 std::size_t mamba2_state_update_workspace_bytes(const mamba2_args<float>& a, std::span<const copy_pair> pairs) noexcept {
-  return device_runtime::workspace_query([&](std::size_t* q) { return state_update(a, pairs, {}, nullptr, q); });
+  return device_runtime::workspace_query(state_update<float>, a, pairs);
 }
 std::size_t mamba2_state_update_workspace_bytes(const mamba2_args<bfloat16>& a,
                                                 std::span<const copy_pair> pairs) noexcept {
-  return device_runtime::workspace_query([&](std::size_t* q) { return state_update(a, pairs, {}, nullptr, q); });
+  return device_runtime::workspace_query(state_update<bfloat16>, a, pairs);
 }
 result<void> mamba2_state_update(const mamba2_args<float>& a, std::span<const copy_pair> pairs,
                                  device_workspace ws, stream_handle stream) {
