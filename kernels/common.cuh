@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <type_traits>
 #include <vector>
@@ -93,6 +94,21 @@ private:
 template <class T>
 T* at(void* base, std::size_t offset) noexcept {
   return reinterpret_cast<T*>(static_cast<std::byte*>(base) + offset);
+}
+
+/// The step where a launcher, having validated and planned, meets its workspace (CUB's null-buffer idiom):
+/// a size query (`query` set) stores the `bytes` the launch needs and ends the call successfully; a launch
+/// needs `ws` to hold them (a launch that needs no bytes accepts an empty workspace). Returns what the
+/// launcher returns when the call ends here (the answered query, or `size_mismatch`), or nothing when the
+/// launch goes on.
+inline std::optional<result<void>> meet_workspace(std::size_t bytes, ops::device_workspace ws,
+                                                  std::size_t* query) noexcept {
+  if (query != nullptr) {
+    *query = bytes;
+    return result<void>{};
+  }
+  if (ws.bytes < bytes || (bytes > 0 && ws.data == nullptr)) return result<void>{errc::size_mismatch};
+  return std::nullopt;
 }
 
 /// The workspace size of a launch, asked the way CUB asks (null-buffer idiom): every launcher ends in

@@ -41,11 +41,7 @@ result<void> prefill(const conv1d_args<T>& a, const varlen_batch& b, const prefi
   for (std::int64_t s = 0; s < S; ++s)
     if (slots.final[s] >= 0) writes.push_back({b.end_position(s), static_cast<std::int32_t>(s), slots.final[s]});
   const prefill_layout layout(seqs.size(), tiles.size(), writes.size());
-  if (query != nullptr) {
-    *query = layout.l.bytes();
-    return {};
-  }
-  if (ws.data == nullptr || ws.bytes < layout.l.bytes()) return errc::size_mismatch;
+  if (auto done = device_runtime::meet_workspace(layout.l.bytes(), ws, query)) return *done;
   const std::int64_t C = a.x.extent(1);
   if (C == 0) return {};
   device_runtime::metadata_upload up(layout.l.bytes());
@@ -88,13 +84,9 @@ result<void> update(const conv1d_args<T>& a, std::span<const copy_pair> pairs, d
   if (errc e = validate_conv1d_update(a, pairs); e != errc{}) return e;
   workspace_layout l;
   const std::size_t off = l.take<copy_pair>(pairs.size());
-  if (query != nullptr) {
-    *query = l.bytes();
-    return {};
-  }
+  if (auto done = device_runtime::meet_workspace(l.bytes(), ws, query)) return *done;
   const std::int64_t C = a.x.extent(1);
   if (pairs.empty() || C == 0) return {};
-  if (ws.data == nullptr || ws.bytes < l.bytes()) return errc::size_mismatch;
   device_runtime::metadata_upload up(l.bytes());
   up.put<copy_pair>(off, pairs);
   if (auto r = up.upload(ws.data, stream); !r) return r;

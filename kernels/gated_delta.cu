@@ -75,11 +75,7 @@ result<void> prefill(const gated_delta_args<T>& a, const gated_delta_options& o,
   if (!inst) return inst.error();
   const std::int64_t S = b.sequences();
   const prefill_layout layout(static_cast<std::size_t>(S), slots.captures.size());
-  if (query != nullptr) {
-    *query = layout.l.bytes();
-    return {};
-  }
-  if (ws.data == nullptr || ws.bytes < layout.l.bytes()) return errc::size_mismatch;
+  if (auto done = device_runtime::meet_workspace(layout.l.bytes(), ws, query)) return *done;
   if (S == 0) return {};
 
   std::vector<device::gd_seq> seqs(static_cast<std::size_t>(S));
@@ -119,11 +115,7 @@ result<void> step(const gated_delta_args<T>& a, const gated_delta_options& o, co
   if (!inst) return inst.error();
   const std::int64_t S = b.sequences();
   const step_layout layout(static_cast<std::size_t>(S), r.ring.size());
-  if (query != nullptr) {
-    *query = layout.l.bytes();
-    return {};
-  }
-  if (ws.data == nullptr || ws.bytes < layout.l.bytes()) return errc::size_mismatch;
+  if (auto done = device_runtime::meet_workspace(layout.l.bytes(), ws, query)) return *done;
   if (S == 0) return {};
 
   std::vector<device::gd_seq> seqs(static_cast<std::size_t>(S));

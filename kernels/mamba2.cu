@@ -90,12 +90,8 @@ result<void> ssd_prefill(const mamba2_args<T>& a, const varlen_batch& b, const p
   if (!inst) return inst.error();
   const ssd_plan plan = make_plan(b, slots, a.chunk);
   const ssd_layout layout = layout_of(a, plan);
-  if (query != nullptr) {
-    *query = layout.l.bytes();
-    return {};
-  }
   if (!vector_aligned(a.state_pool) || !rows_aligned(a)) return errc::misaligned;
-  if (ws.data == nullptr || ws.bytes < layout.l.bytes()) return errc::size_mismatch;
+  if (auto done = device_runtime::meet_workspace(layout.l.bytes(), ws, query)) return *done;
   if (plan.seqs.empty()) return {};
   device_runtime::metadata_upload up(layout.dt); // metadata only: the scratch after it is device-written
   up.put<device::ssd_chunk_desc>(layout.chunks, plan.chunks);
@@ -118,12 +114,8 @@ result<void> state_update(const mamba2_args<T>& a, std::span<const copy_pair> pa
   if (!inst) return inst.error();
   workspace_layout l;
   const std::size_t off = l.take<copy_pair>(pairs.size());
-  if (query != nullptr) {
-    *query = l.bytes();
-    return {};
-  }
   if (!vector_aligned(a.state_pool)) return errc::misaligned;
-  if (ws.data == nullptr || ws.bytes < l.bytes()) return errc::size_mismatch;
+  if (auto done = device_runtime::meet_workspace(l.bytes(), ws, query)) return *done;
   if (pairs.empty()) return {};
   device_runtime::metadata_upload up(l.bytes());
   up.put<copy_pair>(off, pairs);
