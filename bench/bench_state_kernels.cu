@@ -115,7 +115,7 @@ void state_update(benchmark::State& state) {
                           make_tensor(thrust::raw_pointer_cast(y.data()), batch, H, P)};
   std::vector<copy_pair> pairs;
   for (std::int64_t i = 0; i < batch; ++i) pairs.push_back({static_cast<std::int32_t>(i), static_cast<std::int32_t>(batch + i)});
-  thrust::device_vector<unsigned char> ws(mamba2_state_update_workspace_bytes(pairs.size()));
+  thrust::device_vector<unsigned char> ws(mamba2_state_update_workspace_bytes(a, pairs));
   const device_workspace w{thrust::raw_pointer_cast(ws.data()), ws.size()};
   time_device(state, [&] { return mamba2_state_update(a, pairs, w, nullptr).has_value(); });
   state.SetBytesProcessed(state.iterations() * batch * 2 * H * P * N * sizeof(float));
@@ -174,7 +174,7 @@ void conv1d_prefill(benchmark::State& state) {
   const std::vector<std::int64_t> start{0};
   const varlen_batch b{cu, start};
   const prefill_slots ps{none, live};
-  thrust::device_vector<unsigned char> ws(causal_conv1d_prefill_workspace_bytes(b, ps));
+  thrust::device_vector<unsigned char> ws(causal_conv1d_prefill_workspace_bytes(a, b, ps));
   const device_workspace wsv{thrust::raw_pointer_cast(ws.data()), ws.size()};
   time_device(state, [&] { return causal_conv1d_prefill(a, b, ps, wsv, nullptr).has_value(); });
   state.SetItemsProcessed(state.iterations() * L);

@@ -22,25 +22,11 @@ struct prefill_layout {
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
-std::size_t count_tiles(const varlen_batch& b) {
-  std::size_t n = 0;
-  for (std::int64_t s = 0; s < b.sequences(); ++s)
-    n += static_cast<std::size_t>((b.length(s) + device::conv_tile_tokens - 1) / device::conv_tile_tokens);
-  return n;
-}
-
-std::size_t count_writes(const varlen_batch& b, const prefill_slots& slots) {
-  std::size_t n = slots.captures.size();
-  for (std::int64_t s = 0; s < b.sequences(); ++s) n += slots.final[s] >= 0 ? 1 : 0;
-  return n;
-}
-
+/// The prefill launcher; with `query` set, a workspace size query (`device_runtime::workspace_query`).
 template <class T>
 result<void> prefill(const conv1d_args<T>& a, const varlen_batch& b, const prefill_slots& slots, device_workspace ws,
-                     stream_handle stream) {
-  if (errc e = validate_conv1d(a); e != errc{}) return e;
-  if (errc e = validate_batch(b, a.x.extent(0)); e != errc{}) return e;
-  if (errc e = validate_prefill_slots(b, slots, a.conv_pool.extent(0), 1); e != errc{}) return e;
+                     stream_handle stream, std::size_t* query = nullptr) {
+  if (errc e = validate_conv1d_prefill(a, b, slots); e != errc{}) return e;
   const std::int64_t S = b.sequences();
   std::vector<device::seq_desc> seqs(static_cast<std::size_t>(S));
   std::vector<device::token_tile> tiles;
@@ -55,7 +41,7 @@ result<void> prefill(const conv1d_args<T>& a, const varlen_batch& b, const prefi
   for (std::int64_t s = 0; s < S; ++s)
     if (slots.final[s] >= 0) writes.push_back({b.end_position(s), static_cast<std::int32_t>(s), slots.final[s]});
   const prefill_layout layout(seqs.size(), tiles.size(), writes.size());
-  if (ws.data == nullptr || ws.bytes < layout.l.bytes()) return errc::size_mismatch;
+  if (auto done = device_runtime::meet_workspace(layout.l.bytes(), ws, query)) return *done;
   const std::int64_t C = a.x.extent(1);
   if (C == 0) return {};
   device_runtime::metadata_upload up(layout.l.bytes());
@@ -91,17 +77,16 @@ result<void> prefill(const conv1d_args<T>& a, const varlen_batch& b, const prefi
   }
 }
 
+/// The decode launcher; with `query` set, a workspace size query.
 template <class T>
 result<void> update(const conv1d_args<T>& a, std::span<const copy_pair> pairs, device_workspace ws,
-                    stream_handle stream) {
-  if (errc e = validate_conv1d(a); e != errc{}) return e;
-  if (static_cast<std::int64_t>(pairs.size()) != a.x.extent(0)) return errc::size_mismatch;
-  if (errc e = validate_decode_slots(pairs, a.conv_pool.extent(0)); e != errc{}) return e;
-  const std::int64_t C = a.x.extent(1);
-  if (pairs.empty() || C == 0) return {};
+                    stream_handle stream, std::size_t* query = nullptr) {
+  if (errc e = validate_conv1d_update(a, pairs); e != errc{}) return e;
   workspace_layout l;
   const std::size_t off = l.take<copy_pair>(pairs.size());
-  if (ws.data == nullptr || ws.bytes < l.bytes()) return errc::size_mismatch;
+  if (auto done = device_runtime::meet_workspace(l.bytes(), ws, query)) return *done;
+  const std::int64_t C = a.x.extent(1);
+  if (pairs.empty() || C == 0) return {};
   device_runtime::metadata_upload up(l.bytes());
   up.put<copy_pair>(off, pairs);
   if (auto r = up.upload(ws.data, stream); !r) return r;
@@ -117,14 +102,20 @@ result<void> update(const conv1d_args<T>& a, std::span<const copy_pair> pairs, d
 }
 } // namespace
 
-std::size_t causal_conv1d_prefill_workspace_bytes(const varlen_batch& b, const prefill_slots& slots) noexcept {
-  return prefill_layout(static_cast<std::size_t>(b.sequences()), count_tiles(b), count_writes(b, slots)).l.bytes();
+std::size_t causal_conv1d_prefill_workspace_bytes(const conv1d_args<float>& a, const varlen_batch& b,
+                                                  const prefill_slots& slots) noexcept {
+  return device_runtime::workspace_query(prefill<float>, a, b, slots);
 }
-
-std::size_t causal_conv1d_update_workspace_bytes(std::size_t rows) noexcept {
-  workspace_layout l;
-  (void)l.take<copy_pair>(rows);
-  return l.bytes();
+std::size_t causal_conv1d_prefill_workspace_bytes(const conv1d_args<bfloat16>& a, const varlen_batch& b,
+                                                  const prefill_slots& slots) noexcept {
+  return device_runtime::workspace_query(prefill<bfloat16>, a, b, slots);
+}
+std::size_t causal_conv1d_update_workspace_bytes(const conv1d_args<float>& a, std::span<const copy_pair> pairs) noexcept {
+  return device_runtime::workspace_query(update<float>, a, pairs);
+}
+std::size_t causal_conv1d_update_workspace_bytes(const conv1d_args<bfloat16>& a,
+                                                 std::span<const copy_pair> pairs) noexcept {
+  return device_runtime::workspace_query(update<bfloat16>, a, pairs);
 }
 
 result<void> causal_conv1d_prefill(const conv1d_args<float>& a, const varlen_batch& b, const prefill_slots& slots,

@@ -7,16 +7,17 @@
 #include "gated_delta.cuh"
 
 #include <algorithm>
-#include <type_traits>
 #include <vector>
 
-// The dispatch table. Reduced set (CI): the small test shape. Full set: Qwen3-Next (K128 V128 Q64).
-REPRISE_DECLARE_GATED_DELTA_INSTANCE(64, 32, 16, f32)
-REPRISE_DECLARE_GATED_DELTA_INSTANCE(64, 32, 16, bf16)
+// The dispatch table, one row per shape (fp32 and bf16 inputs each). Reduced set (CI): the small test shape.
+// Full set: Qwen3-Next (K128 V128 Q64).
 #if REPRISE_KERNELS_FULL
-REPRISE_DECLARE_GATED_DELTA_INSTANCE(64, 128, 128, f32)
-REPRISE_DECLARE_GATED_DELTA_INSTANCE(64, 128, 128, bf16)
+#define REPRISE_GATED_DELTA_FULL_SHAPES(X) X(64, 128, 128)
+#else
+#define REPRISE_GATED_DELTA_FULL_SHAPES(X)
 #endif
+#define REPRISE_GATED_DELTA_SHAPES(X) X(64, 32, 16) REPRISE_GATED_DELTA_FULL_SHAPES(X)
+REPRISE_GATED_DELTA_SHAPES(REPRISE_DECLARE_GATED_DELTA_INSTANCES)
 
 namespace reprise::ops {
 namespace {
@@ -41,47 +42,10 @@ struct step_layout {
   }
 };
 
-namespace di = reprise::device_instances;
-
-template <class T>
-std::span<const device::gated_delta_instance<T>* const> instances() noexcept {
-  if constexpr (std::is_same_v<T, float>) {
-    static const device::gated_delta_instance<float>* const table[] = {
-        &di::REPRISE_GATED_DELTA_INSTANCE_NAME(64, 32, 16, f32),
-#if REPRISE_KERNELS_FULL
-        &di::REPRISE_GATED_DELTA_INSTANCE_NAME(64, 128, 128, f32),
-#endif
-    };
-    return table;
-  } else {
-    static const device::gated_delta_instance<bfloat16>* const table[] = {
-        &di::REPRISE_GATED_DELTA_INSTANCE_NAME(64, 32, 16, bf16),
-#if REPRISE_KERNELS_FULL
-        &di::REPRISE_GATED_DELTA_INSTANCE_NAME(64, 128, 128, bf16),
-#endif
-    };
-    return table;
-  }
-}
-
-/// The instance for `c`, or `unsupported_config`. A step config (chunk 0) matches any chunk.
-template <class T>
-result<const device::gated_delta_instance<T>*> dispatch(const gated_delta_kernel_config& c) noexcept {
-  for (const auto* inst : instances<T>()) {
-    const gated_delta_kernel_config& k = inst->config;
-    if (k.key_dim == c.key_dim && k.value_dim == c.value_dim && k.input == c.input &&
-        (c.chunk == 0 || k.chunk == c.chunk))
-      return inst;
-  }
-  return errc::unsupported_config;
-}
-
-std::vector<gated_delta_kernel_config> all_configs() {
-  std::vector<gated_delta_kernel_config> v;
-  for (const auto* i : instances<float>()) v.push_back(i->config);
-  for (const auto* i : instances<bfloat16>()) v.push_back(i->config);
-  return v;
-}
+const device_runtime::instance_row<device::gated_delta_instance> rows[] = {
+    REPRISE_GATED_DELTA_SHAPES(REPRISE_GATED_DELTA_INSTANCE_ROW)};
+/// Step configs (chunk 0) match the instance of any chunk.
+const device_runtime::instance_table<device::gated_delta_instance> table{rows};
 
 /// The operands both kernels share, from the public argument set.
 template <class T>
@@ -101,17 +65,17 @@ device::gd_operands<T, float> operands_of(const gated_delta_args<T>& a, const ga
           o.l2norm_qk};
 }
 
+/// The prefill launcher; with `query` set, a workspace size query (`device_runtime::workspace_query`).
 template <class T>
 result<void> prefill(const gated_delta_args<T>& a, const gated_delta_options& o, const varlen_batch& b,
-                     const prefill_slots& slots, device_workspace ws, stream_handle stream) {
-  if (errc e = validate_gated_delta(a, o); e != errc{}) return e;
-  if (errc e = validate_batch(b, a.q.extent(0)); e != errc{}) return e;
-  if (errc e = validate_prefill_slots(b, slots, a.state_pool.extent(0), o.chunk); e != errc{}) return e;
-  const auto inst = dispatch<T>(config_of(a, o, true));
+                     const prefill_slots& slots, device_workspace ws, stream_handle stream,
+                     std::size_t* query = nullptr) {
+  if (errc e = validate_gated_delta_prefill(a, o, b, slots); e != errc{}) return e;
+  const auto inst = table.find<T>(config_of(a, o, true));
   if (!inst) return inst.error();
   const std::int64_t S = b.sequences();
   const prefill_layout layout(static_cast<std::size_t>(S), slots.captures.size());
-  if (ws.data == nullptr || ws.bytes < layout.l.bytes()) return errc::size_mismatch;
+  if (auto done = device_runtime::meet_workspace(layout.l.bytes(), ws, query)) return *done;
   if (S == 0) return {};
 
   std::vector<device::gd_seq> seqs(static_cast<std::size_t>(S));
@@ -142,17 +106,16 @@ result<void> prefill(const gated_delta_args<T>& a, const gated_delta_options& o,
   return (*inst)->chunked_prefill(p, static_cast<std::int32_t>(S), stream);
 }
 
+/// The step launcher; with `query` set, a workspace size query.
 template <class T>
 result<void> step(const gated_delta_args<T>& a, const gated_delta_options& o, const varlen_batch& b,
-                  const recurrent_slots& r, device_workspace ws, stream_handle stream) {
-  if (errc e = validate_gated_delta(a, o); e != errc{}) return e;
-  if (errc e = validate_batch(b, a.q.extent(0)); e != errc{}) return e;
-  if (errc e = validate_recurrent_slots(b, r, a.state_pool.extent(0)); e != errc{}) return e;
-  const auto inst = dispatch<T>(config_of(a, o, false));
+                  const recurrent_slots& r, device_workspace ws, stream_handle stream, std::size_t* query = nullptr) {
+  if (errc e = validate_gated_delta_step(a, o, b, r); e != errc{}) return e;
+  const auto inst = table.find<T>(config_of(a, o, false));
   if (!inst) return inst.error();
   const std::int64_t S = b.sequences();
   const step_layout layout(static_cast<std::size_t>(S), r.ring.size());
-  if (ws.data == nullptr || ws.bytes < layout.l.bytes()) return errc::size_mismatch;
+  if (auto done = device_runtime::meet_workspace(layout.l.bytes(), ws, query)) return *done;
   if (S == 0) return {};
 
   std::vector<device::gd_seq> seqs(static_cast<std::size_t>(S));
@@ -176,22 +139,29 @@ result<void> step(const gated_delta_args<T>& a, const gated_delta_options& o, co
 } // namespace
 
 std::span<const gated_delta_kernel_config> gated_delta_instantiated_configs() noexcept {
-  static const std::vector<gated_delta_kernel_config> configs = all_configs();
+  static const std::vector<gated_delta_kernel_config> configs = table.configs();
   return configs;
 }
 
-errc gated_delta_supports(const gated_delta_kernel_config& c) noexcept {
-  if (c.input == dtype::f32) return dispatch<float>(c).has_value() ? errc{} : errc::unsupported_config;
-  if (c.input == dtype::bf16) return dispatch<bfloat16>(c).has_value() ? errc{} : errc::unsupported_config;
-  return errc::unsupported_config;
-}
+errc gated_delta_supports(const gated_delta_kernel_config& c) noexcept { return table.supports(c); }
 
-std::size_t gated_delta_chunked_prefill_workspace_bytes(const varlen_batch& b, const prefill_slots& slots) noexcept {
-  return prefill_layout(static_cast<std::size_t>(b.sequences()), slots.captures.size()).l.bytes();
+std::size_t gated_delta_chunked_prefill_workspace_bytes(const gated_delta_args<float>& a, const gated_delta_options& o,
+                                                        const varlen_batch& b, const prefill_slots& slots) noexcept {
+  return device_runtime::workspace_query(prefill<float>, a, o, b, slots);
 }
-
-std::size_t gated_delta_recurrent_step_workspace_bytes(const varlen_batch& b, const recurrent_slots& r) noexcept {
-  return step_layout(static_cast<std::size_t>(b.sequences()), r.ring.size()).l.bytes();
+std::size_t gated_delta_chunked_prefill_workspace_bytes(const gated_delta_args<bfloat16>& a,
+                                                        const gated_delta_options& o, const varlen_batch& b,
+                                                        const prefill_slots& slots) noexcept {
+  return device_runtime::workspace_query(prefill<bfloat16>, a, o, b, slots);
+}
+std::size_t gated_delta_recurrent_step_workspace_bytes(const gated_delta_args<float>& a, const gated_delta_options& o,
+                                                       const varlen_batch& b, const recurrent_slots& r) noexcept {
+  return device_runtime::workspace_query(step<float>, a, o, b, r);
+}
+std::size_t gated_delta_recurrent_step_workspace_bytes(const gated_delta_args<bfloat16>& a,
+                                                       const gated_delta_options& o, const varlen_batch& b,
+                                                       const recurrent_slots& r) noexcept {
+  return device_runtime::workspace_query(step<bfloat16>, a, o, b, r);
 }
 
 result<void> gated_delta_chunked_prefill(const gated_delta_args<float>& a, const gated_delta_options& o,

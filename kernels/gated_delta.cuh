@@ -148,8 +148,8 @@ __global__ void __launch_bounds__(gd_prefill_threads, 1) gd_chunked_prefill_kern
   std::int32_t cap = p.capture_begin[seq];
   const std::int32_t cap_end = p.capture_begin[seq + 1];
   for (std::int64_t pos = start; pos < end;) {
-    const std::int64_t chunk_end = end < (pos / Q + 1) * Q ? end : (pos / Q + 1) * Q;
-    const int n = static_cast<int>(chunk_end - pos);
+    const std::int64_t next = ops::chunk_end(pos, end, Q);
+    const int n = static_cast<int>(next - pos);
     const std::int64_t r0 = row0 + (pos - start);
     __syncthreads(); // the previous chunk is done with every buffer
 
@@ -239,7 +239,7 @@ __global__ void __launch_bounds__(gd_prefill_threads, 1) gd_chunked_prefill_kern
     }
     __syncthreads(); // outputs read S_0
     gdn::chunk_states<SR>(s_state, BV, tid % BV, tid / BV, NT / BV, ::expf(glast), s_k, ldk, s_kdecay, s_u, BV, n);
-    pos = chunk_end;
+    pos = next;
     if (cap < cap_end && p.captures[cap].position == pos) {
       __syncthreads();
       store_state(p.captures[cap].slot);
@@ -394,24 +394,16 @@ inline constexpr gated_delta_instance<T> gated_delta_instance_of{
 
 REPRISE_DEVICE_NAMESPACE_END
 
-// The element-type tokens of the instance macros (the same aliases as mamba2.cuh; redeclaring an alias to the
-// same type is allowed, so both headers may meet in one translation unit).
-namespace reprise::device_types {
-using f32 = float;
-using bf16 = ::reprise::ops::bfloat16;
-} // namespace reprise::device_types
-
-/// Declares (in a header context) or defines (in an instantiation file, one shape family per file) the
-/// instance of one configuration. BV, the V tile of a thread block, is a tuning choice of the definition.
+/// Declares (in gated_delta.cu) or defines (in an instantiation file, one shape family per file) the fp32 and
+/// bf16 instances of one shape; `REPRISE_GATED_DELTA_INSTANCE_ROW` is its row of the dispatch table. BV, the V
+/// tile of a thread block, is a tuning choice of the definition.
 #define REPRISE_GATED_DELTA_INSTANCE_NAME(Q, K, V, T) gated_delta_q##Q##_k##K##_v##V##_##T
-#define REPRISE_DECLARE_GATED_DELTA_INSTANCE(Q, K, V, T)                                                        \
-  namespace reprise::device_instances {                                                                        \
-  extern const ::reprise::device::gated_delta_instance<::reprise::device_types::T>                             \
-      REPRISE_GATED_DELTA_INSTANCE_NAME(Q, K, V, T);                                                           \
-  }
-#define REPRISE_DEFINE_GATED_DELTA_INSTANCE(Q, K, V, BV, T)                                                     \
-  REPRISE_DECLARE_GATED_DELTA_INSTANCE(Q, K, V, T)                                                             \
-  namespace reprise::device_instances {                                                                        \
-  const ::reprise::device::gated_delta_instance<::reprise::device_types::T> REPRISE_GATED_DELTA_INSTANCE_NAME( \
-      Q, K, V, T) = ::reprise::device::gated_delta_instance_of<Q, K, V, BV, ::reprise::device_types::T>;       \
-  }
+#define REPRISE_DECLARE_GATED_DELTA_INSTANCES(Q, K, V)                                                          \
+  REPRISE_DECLARE_INSTANCE(gated_delta_instance, REPRISE_GATED_DELTA_INSTANCE_NAME(Q, K, V, f32), f32)         \
+  REPRISE_DECLARE_INSTANCE(gated_delta_instance, REPRISE_GATED_DELTA_INSTANCE_NAME(Q, K, V, bf16), bf16)
+#define REPRISE_DEFINE_GATED_DELTA_INSTANCES(Q, K, V, BV)                                                       \
+  REPRISE_DEFINE_INSTANCE(gated_delta_instance, REPRISE_GATED_DELTA_INSTANCE_NAME(Q, K, V, f32), f32,          \
+                          gated_delta_instance_of<Q, K, V, BV, float>)                                         \
+  REPRISE_DEFINE_INSTANCE(gated_delta_instance, REPRISE_GATED_DELTA_INSTANCE_NAME(Q, K, V, bf16), bf16,        \
+                          gated_delta_instance_of<Q, K, V, BV, ::reprise::ops::bfloat16>)
+#define REPRISE_GATED_DELTA_INSTANCE_ROW(Q, K, V) REPRISE_INSTANCE_ROW(REPRISE_GATED_DELTA_INSTANCE_NAME, Q, K, V)

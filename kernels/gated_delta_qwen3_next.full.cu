@@ -3,5 +3,4 @@
 // of 32 columns (4 x 32 = 128 thread blocks for one sequence on 132 SMs). Full build only.
 #include "gated_delta.cuh"
 
-REPRISE_DEFINE_GATED_DELTA_INSTANCE(64, 128, 128, 32, f32)
-REPRISE_DEFINE_GATED_DELTA_INSTANCE(64, 128, 128, 32, bf16)
+REPRISE_DEFINE_GATED_DELTA_INSTANCES(64, 128, 128, 32)

@@ -3,5 +3,4 @@
 // inputs: the reduced set CI compiles.
 #include "gated_delta.cuh"
 
-REPRISE_DEFINE_GATED_DELTA_INSTANCE(64, 32, 16, 16, f32)
-REPRISE_DEFINE_GATED_DELTA_INSTANCE(64, 32, 16, 16, bf16)
+REPRISE_DEFINE_GATED_DELTA_INSTANCES(64, 32, 16, 16)

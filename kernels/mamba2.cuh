@@ -4,10 +4,14 @@
 // mamba_ssm's Triton kernels and CUTLASS example 111) and the selective state update.
 //
 //   1. chunk_cumsum  grid (chunks, H / 8)    dt transform, a = A dt, in-chunk inclusive scan (CUB BlockScan)
-//   2. chunk_state   grid (chunks, H)        local[c] = sum_s exp(Acum_last - Acum_s) dt_s x_s B_s^T  ([P, N])
+//   2. chunk_state   grid (chunks, H)        local[c] = sum_s exp(seg(s, last)) dt_s x_s B_s^T  ([P, N])
 //   3. state_passing grid (seqs, H, P*N/1024) S = exp(Acum_last) S + local[c], sequentially over a sequence's
 //                                            chunks; stores S_prev[c] in place of local[c], captures, final
-//   4. chunk_scan    grid (chunks, H, Q/64)  y = causal (C B^T o decay) x + exp(Acum) C S_prev + D x, gate
+//   4. chunk_scan    grid (chunks, H, Q/64)  y = causal (C B^T o exp(seg)) x + exp(Acum) C S_prev + D x, gate
+//
+// The per-entry math (segment sums of A dt accumulated from s forward, weights, state passing, output) is
+// `reprise/ops/mamba2_math.hpp`, the functions the host implementation calls; a segment sum seg(s, t) costs
+// t - s additions from shared memory per weight, the price of never subtracting two large prefix sums.
 //
 // All arithmetic is fp32 FFMA on tiles staged in shared memory (fp32 accumulation; the bitwise resume
 // guarantee rests on each chunk being a fixed-order function of its inputs, which tensor-core fragments with
@@ -17,6 +21,7 @@
 #include "common.cuh"
 
 #include <reprise/ops/mamba2.hpp>
+#include <reprise/ops/mamba2_math.hpp>
 
 #include <cub/block/block_scan.cuh>
 #include <cub/warp/warp_reduce.cuh>
@@ -45,7 +50,7 @@ struct ssd_workspace {
   const ssd_chunk_desc* chunks;
   const ssd_seq_desc* seqs;
   float* dt;     ///< [chunks, H, Q] transformed dt
-  float* acum;   ///< [chunks, H, Q] in-chunk inclusive cumsum of A dt
+  float* acum;   ///< [chunks, H, Q] in-chunk inclusive cumsum of A dt (decays from the chunk start)
   float* states; ///< [chunks, H, P, N] local chunk states, then (after state passing) S_prev of each chunk
 };
 
@@ -128,16 +133,20 @@ __global__ void __launch_bounds__(chunk_state_tiling<P, N>::threads)
 ssd_chunk_state_kernel(ops::mamba2_args<T> a, ssd_workspace ws) {
   using tiling = chunk_state_tiling<P, N>;
   constexpr int K = tiling::tokens;
+  __shared__ float da[Q];
   __shared__ float weight[Q];
   __shared__ __align__(16) float xs[K][P];
   __shared__ __align__(16) float bs[K][N];
   const std::int64_t H = a.x.extent(1), G = a.B.extent(1);
   const std::int64_t c = blockIdx.x, h = blockIdx.y, g = h / (H / G);
   const ssd_chunk_desc chunk = ws.chunks[c];
-  const float* acum = ws.acum + (c * H + h) * Q;
   const float* dt = ws.dt + (c * H + h) * Q;
-  const float last = acum[chunk.length - 1];
-  for (int s = threadIdx.x; s < Q; s += tiling::threads) weight[s] = s < chunk.length ? expf(last - acum[s]) * dt[s] : 0.0f;
+  const float A = a.A(h);
+  for (int s = threadIdx.x; s < Q; s += tiling::threads) da[s] = A * dt[s];
+  __syncthreads();
+  const int last = chunk.length - 1;
+  for (int s = threadIdx.x; s < Q; s += tiling::threads)
+    weight[s] = s < chunk.length ? ops::ssd_state_weight(ops::ssd_segsum(da, s, last), dt[s]) : 0.0f;
   const int ng = threadIdx.x % tiling::n_groups, pg = threadIdx.x / tiling::n_groups;
   const int p0 = pg * tiling::rows;
   float acc[tiling::rows][4] = {};
@@ -212,12 +221,12 @@ struct chunk_scan_tiling {
   static constexpr int pad = 4;                 // keeps rows 16-byte aligned and spreads banks
   static_assert(P % 4 == 0 && threads % p_groups == 0 && rows >= 1 && rows * t_groups == tq, "unsupported P");
   static_assert(N % ns == 0 && Q % tq == 0, "unsupported N / Q");
-  // Shared memory (floats): C^T [N][tq], slice [ns][max(P, ts)], G [tq][ts], x [ts][P], dt and Acum [Q].
+  // Shared memory (floats): C^T [N][tq], slice [ns][max(P, ts)], G [tq][ts], x [ts][P], dt, A dt and Acum [Q].
   static constexpr int ct = N * (tq + pad);
   static constexpr int slice = ns * ((P > ts ? P : ts) + pad);
   static constexpr int gt = tq * (ts + pad);
   static constexpr int xs = ts * (P + pad);
-  static constexpr std::size_t smem_bytes = sizeof(float) * (ct + slice + gt + xs + 2 * Q);
+  static constexpr std::size_t smem_bytes = sizeof(float) * (ct + slice + gt + xs + 3 * Q);
 };
 
 template <int Q, int P, int N, class T>
@@ -231,7 +240,8 @@ __global__ void __launch_bounds__(256) ssd_chunk_scan_kernel(ops::mamba2_args<T>
   float* gt = slice + tiling::slice; // [TQ][TS + PAD]  masked, decayed C B^T
   float* xs = gt + tiling::gt;       // [TS][P + PAD]   x of the source tokens
   float* dts = xs + tiling::xs;      // [Q]
-  float* acs = dts + Q;              // [Q]
+  float* das = dts + Q;              // [Q]     A dt
+  float* acs = das + Q;              // [Q]
 
   const std::int64_t H = a.x.extent(1), G = a.B.extent(1);
   const std::int64_t c = blockIdx.x, h = blockIdx.y, g = h / (H / G);
@@ -240,8 +250,10 @@ __global__ void __launch_bounds__(256) ssd_chunk_scan_kernel(ops::mamba2_args<T>
   if (t0 >= chunk.length) return;
   const std::int64_t row0 = chunk.token_begin;
   const int tid = threadIdx.x;
+  const float A = a.A(h);
   for (int i = tid; i < Q; i += tiling::threads) {
     dts[i] = ws.dt[(c * H + h) * Q + i];
+    das[i] = A * dts[i];
     acs[i] = ws.acum[(c * H + h) * Q + i];
   }
   for (int i = tid; i < TQ * N; i += tiling::threads) {
@@ -304,15 +316,21 @@ __global__ void __launch_bounds__(256) ssd_chunk_scan_kernel(ops::mamba2_args<T>
           for (int j = 0; j < 4; ++j) cb[i][j] += cr[i] * br[j];
       }
     }
-    // Mask to s <= t, weight by exp(Acum_t - Acum_s) dt_s (16-byte stores along s); stage x of the tile.
+    // Mask to s <= t, weight by exp(seg(s, t)) dt_s (16-byte stores along s); stage x of the tile. seg(s, t)
+    // for the first row, then one addition per further row: the additions of ssd_segsum, in its order.
+    const int tq = t0 + ti * 4;
+    float seg[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) seg[j] = ops::ssd_segsum(das, s0 + si * 4 + j, tq);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       float w[4];
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const int t = t0 + ti * 4 + i, s = s0 + si * 4 + j;
+        const int t = tq + i, s = s0 + si * 4 + j;
+        if (i > 0 && s < t) seg[j] += das[t];
         const bool live = s <= t && s < chunk.length && t < chunk.length;
-        w[j] = live ? cb[i][j] * (expf(acs[t] - acs[s]) * dts[s]) : 0.0f;
+        w[j] = live ? ops::ssd_intra_weight(cb[i][j], seg[j], dts[s]) : 0.0f;
       }
       *reinterpret_cast<float4*>(&gt[(ti * 4 + i) * (TS + PAD) + si * 4]) = make_float4(w[0], w[1], w[2], w[3]);
     }
@@ -460,20 +478,15 @@ inline constexpr mamba2_instance<T> mamba2_instance_of{
 
 REPRISE_DEVICE_NAMESPACE_END
 
-namespace reprise::device_types {
-using f32 = float;
-using bf16 = ::reprise::ops::bfloat16;
-} // namespace reprise::device_types
-
-/// Declares (in a header context) or defines (in an instantiation file) the instance of one configuration.
+/// Declares (in mamba2.cu) or defines (in an instantiation file) the fp32 and bf16 instances of one shape;
+/// `REPRISE_MAMBA2_INSTANCE_ROW` is its row of the dispatch table.
 #define REPRISE_MAMBA2_INSTANCE_NAME(Q, P, N, T) mamba2_q##Q##_p##P##_n##N##_##T
-#define REPRISE_DECLARE_MAMBA2_INSTANCE(Q, P, N, T)                                                             \
-  namespace reprise::device_instances {                                                                        \
-  extern const ::reprise::device::mamba2_instance<::reprise::device_types::T> REPRISE_MAMBA2_INSTANCE_NAME(Q, P, N, T); \
-  }
-#define REPRISE_DEFINE_MAMBA2_INSTANCE(Q, P, N, T)                                                              \
-  REPRISE_DECLARE_MAMBA2_INSTANCE(Q, P, N, T)                                                                  \
-  namespace reprise::device_instances {                                                                        \
-  const ::reprise::device::mamba2_instance<::reprise::device_types::T> REPRISE_MAMBA2_INSTANCE_NAME(Q, P, N, T) =       \
-      ::reprise::device::mamba2_instance_of<Q, P, N, ::reprise::device_types::T>;                                       \
-  }
+#define REPRISE_DECLARE_MAMBA2_INSTANCES(Q, P, N)                                                               \
+  REPRISE_DECLARE_INSTANCE(mamba2_instance, REPRISE_MAMBA2_INSTANCE_NAME(Q, P, N, f32), f32)                   \
+  REPRISE_DECLARE_INSTANCE(mamba2_instance, REPRISE_MAMBA2_INSTANCE_NAME(Q, P, N, bf16), bf16)
+#define REPRISE_DEFINE_MAMBA2_INSTANCES(Q, P, N)                                                                \
+  REPRISE_DEFINE_INSTANCE(mamba2_instance, REPRISE_MAMBA2_INSTANCE_NAME(Q, P, N, f32), f32,                    \
+                          mamba2_instance_of<Q, P, N, float>)                                                  \
+  REPRISE_DEFINE_INSTANCE(mamba2_instance, REPRISE_MAMBA2_INSTANCE_NAME(Q, P, N, bf16), bf16,                  \
+                          mamba2_instance_of<Q, P, N, ::reprise::ops::bfloat16>)
+#define REPRISE_MAMBA2_INSTANCE_ROW(Q, P, N) REPRISE_INSTANCE_ROW(REPRISE_MAMBA2_INSTANCE_NAME, Q, P, N)

@@ -33,7 +33,7 @@ TEST_CASE_TEMPLATE("device conv1d prefill and update match the host", T, float, 
                      view(out, tokens, C)};
     conv1d_args<T> d{dcview(dx, tokens, C), dcview(dw, C, W), dcview(db, C), dview(dpool, slots, W - 1, C),
                      dview(dout, tokens, C)};
-    scratch ws(causal_conv1d_prefill_workspace_bytes(batch, ps));
+    scratch ws(causal_conv1d_prefill_workspace_bytes(d, batch, ps));
     REQUIRE(causal_conv1d_prefill(d, batch, ps, ws.workspace(), nullptr).has_value());
     REQUIRE(device_ok());
     REQUIRE(causal_conv1d_prefill_host(h, batch, ps).has_value());
@@ -48,7 +48,7 @@ TEST_CASE_TEMPLATE("device conv1d prefill and update match the host", T, float, 
     conv1d_args<T> hu{cview(xd, 3, C), cview(weight, C, W), cview(bias, C), view(pool, slots, W - 1, C), view(yd, 3, C)};
     conv1d_args<T> du{dcview(dxd, 3, C), dcview(dw, C, W), dcview(db, C), dview(dpool, slots, W - 1, C),
                       dview(dyd, 3, C)};
-    scratch ws2(causal_conv1d_update_workspace_bytes(pairs.size()));
+    scratch ws2(causal_conv1d_update_workspace_bytes(du, pairs));
     REQUIRE(causal_conv1d_update(du, pairs, ws2.workspace(), nullptr).has_value());
     REQUIRE(device_ok());
     REQUIRE(causal_conv1d_update_host(hu, pairs).has_value());

@@ -85,7 +85,7 @@ void check_update(const mamba2_kernel_config& cfg) {
   mamba2_case<T> k(rng, 4, 8, cfg.head_dim, 2, cfg.state_dim, 6);
   const std::vector<copy_pair> pairs{{0, 3}, {-1, 4}, {1, 1}, {2, 5}};
   device_case<T> d(k);
-  scratch ws(mamba2_state_update_workspace_bytes(pairs.size()));
+  scratch ws(mamba2_state_update_workspace_bytes(d.args(k, 0), pairs));
   REQUIRE(mamba2_state_update(d.args(k, 0), pairs, ws.workspace(), nullptr).has_value());
   REQUIRE(device_ok());
   REQUIRE(mamba2_state_update_host(k.args(0), pairs).has_value());

@@ -201,3 +201,27 @@ TEST_CASE("conv1d bad input returns an errc and writes nothing") {
   }
   CHECK(unchanged());
 }
+
+// The device launchers and their workspace queries validate with the same functions as the host path, before
+// anything touches the device, so they run here without a GPU when the kernels library is built.
+TEST_CASE("conv1d workspace query validates its slots like the launch (a final slot out of range, or missing)") {
+  random_source rng(5);
+  conv_case<float> k(rng, 8, 4, 10, 3);
+  const std::vector<std::int32_t> cu{0, 6, 10}, none{-1, -1}, live{0, 1}, far{0, 3}, short_final{0};
+  const std::vector<std::int64_t> start{0, 4};
+  const varlen_batch b{cu, start};
+  CHECK(validate_conv1d_prefill(k.args(), b, {none, live}) == errc{});
+  CHECK(validate_conv1d_prefill(k.args(), b, {none, far}) == errc::out_of_range);
+  CHECK(validate_conv1d_prefill(k.args(), b, {none, short_final}) == errc::size_mismatch);
+#ifdef REPRISE_TEST_WITH_KERNELS
+  CHECK(causal_conv1d_prefill_workspace_bytes(k.args(), b, {none, live}) > 0);
+  CHECK(causal_conv1d_prefill_workspace_bytes(k.args(), b, {none, far}) == 0);
+  CHECK(causal_conv1d_prefill_workspace_bytes(k.args(), b, {none, short_final}) == 0);
+  CHECK(causal_conv1d_prefill(k.args(), b, {none, far}, {}, nullptr).error() == errc::out_of_range);
+  CHECK(causal_conv1d_prefill(k.args(), b, {none, short_final}, {}, nullptr).error() == errc::size_mismatch);
+  const std::vector<copy_pair> pairs{{0, 1}, {2, 2}}, bad{{0, 3}, {2, 2}};
+  conv_case<float> u(rng, 8, 4, 2, 3);
+  CHECK(causal_conv1d_update_workspace_bytes(u.args(), pairs) > 0);
+  CHECK(causal_conv1d_update_workspace_bytes(u.args(), bad) == 0);
+#endif
+}

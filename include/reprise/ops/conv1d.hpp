@@ -36,7 +36,7 @@ struct conv1d_args {
 /// One output channel: `bias + sum_k w[k] * window[k]` (window oldest first), then the activation.
 /// The shared building block of the host implementation and both kernels.
 template <int W>
-REPRISE_HOST_DEVICE float conv1d_channel(const float (&window)[W], const float* w, float bias, bool act) noexcept {
+REPRISE_HOST_DEVICE float conv1d_channel(const float (&window)[static_cast<unsigned>(W)], const float* w, float bias, bool act) noexcept {
   float acc = bias;
   REPRISE_UNROLL
   for (int k = 0; k < W; ++k) acc += w[k] * window[k];
@@ -55,14 +55,32 @@ errc validate_conv1d(const conv1d_args<T>& a) noexcept {
   return errc{};
 }
 
+/// Everything a prefill checks before it reads or writes anything, shared by the host implementation, the
+/// device launcher and its workspace query. Errors: as `validate_conv1d`, `validate_batch` and
+/// `validate_prefill_slots` (chunk 1). Complexity: that of `validate_prefill_slots`.
+template <activation_element T>
+errc validate_conv1d_prefill(const conv1d_args<T>& a, const varlen_batch& b, const prefill_slots& slots) noexcept {
+  if (errc e = validate_conv1d(a); e != errc{}) return e;
+  return validate_prefill(b, slots, a.x.extent(0), a.conv_pool.extent(0), 1);
+}
+
+/// Everything a decode update checks, shared like `validate_conv1d_prefill`. Errors: as `validate_conv1d`;
+/// `size_mismatch` (pairs.size() != rows); as `validate_decode_slots`. Complexity: O(rows log rows).
+template <activation_element T>
+errc validate_conv1d_update(const conv1d_args<T>& a, std::span<const copy_pair> pairs) noexcept {
+  if (errc e = validate_conv1d(a); e != errc{}) return e;
+  return validate_decode(pairs, a.x.extent(0), a.conv_pool.extent(0));
+}
+
 namespace detail {
 template <int W, activation_element T>
 void conv1d_prefill_host_w(const conv1d_args<T>& a, const varlen_batch& b, const prefill_slots& slots) {
   const std::int64_t C = a.x.extent(1);
-  std::vector<float> init(static_cast<std::size_t>((W - 1) * C));
+  std::vector<float> init_buf(static_cast<std::size_t>((W - 1) * C));
+  float* init = init_buf.data();
   for (std::int64_t s = 0; s < b.sequences(); ++s) {
-    const std::int64_t t0 = b.cu_seqlens[s], len = b.length(s), p0 = b.start_positions[s];
-    const std::int32_t in_slot = slots.initial[s];
+    const std::int64_t t0 = nth(b.cu_seqlens, s), len = b.length(s), p0 = nth(b.start_positions, s);
+    const std::int32_t in_slot = nth(slots.initial, s);
     for (std::int64_t j = 0; j < W - 1; ++j)
       for (std::int64_t c = 0; c < C; ++c)
         init[j * C + c] = in_slot < 0 ? 0.0f : to_float(a.conv_pool(in_slot, j, c));
@@ -72,7 +90,7 @@ void conv1d_prefill_host_w(const conv1d_args<T>& a, const varlen_batch& b, const
     };
     for (std::int64_t i = 0; i < len; ++i)
       for (std::int64_t c = 0; c < C; ++c) {
-        float window[W];
+        float window[static_cast<unsigned>(W)];
         for (int k = 0; k < W; ++k) window[k] = input(p0 + i - (W - 1) + k, c);
         const float bias = is_absent(a.bias) ? 0.0f : a.bias(c);
         a.out(t0 + i, c) = from_float<T>(conv1d_channel<W>(window, &a.weight(c, 0), bias, a.silu));
@@ -83,7 +101,7 @@ void conv1d_prefill_host_w(const conv1d_args<T>& a, const varlen_batch& b, const
     };
     for (const capture_point& cp : slots.captures)
       if (cp.sequence == s) store(cp.slot, cp.position);
-    if (slots.final[s] >= 0) store(slots.final[s], p0 + len);
+    if (nth(slots.final, s) >= 0) store(nth(slots.final, s), p0 + len);
   }
 }
 
@@ -91,10 +109,10 @@ template <int W, activation_element T>
 void conv1d_update_host_w(const conv1d_args<T>& a, std::span<const copy_pair> pairs) {
   const std::int64_t C = a.x.extent(1);
   for (std::int64_t r = 0; r < static_cast<std::int64_t>(pairs.size()); ++r) {
-    const copy_pair p = pairs[r];
+    const copy_pair p = nth(pairs, r);
     if (p.src < 0 || p.dst < 0) continue;
     for (std::int64_t c = 0; c < C; ++c) {
-      float window[W];
+      float window[static_cast<unsigned>(W)];
       for (int k = 0; k < W - 1; ++k) window[k] = to_float(a.conv_pool(p.src, k, c));
       window[W - 1] = to_float(a.x(r, c));
       const float bias = is_absent(a.bias) ? 0.0f : a.bias(c);
@@ -112,9 +130,7 @@ void conv1d_update_host_w(const conv1d_args<T>& a, std::span<const copy_pair> pa
 /// written. Complexity: O(tokens x C x W).
 template <activation_element T>
 result<void> causal_conv1d_prefill_host(const conv1d_args<T>& a, const varlen_batch& b, const prefill_slots& slots) {
-  if (errc e = validate_conv1d(a); e != errc{}) return e;
-  if (errc e = validate_batch(b, a.x.extent(0)); e != errc{}) return e;
-  if (errc e = validate_prefill_slots(b, slots, a.conv_pool.extent(0), 1); e != errc{}) return e;
+  if (errc e = validate_conv1d_prefill(a, b, slots); e != errc{}) return e;
   switch (a.weight.extent(1)) {
   case 2: detail::conv1d_prefill_host_w<2>(a, b, slots); break;
   case 3: detail::conv1d_prefill_host_w<3>(a, b, slots); break;
@@ -130,9 +146,7 @@ result<void> causal_conv1d_prefill_host(const conv1d_args<T>& a, const varlen_ba
 /// Complexity: O(rows x C x W).
 template <activation_element T>
 result<void> causal_conv1d_update_host(const conv1d_args<T>& a, std::span<const copy_pair> pairs) {
-  if (errc e = validate_conv1d(a); e != errc{}) return e;
-  if (static_cast<std::int64_t>(pairs.size()) != a.x.extent(0)) return errc::size_mismatch;
-  if (errc e = validate_decode_slots(pairs, a.conv_pool.extent(0)); e != errc{}) return e;
+  if (errc e = validate_conv1d_update(a, pairs); e != errc{}) return e;
   switch (a.weight.extent(1)) {
   case 2: detail::conv1d_update_host_w<2>(a, pairs); break;
   case 3: detail::conv1d_update_host_w<3>(a, pairs); break;
@@ -141,9 +155,16 @@ result<void> causal_conv1d_update_host(const conv1d_args<T>& a, std::span<const 
   return {};
 }
 
-/// Device workspace the conv launchers need.
-std::size_t causal_conv1d_prefill_workspace_bytes(const varlen_batch& b, const prefill_slots& slots) noexcept;
-std::size_t causal_conv1d_update_workspace_bytes(std::size_t rows) noexcept;
+/// Device workspace the conv launchers need for these operands. The launcher itself answers (it validates and
+/// plans, then stops before the device), so the size always fits the launch; 0 when the launch would fail
+/// validation.
+std::size_t causal_conv1d_prefill_workspace_bytes(const conv1d_args<float>& a, const varlen_batch& b,
+                                                  const prefill_slots& slots) noexcept;
+std::size_t causal_conv1d_prefill_workspace_bytes(const conv1d_args<bfloat16>& a, const varlen_batch& b,
+                                                  const prefill_slots& slots) noexcept;
+std::size_t causal_conv1d_update_workspace_bytes(const conv1d_args<float>& a, std::span<const copy_pair> pairs) noexcept;
+std::size_t causal_conv1d_update_workspace_bytes(const conv1d_args<bfloat16>& a,
+                                                 std::span<const copy_pair> pairs) noexcept;
 
 /// Device causal conv1d prefill (reprise::kernels), same effects and errors as the host version plus
 /// `size_mismatch` (workspace too small) and `device_error`. Tensors are device memory; `b` and `slots` are

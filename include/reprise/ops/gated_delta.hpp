@@ -16,6 +16,7 @@
 /// (sigmoid(b)). Value head hv reads key head hv / (HV / H) (grouped value heads).
 
 #include <reprise/errc.hpp>
+#include <reprise/ops/chunk_grid.hpp>
 #include <reprise/ops/gated_delta_math.hpp>
 #include <reprise/ops/slots.hpp>
 #include <reprise/ops/stream.hpp>
@@ -165,6 +166,27 @@ inline errc validate_recurrent_slots(const varlen_batch& b, const recurrent_slot
   return errc{};
 }
 
+/// Everything a chunked prefill checks before it reads or writes anything, shared by the host implementation,
+/// the device launcher and its workspace query. Errors: as `validate_gated_delta`, `validate_batch` and
+/// `validate_prefill_slots` on the chunk grid. Complexity: that of `validate_prefill_slots`.
+template <activation_element T, gated_delta_state_element State>
+errc validate_gated_delta_prefill(const gated_delta_args<T, State>& a, const gated_delta_options& o,
+                                  const varlen_batch& b, const prefill_slots& slots) noexcept {
+  if (errc e = validate_gated_delta(a, o); e != errc{}) return e;
+  return validate_prefill(b, slots, a.q.extent(0), a.state_pool.extent(0), o.chunk);
+}
+
+/// Everything a recurrent step checks, shared like `validate_gated_delta_prefill`. Errors: as
+/// `validate_gated_delta`, `validate_batch` and `validate_recurrent_slots`. Complexity: that of
+/// `validate_recurrent_slots`.
+template <activation_element T, gated_delta_state_element State>
+errc validate_gated_delta_step(const gated_delta_args<T, State>& a, const gated_delta_options& o,
+                               const varlen_batch& b, const recurrent_slots& r) {
+  if (errc e = validate_gated_delta(a, o); e != errc{}) return e;
+  if (errc e = validate_batch(b, a.q.extent(0)); e != errc{}) return e;
+  return validate_recurrent_slots(b, r, a.state_pool.extent(0));
+}
+
 namespace detail {
 
 /// fp32 scratch of one (sequence, value head) chunk loop of the host implementation.
@@ -228,17 +250,17 @@ void gated_delta_host_chunk(const gated_delta_args<T, State>& a, const gated_del
   const float scale = o.effective_scale(K);
   float* S = sc.s.data();
   for (int i = 0; i < n; ++i) {
-    load_key_row(a.k, r0 + i, h, &sc.k[std::size_t(i) * K], o.l2norm_qk, o.l2norm_eps);
-    load_key_row(a.q, r0 + i, h, &sc.q[std::size_t(i) * K], o.l2norm_qk, o.l2norm_eps);
-    for (int c = 0; c < V; ++c) sc.v[std::size_t(i) * V + c] = to_float(a.v(r0 + i, hv, c));
-    sc.g[i] = a.g(r0 + i, hv);
-    sc.beta[i] = a.beta(r0 + i, hv);
+    load_key_row(a.k, r0 + i, h, sc.k.data() + i * K, o.l2norm_qk, o.l2norm_eps);
+    load_key_row(a.q, r0 + i, h, sc.q.data() + i * K, o.l2norm_qk, o.l2norm_eps);
+    for (int c = 0; c < V; ++c) sc.v.data()[i * V + c] = to_float(a.v(r0 + i, hv, c));
+    sc.g.data()[i] = a.g(r0 + i, hv);
+    sc.beta.data()[i] = a.beta(r0 + i, hv);
   }
   gdn::chunk_gate_cumsum(sc.g.data(), 1, n, sc.gcum.data());
-  const float glast = sc.gcum[n - 1];
+  const float glast = sc.gcum.data()[n - 1];
   for (int i = 0; i < n; ++i) {
-    sc.coef[i] = sc.beta[i] * expf(sc.gcum[i]);
-    sc.kdecay[i] = gdn::pair_decay(glast, sc.gcum[i]);
+    sc.coef.data()[i] = sc.beta.data()[i] * expf(sc.gcum.data()[i]);
+    sc.kdecay.data()[i] = gdn::pair_decay(glast, sc.gcum.data()[i]);
   }
   // R = 8 entries side by side (Q is a multiple of 8; the buffers hold Q rows, so the rows past n that a
   // block touches exist and are simply not stored).
@@ -250,8 +272,8 @@ void gated_delta_host_chunk(const gated_delta_args<T, State>& a, const gated_del
   wy_blocked_solve(tm, Q, n, sc.x.data());
   // W = T diag(beta e^G) K, U = T diag(beta) V, then V_new = U - W S_0 in place of U.
   for (int i = 0; i < n; ++i) {
-    for (int d = 0; d < K; ++d) sc.w[i * K + d] = gdn::wy_apply(tm, Q, sc.coef.data(), sc.k.data(), K, i, d);
-    for (int c = 0; c < V; ++c) sc.u[i * V + c] = gdn::wy_apply(tm, Q, sc.beta.data(), sc.v.data(), V, i, c);
+    for (int d = 0; d < K; ++d) sc.w.data()[i * K + d] = gdn::wy_apply(tm, Q, sc.coef.data(), sc.k.data(), K, i, d);
+    for (int c = 0; c < V; ++c) sc.u.data()[i * V + c] = gdn::wy_apply(tm, Q, sc.beta.data(), sc.v.data(), V, i, c);
   }
   for (int c = 0; c < V; ++c)
     for (int i0 = 0; i0 < n; i0 += R) gdn::wy_new_values<R>(sc.u.data(), V, sc.w.data(), K, S, V, c, K, i0, 1, n);
@@ -279,8 +301,8 @@ void gated_delta_host_chunk(const gated_delta_args<T, State>& a, const gated_del
 /// Host chunked gated-delta prefill over a varlen batch: the math the CUDA kernel runs.
 ///
 /// Effects: for every sequence s and value head, starts from `slots.initial[s]` (zero state if negative),
-/// walks its tokens in chunks on the absolute grid (a sequence starting at p with p % Q != 0 first runs a
-/// short chunk up to the next multiple of Q), writes `out` for every token, the state at each capture
+/// walks its tokens in chunks on the absolute grid (`chunk_end`: a sequence starting at p with p % Q != 0
+/// first runs a short chunk up to the next multiple of Q), writes `out` for every token, the state at each capture
 /// point to its slot, and the final state to `slots.final[s]` (if >= 0). Resuming from an fp32 capture at
 /// its position reproduces the uninterrupted run bit for bit (states and outputs): a chunk's arithmetic
 /// depends only on its start state and its own tokens.
@@ -290,9 +312,7 @@ void gated_delta_host_chunk(const gated_delta_args<T, State>& a, const gated_del
 template <activation_element T, gated_delta_state_element State>
 result<void> gated_delta_chunked_prefill_host(const gated_delta_args<T, State>& a, const gated_delta_options& o,
                                               const varlen_batch& b, const prefill_slots& slots) {
-  if (errc e = validate_gated_delta(a, o); e != errc{}) return e;
-  if (errc e = validate_batch(b, a.q.extent(0)); e != errc{}) return e;
-  if (errc e = validate_prefill_slots(b, slots, a.state_pool.extent(0), o.chunk); e != errc{}) return e;
+  if (errc e = validate_gated_delta_prefill(a, o, b, slots); e != errc{}) return e;
   const std::int64_t H = a.q.extent(1), HV = a.v.extent(1), Q = o.chunk;
   detail::gated_delta_host_scratch sc(Q, a.q.extent(2), a.v.extent(2));
   std::vector<capture_point> caps(slots.captures.begin(), slots.captures.end());
@@ -303,18 +323,18 @@ result<void> gated_delta_chunked_prefill_host(const gated_delta_args<T, State>& 
   for (std::int64_t s = 0; s < b.sequences(); ++s) {
     auto cap_last = cap_first;
     while (cap_last != caps.end() && cap_last->sequence == s) ++cap_last;
-    const std::int64_t row0 = b.cu_seqlens[s], start = b.start_positions[s], end = b.end_position(s);
+    const std::int64_t row0 = nth(b.cu_seqlens, s), start = nth(b.start_positions, s), end = b.end_position(s);
     for (std::int64_t hv = 0; hv < HV; ++hv) {
       const std::int64_t h = hv / (HV / H);
-      detail::load_state(a.state_pool, slots.initial[s], hv, sc.s.data());
+      detail::load_state(a.state_pool, nth(slots.initial, s), hv, sc.s.data());
       auto cap = cap_first;
       for (std::int64_t pos = start; pos < end;) {
-        const std::int64_t chunk_end = std::min(end, (pos / Q + 1) * Q);
-        detail::gated_delta_host_chunk(a, o, sc, row0 + (pos - start), static_cast<int>(chunk_end - pos), h, hv);
-        pos = chunk_end;
+        const std::int64_t next = chunk_end(pos, end, Q);
+        detail::gated_delta_host_chunk(a, o, sc, row0 + (pos - start), static_cast<int>(next - pos), h, hv);
+        pos = next;
         if (cap != cap_last && cap->position == pos) detail::store_state(a.state_pool, (cap++)->slot, hv, sc.s.data());
       }
-      if (slots.final[s] >= 0) detail::store_state(a.state_pool, slots.final[s], hv, sc.s.data());
+      if (nth(slots.final, s) >= 0) detail::store_state(a.state_pool, nth(slots.final, s), hv, sc.s.data());
     }
     cap_first = cap_last;
   }
@@ -334,9 +354,7 @@ result<void> gated_delta_chunked_prefill_host(const gated_delta_args<T, State>& 
 template <activation_element T, gated_delta_state_element State>
 result<void> gated_delta_recurrent_step_host(const gated_delta_args<T, State>& a, const gated_delta_options& o,
                                              const varlen_batch& b, const recurrent_slots& r) {
-  if (errc e = validate_gated_delta(a, o); e != errc{}) return e;
-  if (errc e = validate_batch(b, a.q.extent(0)); e != errc{}) return e;
-  if (errc e = validate_recurrent_slots(b, r, a.state_pool.extent(0)); e != errc{}) return e;
+  if (errc e = validate_gated_delta_step(a, o, b, r); e != errc{}) return e;
   const std::int64_t H = a.q.extent(1), K = a.q.extent(2), HV = a.v.extent(1), V = a.v.extent(2);
   const float scale = o.effective_scale(K);
   std::vector<float> S(static_cast<std::size_t>(K * V)), kr(static_cast<std::size_t>(K)), qr(static_cast<std::size_t>(K));
@@ -347,7 +365,7 @@ result<void> gated_delta_recurrent_step_host(const gated_delta_args<T, State>& a
       const std::int64_t h = hv / (HV / H);
       detail::load_state(a.state_pool, p.src, hv, S.data());
       for (std::int64_t i = 0; i < b.length(s); ++i) {
-        const std::int64_t row = b.cu_seqlens[s] + i;
+        const std::int64_t row = nth(b.cu_seqlens, s) + i;
         detail::load_key_row(a.k, row, h, kr.data(), o.l2norm_qk, o.l2norm_eps);
         detail::load_key_row(a.q, row, h, qr.data(), o.l2norm_qk, o.l2norm_eps);
         const float decay = expf(a.g(row, hv)), beta = a.beta(row, hv);
@@ -356,7 +374,7 @@ result<void> gated_delta_recurrent_step_host(const gated_delta_args<T, State>& a
                                                                           qr.data(), static_cast<int>(K), decay, beta,
                                                                           to_float(a.v(row, hv, c))));
         if (r.ring_size > 0) {
-          const std::int64_t pos = b.start_positions[s] + i + 1;
+          const std::int64_t pos = nth(b.start_positions, s) + i + 1;
           const std::int32_t slot = r.ring[static_cast<std::size_t>(s * r.ring_size + ring_index(pos, r.ring_size))];
           if (slot >= 0) detail::store_state(a.state_pool, slot, hv, S.data());
         }
@@ -378,9 +396,19 @@ std::span<const gated_delta_kernel_config> gated_delta_instantiated_configs() no
 /// `errc{}` when this build has a kernel for `c`, else `unsupported_config`. Step configs have chunk 0.
 errc gated_delta_supports(const gated_delta_kernel_config& c) noexcept;
 
-/// Device workspace the launchers need.
-std::size_t gated_delta_chunked_prefill_workspace_bytes(const varlen_batch& b, const prefill_slots& slots) noexcept;
-std::size_t gated_delta_recurrent_step_workspace_bytes(const varlen_batch& b, const recurrent_slots& r) noexcept;
+/// Device workspace the launchers need for these operands. The launcher itself answers (it validates and
+/// plans, then stops before the device), so the size always fits the launch; 0 when the launch would fail
+/// validation or has no instance.
+std::size_t gated_delta_chunked_prefill_workspace_bytes(const gated_delta_args<float>& a, const gated_delta_options& o,
+                                                        const varlen_batch& b, const prefill_slots& slots) noexcept;
+std::size_t gated_delta_chunked_prefill_workspace_bytes(const gated_delta_args<bfloat16>& a,
+                                                        const gated_delta_options& o, const varlen_batch& b,
+                                                        const prefill_slots& slots) noexcept;
+std::size_t gated_delta_recurrent_step_workspace_bytes(const gated_delta_args<float>& a, const gated_delta_options& o,
+                                                       const varlen_batch& b, const recurrent_slots& r) noexcept;
+std::size_t gated_delta_recurrent_step_workspace_bytes(const gated_delta_args<bfloat16>& a,
+                                                       const gated_delta_options& o, const varlen_batch& b,
+                                                       const recurrent_slots& r) noexcept;
 
 /// Device chunked prefill: effects of `gated_delta_chunked_prefill_host`, stream-ordered.
 /// Errors: as the host version (nothing launched); `unsupported_config` (no instantiation for K, V, Q);

@@ -119,7 +119,7 @@ REPRISE_HOST_DEVICE float wy_apply(const float* t, int ldt, const float* coef, c
 template <int R>
 REPRISE_HOST_DEVICE void wy_neg_a(float* t, int ldt, const float* k, int ldk, int kdim, const float* gcum,
                                   const float* beta, int i, int j0, int dj, int n) {
-  float acc[R];
+  float acc[static_cast<unsigned>(R)];
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
   for (int d = 0; d < kdim; ++d) {
     const float ki = k[i * ldk + d];
@@ -135,7 +135,7 @@ REPRISE_HOST_DEVICE void wy_neg_a(float* t, int ldt, const float* k, int ldk, in
 template <int R>
 REPRISE_HOST_DEVICE void causal_scores(float* p, int ldp, const float* q, const float* k, int ldk, int kdim,
                                        const float* gcum, int i, int j0, int dj, int n) {
-  float acc[R];
+  float acc[static_cast<unsigned>(R)];
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
   for (int d = 0; d < kdim; ++d) {
     const float qi = q[i * ldk + d];
@@ -152,7 +152,7 @@ REPRISE_HOST_DEVICE void causal_scores(float* p, int ldp, const float* q, const 
 template <int R>
 REPRISE_HOST_DEVICE void wy_new_values(float* u, int ldu, const float* w, int ldw, const float* s, int lds, int c,
                                        int kdim, int i0, int di, int n) {
-  float acc[R];
+  float acc[static_cast<unsigned>(R)];
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
   for (int d = 0; d < kdim; ++d) {
     const float sv = s[d * lds + c];
@@ -166,7 +166,7 @@ REPRISE_HOST_DEVICE void wy_new_values(float* u, int ldu, const float* w, int ld
 ///     exp(G_i) (q_i . S_0[:, c]) + sum_{j<=i} P_ij V_new[j, c]
 /// into out[r]. Column c of S_0 and of V_new is loaded once for the R rows.
 template <int R>
-REPRISE_HOST_DEVICE void chunk_outputs(float (&out)[R], const float* q, int ldq, const float* s, int lds, int c,
+REPRISE_HOST_DEVICE void chunk_outputs(float (&out)[static_cast<unsigned>(R)], const float* q, int ldq, const float* s, int lds, int c,
                                        int kdim, const float* gcum, const float* p, int ldp, const float* vnew,
                                        int ldv, int i0, int di) {
   for (int r = 0; r < R; ++r) out[r] = 0.0f;
@@ -190,7 +190,7 @@ REPRISE_HOST_DEVICE void chunk_outputs(float (&out)[R], const float* q, int ldq,
 template <int R>
 REPRISE_HOST_DEVICE void chunk_states(float* s, int lds, int c, int d0, int dd, float decay_last, const float* k,
                                       int ldk, const float* kdecay, const float* vnew, int ldv, int n) {
-  float acc[R];
+  float acc[static_cast<unsigned>(R)];
   for (int r = 0; r < R; ++r) acc[r] = decay_last * s[(d0 + r * dd) * lds + c];
   for (int j = 0; j < n; ++j) {
     const float vv = vnew[j * ldv + c], kd = kdecay[j];

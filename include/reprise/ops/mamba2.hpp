@@ -7,22 +7,21 @@
 ///   S_t = exp(dt_t A_h) S_{t-1} + dt_t x_t B_t^T               (S: [P, N], fp32)
 ///   y_t = (S_t C_t + D_h x_t) * silu(z_t)                       (gate only when z is given)
 /// The chunked form (ssd_minimal_discrete in state-spaces/mamba) splits the tokens of a sequence on the
-/// absolute chunk grid (multiples of Q from position 0). With a_t = A dt_t and the in-chunk inclusive
-/// cumulative sum Acum:
-///   y_t  = sum_{s<=t} (C_t . B_s) exp(Acum_t - Acum_s) dt_s x_s + exp(Acum_t) S_prev C_t + D x_t
-///   S_end = exp(Acum_last) S_prev + sum_s exp(Acum_last - Acum_s) dt_s x_s B_s^T
+/// absolute chunk grid (`chunk_grid.hpp`); the per-chunk sums, with segment sums of A dt accumulated
+/// directly rather than as differences of prefix sums, are in `mamba2_math.hpp`.
 /// Each chunk is a pure function of S_prev and its own tokens, computed in a fixed order. A prefill resumed
 /// from the fp32 state captured at a chunk boundary therefore repeats every later chunk bit for bit: aligned
 /// restores are exact by construction, on the host and (between two device runs) on the device.
 
 #include <reprise/errc.hpp>
+#include <reprise/ops/chunk_grid.hpp>
+#include <reprise/ops/mamba2_math.hpp>
 #include <reprise/ops/math.hpp>
 #include <reprise/ops/slots.hpp>
 #include <reprise/ops/stream.hpp>
 #include <reprise/ops/tensor.hpp>
 #include <reprise/state/shapes.hpp>
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -82,41 +81,49 @@ errc validate_mamba2(const mamba2_args<T>& a) noexcept {
   return errc{};
 }
 
-// ---- building blocks shared by the host implementation and the kernels -------------------------------------
-
-/// State passing across one chunk: `S_end = decay * S_prev + local` (decay = exp(Acum_last)).
-REPRISE_HOST_DEVICE float ssd_pass_state(float decay, float s_prev, float local) noexcept {
-  return decay * s_prev + local;
+/// Everything a prefill checks before it reads or writes anything, shared by the host implementation, the
+/// device launcher and its workspace query. Errors: as `validate_mamba2`; `unsupported_config` (Q not 64, 128
+/// or 256); as `validate_batch`; as `validate_prefill_slots` on the chunk grid. Complexity: that of
+/// `validate_prefill_slots`.
+template <activation_element T>
+errc validate_mamba2_prefill(const mamba2_args<T>& a, const varlen_batch& b, const prefill_slots& slots) noexcept {
+  if (errc e = validate_mamba2(a); e != errc{}) return e;
+  if (a.chunk <= 0 || !is_supported_chunk(static_cast<std::uint32_t>(a.chunk))) return errc::unsupported_config;
+  return validate_prefill(b, slots, a.x.extent(0), a.state_pool.extent(0), a.chunk);
 }
 
-/// One decode step of one state element: `s * exp(dt A) + (dt x) * b`.
-REPRISE_HOST_DEVICE float ssm_step(float s, float decay, float dt_x, float b) noexcept { return s * decay + dt_x * b; }
-
-/// Output of one (token, head, p): the SSM term plus the D skip, gated by silu(z) when z is given.
-REPRISE_HOST_DEVICE float mamba2_output(float ssm, float d, float x, bool has_z, float z) noexcept {
-  const float v = ssm + d * x;
-  return has_z ? gate(v, z) : v;
+/// Everything a decode update checks, shared like `validate_mamba2_prefill`. Errors: as `validate_mamba2`;
+/// `size_mismatch` (pairs.size() != rows); as `validate_decode_slots`. Complexity: O(rows log rows).
+template <activation_element T>
+errc validate_mamba2_update(const mamba2_args<T>& a, std::span<const copy_pair> pairs) noexcept {
+  if (errc e = validate_mamba2(a); e != errc{}) return e;
+  return validate_decode(pairs, a.x.extent(0), a.state_pool.extent(0));
 }
 
 namespace detail {
 
-/// One sequence, one head, all of its chunks: the host SSD.
+/// One sequence, one head, all of its chunks: the host SSD. Tokens [t0, t0 + end - p0) sit at absolute
+/// positions [p0, end).
 template <activation_element T>
-void ssd_head_host(const mamba2_args<T>& a, std::int64_t t0, std::int64_t len, std::int64_t p0, std::int32_t initial,
+void ssd_head_host(const mamba2_args<T>& a, std::int64_t t0, std::int64_t p0, std::int64_t end, std::int32_t initial,
                    std::int32_t final_slot, std::span<const capture_point> caps, std::int64_t h,
                    std::vector<float>& buf) {
   const std::int64_t P = a.x.extent(2), N = a.B.extent(2), Q = a.chunk;
   const std::int64_t g = h / (a.x.extent(1) / a.B.extent(1));
   const float A = a.A(h), bias = is_absent(a.dt_bias) ? 0.0f : a.dt_bias(h);
   const float Dh = is_absent(a.D) ? 0.0f : a.D(h);
-  buf.assign(static_cast<std::size_t>(P * N + 2 * Q + Q * (P + 2 * N) + Q), 0.0f);
+  const bool has_z = !is_absent(a.z);
+  const int iP = static_cast<int>(P), iN = static_cast<int>(N);
+  buf.assign(static_cast<std::size_t>(P * N + 5 * Q + Q * (P + 2 * N)), 0.0f);
   float* S = buf.data();
   float* dtv = S + P * N;
-  float* acum = dtv + Q;
-  float* xs = acum + Q;
+  float* da = dtv + Q;
+  float* acum = da + Q;
+  float* seg = acum + Q;
+  float* w = seg + Q;
+  float* xs = w + Q;
   float* bs = xs + Q * P;
   float* cs = bs + Q * N;
-  float* w = cs + Q * N;
   if (initial >= 0)
     for (std::int64_t p = 0; p < P; ++p)
       for (std::int64_t n = 0; n < N; ++n) S[p * N + n] = a.state_pool(initial, h, p, n);
@@ -124,45 +131,43 @@ void ssd_head_host(const mamba2_args<T>& a, std::int64_t t0, std::int64_t len, s
     for (std::int64_t p = 0; p < P; ++p)
       for (std::int64_t n = 0; n < N; ++n) a.state_pool(slot, h, p, n) = S[p * N + n];
   };
-  for (std::int64_t i = 0, pos = p0; i < len;) {
-    const std::int64_t L = std::min(Q - pos % Q, len - i); // short first chunk up to the next multiple of Q
-    for (std::int64_t j = 0; j < L; ++j) {
-      const std::int64_t r = t0 + i + j;
+  for (std::int64_t pos = p0; pos < end;) {
+    const std::int64_t next = chunk_end(pos, end, Q), r0 = t0 + (pos - p0);
+    const int L = static_cast<int>(next - pos);
+    for (int j = 0; j < L; ++j) {
+      const std::int64_t r = r0 + j;
       dtv[j] = transform_dt(to_float(a.dt(r, h)), bias, a.dt_mode);
-      acum[j] = (j == 0 ? 0.0f : acum[j - 1]) + A * dtv[j];
+      da[j] = A * dtv[j];
+      acum[j] = (j == 0 ? 0.0f : acum[j - 1]) + da[j];
       for (std::int64_t p = 0; p < P; ++p) xs[j * P + p] = to_float(a.x(r, h, p));
       for (std::int64_t n = 0; n < N; ++n) {
         bs[j * N + n] = to_float(a.B(r, g, n));
         cs[j * N + n] = to_float(a.C(r, g, n));
       }
     }
-    for (std::int64_t t = 0; t < L; ++t) {
-      for (std::int64_t s = 0; s <= t; ++s) {
-        float cb = 0.0f;
-        for (std::int64_t n = 0; n < N; ++n) cb += cs[t * N + n] * bs[s * N + n];
-        w[s] = cb * (expf(acum[t] - acum[s]) * dtv[s]);
-      }
+    for (int t = 0; t < L; ++t) {
+      ssd_segsum_advance(seg, da, t); // seg[s] = seg(s, t)
+      for (int s = 0; s <= t; ++s) w[s] = ssd_intra_weight(ssd_cb(cs + t * iN, bs + s * iN, iN), seg[s], dtv[s]);
       const float decay_t = expf(acum[t]);
-      const std::int64_t r = t0 + i + t;
+      const std::int64_t r = r0 + t;
       for (std::int64_t p = 0; p < P; ++p) {
-        float intra = 0.0f, inter = 0.0f;
-        for (std::int64_t s = 0; s <= t; ++s) intra += w[s] * xs[s * P + p];
-        for (std::int64_t n = 0; n < N; ++n) inter += cs[t * N + n] * S[p * N + n];
-        const bool has_z = !is_absent(a.z);
+        float intra = 0.0f;
+        for (int s = 0; s <= t; ++s) intra += w[s] * xs[s * iP + p];
+        const float inter = ssd_cb(cs + t * iN, S + p * iN, iN);
         const float zv = has_z ? to_float(a.z(r, h, p)) : 0.0f;
-        a.y(r, h, p) = from_float<T>(mamba2_output(intra + decay_t * inter, Dh, xs[t * P + p], has_z, zv));
+        a.y(r, h, p) = from_float<T>(mamba2_output(intra + decay_t * inter, Dh, xs[t * iP + p], has_z, zv));
       }
     }
-    const float last = acum[L - 1], decay = expf(last);
-    for (std::int64_t s = 0; s < L; ++s) w[s] = expf(last - acum[s]) * dtv[s];
+    // seg now holds seg(s, L - 1): the decay of each token to the chunk's end.
+    const float decay = expf(acum[L - 1]);
+    for (int s = 0; s < L; ++s) w[s] = ssd_state_weight(seg[s], dtv[s]);
     for (std::int64_t p = 0; p < P; ++p)
       for (std::int64_t n = 0; n < N; ++n) {
         float local = 0.0f;
-        for (std::int64_t s = 0; s < L; ++s) local += (w[s] * xs[s * P + p]) * bs[s * N + n];
+        for (int s = 0; s < L; ++s) local += (w[s] * xs[s * iP + p]) * bs[s * iN + n];
         S[p * N + n] = ssd_pass_state(decay, S[p * N + n], local);
       }
-    i += L;
-    pos += L;
+    pos = next;
     for (const capture_point& c : caps)
       if (c.position == pos) store(c.slot);
   }
@@ -179,10 +184,7 @@ void ssd_head_host(const mamba2_args<T>& a, std::int64_t t0, std::int64_t len, s
 /// nothing is written. Complexity: O(tokens x H x (Q (N + P) + P N)).
 template <activation_element T>
 result<void> mamba2_ssd_prefill_host(const mamba2_args<T>& a, const varlen_batch& b, const prefill_slots& slots) {
-  if (errc e = validate_mamba2(a); e != errc{}) return e;
-  if (!is_supported_chunk(static_cast<std::uint32_t>(a.chunk))) return errc::unsupported_config;
-  if (errc e = validate_batch(b, a.x.extent(0)); e != errc{}) return e;
-  if (errc e = validate_prefill_slots(b, slots, a.state_pool.extent(0), a.chunk); e != errc{}) return e;
+  if (errc e = validate_mamba2_prefill(a, b, slots); e != errc{}) return e;
   std::vector<float> buf;
   std::vector<capture_point> caps;
   for (std::int64_t s = 0; s < b.sequences(); ++s) {
@@ -190,8 +192,8 @@ result<void> mamba2_ssd_prefill_host(const mamba2_args<T>& a, const varlen_batch
     for (const capture_point& c : slots.captures)
       if (c.sequence == s) caps.push_back(c);
     for (std::int64_t h = 0; h < a.x.extent(1); ++h)
-      detail::ssd_head_host(a, b.cu_seqlens[s], b.length(s), b.start_positions[s], slots.initial[s], slots.final[s],
-                            caps, h, buf);
+      detail::ssd_head_host(a, nth(b.cu_seqlens, s), nth(b.start_positions, s), b.end_position(s),
+                            nth(slots.initial, s), nth(slots.final, s), caps, h, buf);
   }
   return {};
 }
@@ -203,12 +205,10 @@ result<void> mamba2_ssd_prefill_host(const mamba2_args<T>& a, const varlen_batch
 /// Complexity: O(rows x H x P x N).
 template <activation_element T>
 result<void> mamba2_state_update_host(const mamba2_args<T>& a, std::span<const copy_pair> pairs) {
-  if (errc e = validate_mamba2(a); e != errc{}) return e;
-  if (static_cast<std::int64_t>(pairs.size()) != a.x.extent(0)) return errc::size_mismatch;
-  if (errc e = validate_decode_slots(pairs, a.state_pool.extent(0)); e != errc{}) return e;
+  if (errc e = validate_mamba2_update(a, pairs); e != errc{}) return e;
   const std::int64_t H = a.x.extent(1), P = a.x.extent(2), N = a.B.extent(2), hpg = H / a.B.extent(1);
   for (std::int64_t r = 0; r < static_cast<std::int64_t>(pairs.size()); ++r) {
-    const copy_pair pr = pairs[r];
+    const copy_pair pr = nth(pairs, r);
     if (pr.src < 0 || pr.dst < 0) continue;
     for (std::int64_t h = 0; h < H; ++h) {
       const std::int64_t g = h / hpg;
@@ -238,8 +238,10 @@ std::span<const mamba2_kernel_config> mamba2_instantiated_configs() noexcept;
 /// `errc{}` when this build has a kernel for `c`, else `unsupported_config`. Decode configs have chunk 0.
 errc mamba2_supports(const mamba2_kernel_config& c) noexcept;
 
-/// Device workspace `mamba2_ssd_prefill` needs: metadata plus per-chunk dt, cumulative decay and chunk states
-/// (fp32 [chunks, H, P, N]).
+/// Device workspace `mamba2_ssd_prefill` needs for these operands: metadata plus per-chunk dt, cumulative
+/// decay and chunk states (fp32 [chunks, H, P, N]). The launcher itself answers (it validates and plans, then
+/// stops before the device), so the size always fits the launch; 0 when the launch would fail validation or
+/// has no instance.
 std::size_t mamba2_ssd_prefill_workspace_bytes(const mamba2_args<float>& a, const varlen_batch& b,
                                                const prefill_slots& slots) noexcept;
 std::size_t mamba2_ssd_prefill_workspace_bytes(const mamba2_args<bfloat16>& a, const varlen_batch& b,
@@ -256,8 +258,10 @@ result<void> mamba2_ssd_prefill(const mamba2_args<float>& a, const varlen_batch&
 result<void> mamba2_ssd_prefill(const mamba2_args<bfloat16>& a, const varlen_batch& b, const prefill_slots& slots,
                                 device_workspace ws, stream_handle stream);
 
-/// Device workspace `mamba2_state_update` needs for `rows` rows.
-std::size_t mamba2_state_update_workspace_bytes(std::size_t rows) noexcept;
+/// Device workspace `mamba2_state_update` needs for these operands, answered like the prefill's.
+std::size_t mamba2_state_update_workspace_bytes(const mamba2_args<float>& a, std::span<const copy_pair> pairs) noexcept;
+std::size_t mamba2_state_update_workspace_bytes(const mamba2_args<bfloat16>& a,
+                                                std::span<const copy_pair> pairs) noexcept;
 
 /// Device selective state update: as the host version, plus the device errors above.
 result<void> mamba2_state_update(const mamba2_args<float>& a, std::span<const copy_pair> pairs,

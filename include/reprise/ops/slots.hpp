@@ -15,7 +15,7 @@
 /// sequence s as tokens `[cu_seqlens[s], cu_seqlens[s+1])`; `start_positions[s]` is the absolute position
 /// of its first token (the number of tokens already folded into its initial state). The chunk grid is
 /// absolute: chunk boundaries sit at multiples of Q from position 0, so a sequence starting at p > 0 first
-/// runs a short chunk up to the next multiple of Q (DESIGN.md section 2).
+/// runs a short chunk up to the next multiple of Q (`chunk_grid.hpp`).
 ///
 /// **Captures.** A `capture_point{sequence, position, slot}` asks the kernel to write the state that
 /// sequence `sequence` has after folding in the tokens before absolute `position` into `slot`. It must lie
@@ -26,11 +26,18 @@
 #include <reprise/ids.hpp>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
 
 namespace reprise::ops {
+
+/// Element `i` (0 <= i < size) of a span or vector, indexed by a signed count as the batch tables are.
+template <class Range>
+constexpr decltype(auto) nth(Range& r, std::int64_t i) noexcept {
+  return r[static_cast<std::size_t>(i)];
+}
 
 /// A packed batch of sequences (host-side metadata; the tensors it describes may live on the device).
 struct varlen_batch {
@@ -41,8 +48,8 @@ struct varlen_batch {
     return cu_seqlens.empty() ? 0 : static_cast<std::int64_t>(cu_seqlens.size()) - 1;
   }
   std::int64_t tokens() const noexcept { return cu_seqlens.empty() ? 0 : cu_seqlens.back(); }
-  std::int64_t length(std::int64_t s) const noexcept { return cu_seqlens[s + 1] - cu_seqlens[s]; }
-  std::int64_t end_position(std::int64_t s) const noexcept { return start_positions[s] + length(s); }
+  std::int64_t length(std::int64_t s) const noexcept { return nth(cu_seqlens, s + 1) - nth(cu_seqlens, s); }
+  std::int64_t end_position(std::int64_t s) const noexcept { return nth(start_positions, s) + length(s); }
 };
 
 /// One state to write during a prefill: the state of `sequence` at absolute `position`, into `slot` (the
@@ -92,12 +99,12 @@ inline errc validate_prefill_slots(const varlen_batch& b, const prefill_slots& s
     return errc::size_mismatch;
   if (chunk <= 0) return errc::invalid_argument;
   for (std::int64_t s = 0; s < n; ++s) {
-    if (slots.initial[s] >= num_slots || slots.final[s] >= num_slots) return errc::out_of_range;
+    if (nth(slots.initial, s) >= num_slots || nth(slots.final, s) >= num_slots) return errc::out_of_range;
   }
   for (const capture_point& c : slots.captures) {
     if (c.sequence < 0 || c.sequence >= n) return errc::out_of_range;
     if (c.slot < 0 || c.slot >= num_slots) return errc::out_of_range;
-    if (c.position <= b.start_positions[c.sequence] || c.position > b.end_position(c.sequence))
+    if (c.position <= nth(b.start_positions, c.sequence) || c.position > b.end_position(c.sequence))
       return errc::out_of_range;
     if (c.position % chunk != 0) return errc::misaligned;
   }
@@ -111,13 +118,13 @@ inline errc validate_prefill_slots(const varlen_batch& b, const prefill_slots& s
   std::vector<write> writes;
   writes.reserve(static_cast<std::size_t>(n) + slots.captures.size());
   for (std::int64_t s = 0; s < n; ++s)
-    if (slots.final[s] >= 0) writes.push_back({slots.final[s], static_cast<std::int32_t>(s), true});
+    if (nth(slots.final, s) >= 0) writes.push_back({nth(slots.final, s), static_cast<std::int32_t>(s), true});
   for (const capture_point& c : slots.captures) writes.push_back({c.slot, c.sequence, false});
   std::sort(writes.begin(), writes.end(), [](write a, write c) { return a.slot < c.slot; });
   for (std::size_t i = 1; i < writes.size(); ++i)
     if (writes[i].slot == writes[i - 1].slot) return errc::overlapping_pairs;
   for (std::int64_t s = 0; s < n; ++s) {
-    const std::int32_t r = slots.initial[s];
+    const std::int32_t r = nth(slots.initial, s);
     if (r < 0) continue;
     auto it = std::lower_bound(writes.begin(), writes.end(), r, [](write w, std::int32_t v) { return w.slot < v; });
     if (it != writes.end() && it->slot == r && (!it->is_final || it->sequence != s)) return errc::overlapping_pairs;
@@ -151,6 +158,22 @@ inline errc validate_decode_slots(std::span<const copy_pair> pairs, std::int64_t
   for (const copy_pair& p : live)
     if (p.src != p.dst && std::binary_search(dsts.begin(), dsts.end(), p.src)) return errc::overlapping_pairs;
   return errc{};
+}
+
+/// Everything about a prefill's batch and slots that a kernel family checks besides its own operands: the
+/// batch against `tokens` rows, then the slots against `num_slots` on the grid of `chunk`.
+/// Errors: as `validate_batch`, then as `validate_prefill_slots`. Complexity: that of `validate_prefill_slots`.
+inline errc validate_prefill(const varlen_batch& b, const prefill_slots& slots, std::int64_t tokens,
+                             std::int64_t num_slots, std::int64_t chunk) noexcept {
+  if (errc e = validate_batch(b, tokens); e != errc{}) return e;
+  return validate_prefill_slots(b, slots, num_slots, chunk);
+}
+
+/// A decode batch: one `(src, dst)` pair per row of the operands. Errors: `size_mismatch` (pairs.size() !=
+/// rows); as `validate_decode_slots`. Complexity: O(rows log rows).
+inline errc validate_decode(std::span<const copy_pair> pairs, std::int64_t rows, std::int64_t num_slots) noexcept {
+  if (static_cast<std::int64_t>(pairs.size()) != rows) return errc::size_mismatch;
+  return validate_decode_slots(pairs, num_slots);
 }
 
 /// Checks copy pairs for a pool of `units` slots or blocks. Unlike decode pairs, every index must be valid

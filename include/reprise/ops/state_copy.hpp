@@ -112,7 +112,7 @@ inline errc validate_kv_gather(const kv_gather_args& a) noexcept {
   const std::int64_t batch = a.block_table.extent(0);
   if (static_cast<std::int64_t>(a.seq_lens.size()) != batch) return errc::size_mismatch;
   for (std::int64_t b = 0; b < batch; ++b) {
-    const std::int64_t len = a.seq_lens[b];
+    const std::int64_t len = nth(a.seq_lens, b);
     if (len < 0 || len > a.out_tokens || len > a.block_table.extent(1) * l.block_size) return errc::size_mismatch;
     for (std::int64_t i = 0; i * l.block_size < len; ++i) {
       const std::int32_t blk = a.block_table(b, i);
@@ -134,7 +134,7 @@ inline result<void> gather_kv_host(const kv_gather_args& a) {
     for (std::int64_t h = 0; h < l.kv_heads; ++h)
       for (std::int64_t t = 0; t < a.out_tokens; ++t) {
         std::byte* dst = out + static_cast<std::size_t>((b * l.kv_heads + h) * a.out_tokens + t) * row;
-        if (t >= a.seq_lens[b]) {
+        if (t >= nth(a.seq_lens, b)) {
           std::memset(dst, 0, row);
           continue;
         }
