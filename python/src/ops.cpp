@@ -50,6 +50,13 @@ auto view(const std::optional<Array>& a) -> decltype(view<R>(*a)) {
   return a ? view<R>(*a) : decltype(view<R>(*a)){};
 }
 
+/// Runs `kernel` with the GIL released (errors are raised after it is taken back).
+template <class Kernel>
+result<void> unlocked(Kernel&& kernel) {
+  nb::gil_scoped_release released;
+  return kernel();
+}
+
 std::vector<copy_pair> pairs_of(const pair_array& p) {
   if (p.shape(1) != 2) throw nb::value_error("pairs must have shape [n, 2] (src, dst)");
   std::vector<copy_pair> out(p.shape(0));
@@ -97,8 +104,7 @@ void copy_units_py(const std::vector<nb::ndarray<nb::c_contig, nb::device::cpu>>
     views.push_back({p.data(), p.nbytes() / p.shape(0), static_cast<std::int64_t>(p.shape(0))});
   }
   const std::vector<copy_pair> pr = pairs_of(pairs);
-  nb::gil_scoped_release unlocked;
-  check(copy_units_host(views, pr), "copy_units");
+  check(unlocked([&] { return copy_units_host(views, pr); }), "copy_units");
 }
 
 void conv1d_prefill_py(const in_array<2>& x, const in_array<2>& weight, const std::optional<in_array<1>>& bias,
@@ -107,16 +113,14 @@ void conv1d_prefill_py(const in_array<2>& x, const in_array<2>& weight, const st
                        const std::optional<capture_array>& captures, bool silu) {
   const prefill_batch b(cu_seqlens, start_positions, initial, final, captures);
   const conv1d_args<float> a{view<2>(x), view<2>(weight), view<1>(bias), view<3>(conv_pool), view<2>(out), silu};
-  nb::gil_scoped_release unlocked;
-  check(causal_conv1d_prefill_host(a, b.batch(), b.slots()), "causal_conv1d_prefill");
+  check(unlocked([&] { return causal_conv1d_prefill_host(a, b.batch(), b.slots()); }), "causal_conv1d_prefill");
 }
 
 void conv1d_update_py(const in_array<2>& x, const in_array<2>& weight, const std::optional<in_array<1>>& bias,
                       const out_array<3>& conv_pool, const out_array<2>& out, const pair_array& pairs, bool silu) {
   const std::vector<copy_pair> pr = pairs_of(pairs);
   const conv1d_args<float> a{view<2>(x), view<2>(weight), view<1>(bias), view<3>(conv_pool), view<2>(out), silu};
-  nb::gil_scoped_release unlocked;
-  check(causal_conv1d_update_host(a, pr), "causal_conv1d_update");
+  check(unlocked([&] { return causal_conv1d_update_host(a, pr); }), "causal_conv1d_update");
 }
 
 mamba2_args<float> mamba2_of(const in_array<3>& x, const in_array<2>& dt, const in_array<1>& A, const in_array<3>& B,
@@ -137,8 +141,7 @@ void mamba2_prefill_py(const in_array<3>& x, const in_array<2>& dt, const in_arr
                        std::int64_t chunk, bool dt_softplus, float dt_min, float dt_max) {
   const prefill_batch b(cu_seqlens, start_positions, initial, final, captures);
   const auto a = mamba2_of(x, dt, A, B, C, state_pool, y, D, dt_bias, z, chunk, dt_softplus, dt_min, dt_max);
-  nb::gil_scoped_release unlocked;
-  check(mamba2_ssd_prefill_host(a, b.batch(), b.slots()), "mamba2_ssd_prefill");
+  check(unlocked([&] { return mamba2_ssd_prefill_host(a, b.batch(), b.slots()); }), "mamba2_ssd_prefill");
 }
 
 void mamba2_update_py(const in_array<3>& x, const in_array<2>& dt, const in_array<1>& A, const in_array<3>& B,
@@ -148,8 +151,7 @@ void mamba2_update_py(const in_array<3>& x, const in_array<2>& dt, const in_arra
                       bool dt_softplus, float dt_min, float dt_max) {
   const std::vector<copy_pair> pr = pairs_of(pairs);
   const auto a = mamba2_of(x, dt, A, B, C, state_pool, y, D, dt_bias, z, 256, dt_softplus, dt_min, dt_max);
-  nb::gil_scoped_release unlocked;
-  check(mamba2_state_update_host(a, pr), "mamba2_state_update");
+  check(unlocked([&] { return mamba2_state_update_host(a, pr); }), "mamba2_state_update");
 }
 
 gated_delta_args<float> delta_of(const in_array<3>& q, const in_array<3>& k, const in_array<3>& v,
@@ -166,8 +168,7 @@ void delta_prefill_py(const in_array<3>& q, const in_array<3>& k, const in_array
   const prefill_batch b(cu_seqlens, start_positions, initial, final, captures);
   const auto a = delta_of(q, k, v, g, beta, state_pool, out);
   const gated_delta_options o{chunk, scale, l2norm_qk, l2norm_eps};
-  nb::gil_scoped_release unlocked;
-  check(gated_delta_chunked_prefill_host(a, o, b.batch(), b.slots()), "gated_delta_chunked_prefill");
+  check(unlocked([&] { return gated_delta_chunked_prefill_host(a, o, b.batch(), b.slots()); }), "gated_delta_chunked_prefill");
 }
 
 void delta_step_py(const in_array<3>& q, const in_array<3>& k, const in_array<3>& v, const in_array<2>& g,
@@ -182,9 +183,7 @@ void delta_step_py(const in_array<3>& q, const in_array<3>& k, const in_array<3>
   const auto a = delta_of(q, k, v, g, beta, state_pool, out);
   const gated_delta_options o{64, scale, l2norm_qk, l2norm_eps};
   const recurrent_slots r{pr, span_of(ring_slots), ring_size};
-  nb::gil_scoped_release unlocked;
-  check(gated_delta_recurrent_step_host(a, o, varlen_batch{span_of(cu), span_of(starts)}, r),
-        "gated_delta_recurrent_step");
+  check(unlocked([&] { return gated_delta_recurrent_step_host(a, o, varlen_batch{span_of(cu), span_of(starts)}, r); }), "gated_delta_recurrent_step");
 }
 
 } // namespace
