@@ -283,7 +283,8 @@ void bind_cache(nb::module_& m) {
   nb::class_<py_admit_plan>(m, "AdmitPlan",
                             "What `admit` decided. Arrays are read-only copies owned by the plan: they stay valid "
                             "after later cache calls.")
-      .def_ro("block_table", &py_admit_plan::block_table,
+      .def_prop_ro("block_table", [](const py_admit_plan& p) { return p.block_table; },
+                   nb::for_getter(nb::sig("def block_table(self) -> numpy.typing.NDArray[numpy.int32]")),
               "int32 [ceil(L / B)] block ids; the first `shared_blocks` are shared and read-only.")
       .def_ro("shared_blocks", &py_admit_plan::shared_blocks, "Leading blocks that are shared cached blocks.")
       .def_ro("kv_matched_tokens", &py_admit_plan::kv_matched_tokens,
@@ -296,12 +297,14 @@ void bind_cache(nb::module_& m) {
               "Snapshot slot to copy into the live recurrent state before prefill, or -1 (start from zero).")
       .def_ro("restore_exactness", &py_admit_plan::restore_exactness,
               "'prefill_exact' (bitwise a cold prefill) or 'decode_continuation'.")
-      .def_ro("captures", &py_admit_plan::captures,
+      .def_prop_ro("captures", [](const py_admit_plan& p) { return p.captures; },
+                   nb::for_getter(nb::sig("def captures(self) -> numpy.typing.NDArray[numpy.int64]")),
               "int64 [n, 2] (position, slot) pairs, increasing positions in (usable_tokens, L]: the prefill writes "
               "the recurrent state after `position` tokens into `slot`.");
 
   nb::class_<py_extend_plan>(m, "ExtendPlan", "What `extend` decided: blocks appended to the block table.")
-      .def_ro("new_blocks", &py_extend_plan::new_blocks, "int32 new block ids (possibly none), a copy.")
+      .def_prop_ro("new_blocks", [](const py_extend_plan& p) { return p.new_blocks; },
+                   nb::for_getter(nb::sig("def new_blocks(self) -> numpy.typing.NDArray[numpy.int32]")), "int32 new block ids (possibly none), a copy.")
       .def_ro("first_new_block", &py_extend_plan::first_new_block, "Block-table index of new_blocks[0].");
 
   nb::class_<py_finish_plan>(m, "FinishPlan",
@@ -311,7 +314,8 @@ void bind_cache(nb::module_& m) {
               "Slot to copy the live recurrent state into in this step, or -1 (no capture).");
 
   nb::class_<py_fork_plan>(m, "ForkPlan", "What `fork` decided.")
-      .def_ro("block_table", &py_fork_plan::block_table, "int32 block table of the destination, a copy.")
+      .def_prop_ro("block_table", [](const py_fork_plan& p) { return p.block_table; },
+                   nb::for_getter(nb::sig("def block_table(self) -> numpy.typing.NDArray[numpy.int32]")), "int32 block table of the destination, a copy.")
       .def_ro("copy_src", &py_fork_plan::copy_src, "Partial last block to copy from, or -1.")
       .def_ro("copy_dst", &py_fork_plan::copy_dst, "Block to copy it into, or -1.")
       .def_ro("copy_recurrent_state", &py_fork_plan::copy_recurrent_state,
@@ -343,15 +347,20 @@ void bind_cache(nb::module_& m) {
            "(a snapshot policy with a budget below one snapshot), Misaligned (capture_interval 0 or off the "
            "alignment unit with 'snapshot_interval'), ValueError (unknown policy name).")
       .def("admit", &py_cache::admit, nb::arg("seq_id"), nb::arg("tokens"), nb::arg("extra_keys") = nb::none(),
+           nb::sig("def admit(self, seq_id: int, tokens: numpy.typing.ArrayLike, extra_keys: ExtraKeys | None = None) "
+                   "-> AdmitPlan"),
            "Admits sequence `seq_id` with prompt `tokens` (int32 array-like: list, numpy array, buffer) and plans "
            "its prefill. Raises DuplicateSequence, InvalidArgument (empty prompt, digest over 32 bytes), "
            "OutOfRange (prompt too long), PoolExhausted. Returns an AdmitPlan.")
       .def("commit", &py_cache::commit, nb::arg("seq_id"), nb::arg("n_computed"),
            nb::arg("captures_written") = nb::none(),
+           nb::sig("def commit(self, seq_id: int, n_computed: int, captures_written: numpy.typing.ArrayLike | None = "
+                   "None) -> None"),
            "Declares the first `n_computed` tokens computed (non-decreasing): publishes full blocks and the planned "
            "captures listed (positions) in `captures_written`; unlisted captures <= n_computed are dropped. "
            "Raises UnknownSequence, OutOfRange, InvalidArgument.")
       .def("extend", &py_cache::extend, nb::arg("seq_id"), nb::arg("tokens"),
+           nb::sig("def extend(self, seq_id: int, tokens: numpy.typing.ArrayLike) -> ExtendPlan"),
            "Appends decode tokens; returns an ExtendPlan with the blocks they need. Raises UnknownSequence, "
            "PoolExhausted, OutOfRange.")
       .def("finish", &py_cache::finish, nb::arg("seq_id"),
@@ -371,6 +380,7 @@ void bind_cache(nb::module_& m) {
       .def("check_invariants", &py_cache::check_invariants,
            "Recomputes the bookkeeping from scratch; raises InvariantViolated on a mismatch (a bug).")
       .def("block_table", &py_cache::block_table, nb::arg("seq_id"),
+           nb::sig("def block_table(self, seq_id: int) -> numpy.typing.NDArray[numpy.int32]"),
            "A copy of the block table of a live sequence (empty if unknown).")
       .def_prop_ro("policy", &py_cache::policy, "The policy name.")
       .def_prop_ro("block_size", [](const py_cache& c) { return c.impl().geometry().block_size; },
