@@ -300,7 +300,15 @@ void bind_cache(nb::module_& m) {
       .def_prop_ro("captures", [](const py_admit_plan& p) { return p.captures; },
                    nb::for_getter(nb::sig("def captures(self) -> numpy.typing.NDArray[numpy.int64]")),
               "int64 [n, 2] (position, slot) pairs, increasing positions in (usable_tokens, L]: the prefill writes "
-              "the recurrent state after `position` tokens into `slot`.");
+              "the recurrent state after `position` tokens into `slot`.")
+      .def("__repr__", [](const py_admit_plan& p) {
+        return "AdmitPlan(blocks=" + std::to_string(nb::len(p.block_table)) +
+               ", shared_blocks=" + std::to_string(p.shared_blocks) +
+               ", kv_matched_tokens=" + std::to_string(p.kv_matched_tokens) +
+               ", usable_tokens=" + std::to_string(p.usable_tokens) +
+               ", restore_slot=" + std::to_string(p.restore_slot) + ", captures=" + std::to_string(nb::len(p.captures)) +
+               ")";
+      });
 
   nb::class_<py_extend_plan>(m, "ExtendPlan", "What `extend` decided: blocks appended to the block table.")
       .def_prop_ro("new_blocks", [](const py_extend_plan& p) { return p.new_blocks; },
@@ -393,7 +401,15 @@ void bind_cache(nb::module_& m) {
                    "KV blocks of the engine's pool: block ids are in [0, kv_blocks).")
       .def_prop_ro("snapshot_slots", [](const py_cache& c) { return c.impl().snapshot_slots(); },
                    "Snapshot slots the engine must provide (ids [0, snapshot_slots)).")
-      .def_prop_ro("hasher_seed", [](const py_cache& c) { return c.impl().hasher_seed(); }, "The hasher seed.");
+      .def_prop_ro("hasher_seed", [](const py_cache& c) { return c.impl().hasher_seed(); }, "The hasher seed.")
+      .def("__repr__", [](const py_cache& c) {
+        const cache_metrics& m = c.impl().metrics();
+        return "PrefixCache(policy='" + c.policy() + "', kv_blocks=" + std::to_string(c.impl().kv_blocks()) +
+               ", snapshot_slots=" + std::to_string(c.impl().snapshot_slots()) +
+               ", live_sequences=" + std::to_string(m.live_sequences) +
+               ", blocks_cached=" + std::to_string(m.blocks_cached) +
+               ", snapshots_held=" + std::to_string(m.snapshots_held) + ")";
+      });
 }
 
 } // namespace reprise::python

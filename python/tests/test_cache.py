@@ -205,3 +205,7 @@ def test_geometry_and_metrics_keys():
     m = cache.metrics()
     assert len(m) == 24 and all(v == 0 for k, v in m.items() if k != "blocks_free")
     assert m["blocks_free"] == 256
+    assert repr(cache).startswith("PrefixCache(policy='snapshot_restore', kv_blocks=256")
+    assert repr(cache.admit(1, range(40))) == (
+        "AdmitPlan(blocks=3, shared_blocks=0, kv_matched_tokens=0, usable_tokens=0, restore_slot=-1, captures=0)")
+    cache.release(1)
