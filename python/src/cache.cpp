@@ -55,7 +55,9 @@ public:
   result<admit_plan> admit(seq_id s, std::span<const token_id> p, const extra_keys& k) override {
     return c_.admit(s, p, k);
   }
-  result<void> commit(seq_id s, std::uint32_t n, std::span<const std::uint32_t> w) override { return c_.commit(s, n, w); }
+  result<void> commit(seq_id s, std::uint32_t n, std::span<const std::uint32_t> w) override {
+    return c_.commit(s, n, w);
+  }
   result<extend_plan> extend(seq_id s, std::span<const token_id> t) override { return c_.extend(s, t); }
   result<finish_plan> finish(seq_id s) override { return c_.finish(s); }
   result<void> release(seq_id s) override { return c_.release(s); }
@@ -306,13 +308,14 @@ void bind_cache(nb::module_& m) {
                ", shared_blocks=" + std::to_string(p.shared_blocks) +
                ", kv_matched_tokens=" + std::to_string(p.kv_matched_tokens) +
                ", usable_tokens=" + std::to_string(p.usable_tokens) +
-               ", restore_slot=" + std::to_string(p.restore_slot) + ", captures=" + std::to_string(nb::len(p.captures)) +
-               ")";
+               ", restore_slot=" + std::to_string(p.restore_slot) +
+               ", captures=" + std::to_string(nb::len(p.captures)) + ")";
       });
 
   nb::class_<py_extend_plan>(m, "ExtendPlan", "What `extend` decided: blocks appended to the block table.")
       .def_prop_ro("new_blocks", [](const py_extend_plan& p) { return p.new_blocks; },
-                   nb::for_getter(nb::sig("def new_blocks(self) -> numpy.typing.NDArray[numpy.int32]")), "int32 new block ids (possibly none), a copy.")
+                   nb::for_getter(nb::sig("def new_blocks(self) -> numpy.typing.NDArray[numpy.int32]")),
+                   "int32 new block ids (possibly none), a copy.")
       .def_ro("first_new_block", &py_extend_plan::first_new_block, "Block-table index of new_blocks[0].");
 
   nb::class_<py_finish_plan>(m, "FinishPlan",
@@ -323,7 +326,8 @@ void bind_cache(nb::module_& m) {
 
   nb::class_<py_fork_plan>(m, "ForkPlan", "What `fork` decided.")
       .def_prop_ro("block_table", [](const py_fork_plan& p) { return p.block_table; },
-                   nb::for_getter(nb::sig("def block_table(self) -> numpy.typing.NDArray[numpy.int32]")), "int32 block table of the destination, a copy.")
+                   nb::for_getter(nb::sig("def block_table(self) -> numpy.typing.NDArray[numpy.int32]")),
+                   "int32 block table of the destination, a copy.")
       .def_ro("copy_src", &py_fork_plan::copy_src, "Partial last block to copy from, or -1.")
       .def_ro("copy_dst", &py_fork_plan::copy_dst, "Block to copy it into, or -1.")
       .def_ro("copy_recurrent_state", &py_fork_plan::copy_recurrent_state,

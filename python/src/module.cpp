@@ -64,11 +64,15 @@ host_vector<T> as_vector(nb::handle obj, const char* what) {
 
 } // namespace
 
-host_vector<std::int32_t> as_int32_vector(nb::handle obj, const char* what) { return as_vector<std::int32_t>(obj, what); }
+host_vector<std::int32_t> as_int32_vector(nb::handle obj, const char* what) {
+  return as_vector<std::int32_t>(obj, what);
+}
 host_vector<std::uint32_t> as_uint32_vector(nb::handle obj, const char* what) {
   return as_vector<std::uint32_t>(obj, what);
 }
-host_vector<std::int64_t> as_int64_vector(nb::handle obj, const char* what) { return as_vector<std::int64_t>(obj, what); }
+host_vector<std::int64_t> as_int64_vector(nb::handle obj, const char* what) {
+  return as_vector<std::int64_t>(obj, what);
+}
 
 } // namespace reprise::python
 

@@ -168,7 +168,8 @@ void delta_prefill_py(const in_array<3>& q, const in_array<3>& k, const in_array
   const prefill_batch b(cu_seqlens, start_positions, initial, final, captures);
   const auto a = delta_of(q, k, v, g, beta, state_pool, out);
   const gated_delta_options o{chunk, scale, l2norm_qk, l2norm_eps};
-  check(unlocked([&] { return gated_delta_chunked_prefill_host(a, o, b.batch(), b.slots()); }), "gated_delta_chunked_prefill");
+  check(unlocked([&] { return gated_delta_chunked_prefill_host(a, o, b.batch(), b.slots()); }),
+        "gated_delta_chunked_prefill");
 }
 
 void delta_step_py(const in_array<3>& q, const in_array<3>& k, const in_array<3>& v, const in_array<2>& g,
@@ -183,7 +184,8 @@ void delta_step_py(const in_array<3>& q, const in_array<3>& k, const in_array<3>
   const auto a = delta_of(q, k, v, g, beta, state_pool, out);
   const gated_delta_options o{64, scale, l2norm_qk, l2norm_eps};
   const recurrent_slots r{pr, span_of(ring_slots), ring_size};
-  check(unlocked([&] { return gated_delta_recurrent_step_host(a, o, varlen_batch{span_of(cu), span_of(starts)}, r); }), "gated_delta_recurrent_step");
+  const varlen_batch batch{span_of(cu), span_of(starts)};
+  check(unlocked([&] { return gated_delta_recurrent_step_host(a, o, batch, r); }), "gated_delta_recurrent_step");
 }
 
 } // namespace
@@ -191,23 +193,52 @@ void delta_step_py(const in_array<3>& q, const in_array<3>& k, const in_array<3>
 void bind_ops(nb::module_& m) {
   // Outputs and state pools are written in place: they are never converted (a converted copy would take the
   // writes and be thrown away); inputs of another dtype or layout are converted.
-  m.def("copy_units", &copy_units_py, nb::arg("pools"), nb::arg("pairs"),
+  m.def("copy_units", &copy_units_py,
+        nb::sig("def copy_units(pools: collections.abc.Sequence[numpy.typing.NDArray], "
+                "pairs: numpy.typing.NDArray[numpy.int32]) -> None"),
+        nb::arg("pools"), nb::arg("pairs"),
         "For every pool (a writable C-contiguous array whose leading extent is the slot or block) and every "
         "(src, dst) pair of `pairs` (int32 [n, 2]): unit dst = unit src, byte for byte. Snapshot save, restore "
         "and fork over all recurrent layers' pools, or a KV block copy. Raises OutOfRange, OverlappingPairs, "
         "InvalidArgument; nothing is written on error.");
-  m.def("causal_conv1d_prefill", &conv1d_prefill_py, nb::arg("x"), nb::arg("weight"), nb::arg("bias").none(),
-        nb::arg("conv_pool").noconvert(), nb::arg("out").noconvert(), nb::arg("cu_seqlens"), nb::arg("start_positions"), nb::arg("initial"),
+  m.def("causal_conv1d_prefill", &conv1d_prefill_py,
+        nb::sig("def causal_conv1d_prefill(x: numpy.typing.NDArray[numpy.float32], "
+                "weight: numpy.typing.NDArray[numpy.float32], bias: numpy.typing.NDArray[numpy.float32] | None, "
+                "conv_pool: numpy.typing.NDArray[numpy.float32], out: numpy.typing.NDArray[numpy.float32], "
+                "cu_seqlens: numpy.typing.ArrayLike, start_positions: numpy.typing.ArrayLike, "
+                "initial: numpy.typing.ArrayLike, final: numpy.typing.ArrayLike, "
+                "captures: numpy.typing.NDArray[numpy.int64] | None = None, silu: bool = True) -> None"),
+        nb::arg("x"), nb::arg("weight"), nb::arg("bias").none(),
+        nb::arg("conv_pool").noconvert(), nb::arg("out").noconvert(), nb::arg("cu_seqlens"),
+        nb::arg("start_positions"), nb::arg("initial"),
         nb::arg("final"), nb::arg("captures") = nb::none(), nb::arg("silu") = true,
         "Causal depthwise conv1d over a varlen batch: x [tokens, C], weight [C, W], bias [C] or None, "
         "conv_pool [slots, W-1, C] (windows read from `initial`, written at captures and to `final`), out "
         "[tokens, C].");
-  m.def("causal_conv1d_update", &conv1d_update_py, nb::arg("x"), nb::arg("weight"), nb::arg("bias").none(),
+  m.def("causal_conv1d_update", &conv1d_update_py,
+        nb::sig("def causal_conv1d_update(x: numpy.typing.NDArray[numpy.float32], "
+                "weight: numpy.typing.NDArray[numpy.float32], bias: numpy.typing.NDArray[numpy.float32] | None, "
+                "conv_pool: numpy.typing.NDArray[numpy.float32], out: numpy.typing.NDArray[numpy.float32], "
+                "pairs: numpy.typing.NDArray[numpy.int32], silu: bool = True) -> None"),
+        nb::arg("x"), nb::arg("weight"), nb::arg("bias").none(),
         nb::arg("conv_pool").noconvert(), nb::arg("out").noconvert(), nb::arg("pairs"), nb::arg("silu") = true,
         "One decode token per row: row r reads window pairs[r, 0], writes out[r] and the shifted window to "
         "pairs[r, 1] (equal: in place). Rows with a negative index are padding.");
-  m.def("mamba2_ssd_prefill", &mamba2_prefill_py, nb::arg("x"), nb::arg("dt"), nb::arg("A"), nb::arg("B"),
-        nb::arg("C"), nb::arg("state_pool").noconvert(), nb::arg("y").noconvert(), nb::arg("cu_seqlens"), nb::arg("start_positions"),
+  m.def("mamba2_ssd_prefill", &mamba2_prefill_py,
+        nb::sig("def mamba2_ssd_prefill(x: numpy.typing.NDArray[numpy.float32], "
+                "dt: numpy.typing.NDArray[numpy.float32], A: numpy.typing.NDArray[numpy.float32], "
+                "B: numpy.typing.NDArray[numpy.float32], C: numpy.typing.NDArray[numpy.float32], "
+                "state_pool: numpy.typing.NDArray[numpy.float32], y: numpy.typing.NDArray[numpy.float32], "
+                "cu_seqlens: numpy.typing.ArrayLike, start_positions: numpy.typing.ArrayLike, "
+                "initial: numpy.typing.ArrayLike, final: numpy.typing.ArrayLike, "
+                "captures: numpy.typing.NDArray[numpy.int64] | None = None, "
+                "D: numpy.typing.NDArray[numpy.float32] | None = None, "
+                "dt_bias: numpy.typing.NDArray[numpy.float32] | None = None, "
+                "z: numpy.typing.NDArray[numpy.float32] | None = None, chunk: int = 256, "
+                "dt_softplus: bool = True, dt_min: float = 0.0, dt_max: float = 3e38) -> None"),
+        nb::arg("x"), nb::arg("dt"), nb::arg("A"), nb::arg("B"),
+        nb::arg("C"), nb::arg("state_pool").noconvert(), nb::arg("y").noconvert(), nb::arg("cu_seqlens"),
+        nb::arg("start_positions"),
         nb::arg("initial"), nb::arg("final"), nb::arg("captures") = nb::none(), nb::arg("D") = nb::none(),
         nb::arg("dt_bias") = nb::none(), nb::arg("z") = nb::none(), nb::arg("chunk") = 256,
         nb::arg("dt_softplus") = true, nb::arg("dt_min") = 0.0f, nb::arg("dt_max") = 3.0e38f,
@@ -215,21 +246,51 @@ void bind_ops(nb::module_& m) {
         "B and C [tokens, G, N], state_pool [slots, H, P, N] (fp32 states read from `initial`, written at "
         "captures, which must sit on chunk ends, and to `final`), y [tokens, H, P]; D [H], dt_bias [H] and z "
         "[tokens, H, P] optional. A restore from a capture repeats the uninterrupted run bit for bit.");
-  m.def("mamba2_state_update", &mamba2_update_py, nb::arg("x"), nb::arg("dt"), nb::arg("A"), nb::arg("B"),
-        nb::arg("C"), nb::arg("state_pool").noconvert(), nb::arg("y").noconvert(), nb::arg("pairs"), nb::arg("D") = nb::none(),
+  m.def("mamba2_state_update", &mamba2_update_py,
+        nb::sig("def mamba2_state_update(x: numpy.typing.NDArray[numpy.float32], "
+                "dt: numpy.typing.NDArray[numpy.float32], A: numpy.typing.NDArray[numpy.float32], "
+                "B: numpy.typing.NDArray[numpy.float32], C: numpy.typing.NDArray[numpy.float32], "
+                "state_pool: numpy.typing.NDArray[numpy.float32], y: numpy.typing.NDArray[numpy.float32], "
+                "pairs: numpy.typing.NDArray[numpy.int32], D: numpy.typing.NDArray[numpy.float32] | None = None, "
+                "dt_bias: numpy.typing.NDArray[numpy.float32] | None = None, "
+                "z: numpy.typing.NDArray[numpy.float32] | None = None, dt_softplus: bool = True, "
+                "dt_min: float = 0.0, dt_max: float = 3e38) -> None"),
+        nb::arg("x"), nb::arg("dt"), nb::arg("A"), nb::arg("B"),
+        nb::arg("C"), nb::arg("state_pool").noconvert(), nb::arg("y").noconvert(), nb::arg("pairs"),
+        nb::arg("D") = nb::none(),
         nb::arg("dt_bias") = nb::none(), nb::arg("z") = nb::none(), nb::arg("dt_softplus") = true,
         nb::arg("dt_min") = 0.0f, nb::arg("dt_max") = 3.0e38f,
         "Mamba2 selective state update, one decode token per row: reads state pairs[r, 0], writes the advanced "
         "state to pairs[r, 1] and y[r].");
-  m.def("gated_delta_chunked_prefill", &delta_prefill_py, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("g"),
-        nb::arg("beta"), nb::arg("state_pool").noconvert(), nb::arg("out").noconvert(), nb::arg("cu_seqlens"), nb::arg("start_positions"),
+  m.def("gated_delta_chunked_prefill", &delta_prefill_py,
+        nb::sig("def gated_delta_chunked_prefill(q: numpy.typing.NDArray[numpy.float32], "
+                "k: numpy.typing.NDArray[numpy.float32], v: numpy.typing.NDArray[numpy.float32], "
+                "g: numpy.typing.NDArray[numpy.float32], beta: numpy.typing.NDArray[numpy.float32], "
+                "state_pool: numpy.typing.NDArray[numpy.float32], out: numpy.typing.NDArray[numpy.float32], "
+                "cu_seqlens: numpy.typing.ArrayLike, start_positions: numpy.typing.ArrayLike, "
+                "initial: numpy.typing.ArrayLike, final: numpy.typing.ArrayLike, "
+                "captures: numpy.typing.NDArray[numpy.int64] | None = None, chunk: int = 64, scale: float = 0.0, "
+                "l2norm_qk: bool = False, l2norm_eps: float = 1e-06) -> None"),
+        nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("g"),
+        nb::arg("beta"), nb::arg("state_pool").noconvert(), nb::arg("out").noconvert(), nb::arg("cu_seqlens"),
+        nb::arg("start_positions"),
         nb::arg("initial"), nb::arg("final"), nb::arg("captures") = nb::none(), nb::arg("chunk") = 64,
         nb::arg("scale") = 0.0f, nb::arg("l2norm_qk") = false, nb::arg("l2norm_eps") = 1e-6f,
         "Gated delta rule chunked prefill (WY form) on the absolute chunk grid: q, k [tokens, H, K], v "
         "[tokens, HV, V], g (log-decay) and beta [tokens, HV], state_pool [slots, HV, K, V], out [tokens, HV, V]. "
         "scale 0 selects 1/sqrt(K).");
-  m.def("gated_delta_recurrent_step", &delta_step_py, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("g"),
-        nb::arg("beta"), nb::arg("state_pool").noconvert(), nb::arg("out").noconvert(), nb::arg("cu_seqlens"), nb::arg("start_positions"),
+  m.def("gated_delta_recurrent_step", &delta_step_py,
+        nb::sig("def gated_delta_recurrent_step(q: numpy.typing.NDArray[numpy.float32], "
+                "k: numpy.typing.NDArray[numpy.float32], v: numpy.typing.NDArray[numpy.float32], "
+                "g: numpy.typing.NDArray[numpy.float32], beta: numpy.typing.NDArray[numpy.float32], "
+                "state_pool: numpy.typing.NDArray[numpy.float32], out: numpy.typing.NDArray[numpy.float32], "
+                "cu_seqlens: numpy.typing.ArrayLike, start_positions: numpy.typing.ArrayLike, "
+                "pairs: numpy.typing.NDArray[numpy.int32], ring: numpy.typing.ArrayLike | None = None, "
+                "ring_size: int = 0, scale: float = 0.0, l2norm_qk: bool = False, "
+                "l2norm_eps: float = 1e-06) -> None"),
+        nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("g"),
+        nb::arg("beta"), nb::arg("state_pool").noconvert(), nb::arg("out").noconvert(), nb::arg("cu_seqlens"),
+        nb::arg("start_positions"),
         nb::arg("pairs"), nb::arg("ring") = nb::none(), nb::arg("ring_size") = 0, nb::arg("scale") = 0.0f,
         nb::arg("l2norm_qk") = false, nb::arg("l2norm_eps") = 1e-6f,
         "Gated delta rule recurrent step (decode, or a few tokens per sequence): state from pairs[s, 0], final "
