@@ -62,7 +62,15 @@ def _groups(counts: Counter, shapes: dict) -> Groups:
 
 
 def _nemotron_h(config: dict, arch: str, block_size: int) -> Groups:
-    pattern = _need(config, "hybrid_override_pattern", arch)
+    if config.get("hybrid_override_pattern") is None and config.get("layers_block_type"):
+        # Later Nemotron-H configs spell the pattern out: "mamba", "attention", "mlp", "moe".
+        kinds = config["layers_block_type"]
+        unknown = sorted(set(kinds) - {"mamba", "attention", "mlp", "moe"})
+        if unknown:
+            raise ValueError(f"{arch}: unsupported layer kind(s) {unknown} in layers_block_type")
+        pattern = "".join({"mamba": "M", "attention": "*"}.get(k, "-") for k in kinds)
+    else:
+        pattern = _need(config, "hybrid_override_pattern", arch)
     unknown = sorted(set(pattern) - set("M*-E"))
     if unknown:
         raise ValueError(f"{arch}: unsupported layer kind(s) {unknown} in hybrid_override_pattern "

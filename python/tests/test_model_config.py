@@ -157,6 +157,14 @@ def test_nemotron_h_8b_matches_the_preset():
     assert c.alignment == 128 and preset.alignment == 256
 
 
+def test_nemotron_h_layers_block_type_spelling():
+    kinds = {"M": "mamba", "*": "attention", "-": "mlp"}
+    spelled = {k: v for k, v in NEMOTRON_H_8B.items() if k != "hybrid_override_pattern"}
+    spelled["layers_block_type"] = [kinds[c] for c in NEMOTRON_H_8B["hybrid_override_pattern"]]
+    c = reprise.ModelConfig.from_hf_config(spelled)
+    assert (c.attention_layers, c.mamba2_layers) == (4, 24) and c.bytes_per_snapshot == 102137856
+
+
 def test_qwen3_next_80b_matches_the_preset():
     c = reprise.ModelConfig.from_hf_config(QWEN3_NEXT_80B_A3B)
     preset = reprise.ModelConfig.preset("qwen3_next_80b")
