@@ -1,0 +1,37 @@
+# Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+"""Reprise: prefix caching for hybrid attention / recurrent LLMs.
+
+The package is a thin layer over the C++ library (the compiled module ``reprise._reprise``):
+
+- :class:`ModelConfig` describes a model's stateful layers, from layer shapes, a preset or a Hugging Face
+  ``config.json`` (:meth:`ModelConfig.from_hf_config`).
+- :class:`PrefixCache` is the runtime prefix cache with one of the policies in :data:`POLICIES`; its plans
+  carry numpy ``int32`` block tables and ``int64`` capture lists.
+- :mod:`reprise.ops` holds the host implementations of the state kernels (state copy, causal conv1d,
+  Mamba2 SSD, gated delta rule) on float32 numpy arrays.
+
+Every ``reprise::errc`` is an exception class derived from :class:`Error` (``PoolExhausted``,
+``UnknownSequence``, ...); :data:`ERRORS` maps errc names to them. A call that raises has changed nothing.
+"""
+
+from ._reprise import *  # noqa: F401,F403  (the compiled classes, exceptions and constants)
+from ._reprise import (  # noqa: F401  (named explicitly for readers and linters)
+    ERRORS,
+    HAS_OPS,
+    POLICIES,
+    AdmitPlan,
+    Error,
+    ExtendPlan,
+    ExtraKeys,
+    FinishPlan,
+    ForkPlan,
+    GatedDeltaShape,
+    KvShape,
+    Mamba2Shape,
+    ModelConfig,
+    PrefixCache,
+    __version__,
+)
+
+if HAS_OPS:
+    from ._reprise import ops  # noqa: F401

@@ -1,0 +1,70 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// \file
+/// What the translation units of the extension module `reprise._reprise` share: one `bind_*` entry point per
+/// concern, the errc -> exception mapping, array conversion without Python-level loops, and arrays handed back
+/// to Python that own a copy of their data (so they never dangle after the next cache call).
+
+#include <reprise/errc.hpp>
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string_view>
+
+namespace reprise::python {
+
+namespace nb = nanobind;
+
+void bind_errors(nb::module_& m);
+void bind_model(nb::module_& m);
+void bind_cache(nb::module_& m);
+void bind_ops(nb::module_& m);
+
+/// Raises the Python exception class of `e` (`reprise.PoolExhausted`, ...) with "`where`: <errc name> (<what it
+/// means>)". Never returns.
+[[noreturn]] void raise(errc e, std::string_view where);
+
+/// The value of `r`, or raises its error.
+template <class T>
+T value_or_raise(result<T>&& r, std::string_view where) {
+  if (!r) raise(r.error(), where);
+  return std::move(*r);
+}
+inline void check(const result<void>& r, std::string_view where) {
+  if (!r) raise(r.error(), where);
+}
+
+/// A C-contiguous 1-D host array of `T` read from any array-like: numpy arrays, objects with the buffer
+/// protocol or DLPack, lists, tuples. The fast path (already `T`, contiguous) is a zero-copy view; anything
+/// else goes through `numpy.asarray` (a C loop, never a Python loop). Integer input of another width is
+/// range-checked before it is narrowed: an id that does not fit is `OverflowError`, never a silent wrap.
+template <class T>
+using host_vector = nb::ndarray<const T, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+host_vector<std::int32_t> as_int32_vector(nb::handle obj, const char* what);
+host_vector<std::uint32_t> as_uint32_vector(nb::handle obj, const char* what);
+host_vector<std::int64_t> as_int64_vector(nb::handle obj, const char* what);
+
+template <class T>
+std::span<const T> span_of(const host_vector<T>& a) noexcept {
+  return {a.data(), a.shape(0)};
+}
+
+/// A read-only numpy array that owns a copy of `data` (shape `rows` or `rows x cols`).
+template <class T>
+nb::object owned_array(std::span<const T> data, std::size_t cols = 0) {
+  T* copy = new T[data.empty() ? 1 : data.size()];
+  if (!data.empty()) std::memcpy(copy, data.data(), data.size_bytes());
+  nb::capsule owner(copy, [](void* p) noexcept { delete[] static_cast<T*>(p); });
+  if (cols == 0) {
+    return nb::cast(nb::ndarray<nb::numpy, const T, nb::ndim<1>>(copy, {data.size()}, owner));
+  }
+  return nb::cast(nb::ndarray<nb::numpy, const T, nb::ndim<2>>(copy, {data.size() / cols, cols}, owner));
+}
+
+} // namespace reprise::python

@@ -1,0 +1,419 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+/// \file
+/// `PrefixCache`: `reprise::runtime_prefix_cache<Policy>` behind one Python class. The policy is a
+/// compile-time parameter in C++, so the module instantiates a fixed set of named policies (`policies` below)
+/// and the constructor picks one by name. Every call forwards to the C++ cache; an errc becomes the matching
+/// exception and, as in C++, leaves the cache unchanged. Plans copy their block tables and capture lists into
+/// numpy arrays they own, so a plan stays valid after later calls.
+
+#include "bindings.hpp"
+
+#include <reprise/cache/prefix_cache.hpp>
+
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/unique_ptr.h>
+
+#include <array>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace reprise::python {
+namespace {
+
+namespace pol = reprise::policy;
+
+/// The type-erased cache: one virtual call per operation in front of the C++ façade.
+class cache_base {
+public:
+  virtual ~cache_base() = default;
+  virtual result<admit_plan> admit(seq_id s, std::span<const token_id> prompt, const extra_keys& keys) = 0;
+  virtual result<void> commit(seq_id s, std::uint32_t n, std::span<const std::uint32_t> written) = 0;
+  virtual result<extend_plan> extend(seq_id s, std::span<const token_id> tokens) = 0;
+  virtual result<finish_plan> finish(seq_id s) = 0;
+  virtual result<void> release(seq_id s) = 0;
+  virtual result<fork_plan> fork(seq_id src, seq_id dst) = 0;
+  virtual result<void> step_complete(epoch_t n) = 0;
+  virtual epoch_t current_epoch() const = 0;
+  virtual const cache_metrics& metrics() const = 0;
+  virtual cache_geometry geometry() const = 0;
+  virtual std::uint32_t snapshot_slots() const = 0;
+  virtual std::uint32_t kv_blocks() const = 0;
+  virtual std::uint64_t hasher_seed() const = 0;
+  virtual std::span<const block_id> block_table(seq_id s) const = 0;
+  virtual result<void> check_invariants() const = 0;
+};
+
+template <class Policy>
+class cache_of final : public cache_base {
+public:
+  using cache_type = runtime_prefix_cache<Policy>;
+  explicit cache_of(cache_type c) : c_(std::move(c)) {}
+
+  result<admit_plan> admit(seq_id s, std::span<const token_id> p, const extra_keys& k) override {
+    return c_.admit(s, p, k);
+  }
+  result<void> commit(seq_id s, std::uint32_t n, std::span<const std::uint32_t> w) override {
+    return c_.commit(s, n, w);
+  }
+  result<extend_plan> extend(seq_id s, std::span<const token_id> t) override { return c_.extend(s, t); }
+  result<finish_plan> finish(seq_id s) override { return c_.finish(s); }
+  result<void> release(seq_id s) override { return c_.release(s); }
+  result<fork_plan> fork(seq_id a, seq_id b) override { return c_.fork(a, b); }
+  result<void> step_complete(epoch_t n) override { return c_.step_complete(n); }
+  epoch_t current_epoch() const override { return c_.current_epoch(); }
+  const cache_metrics& metrics() const override { return c_.metrics(); }
+  cache_geometry geometry() const override { return c_.geometry(); }
+  std::uint32_t snapshot_slots() const override { return c_.snapshot_slots(); }
+  std::uint32_t kv_blocks() const override { return c_.kv_blocks(); }
+  std::uint64_t hasher_seed() const override { return c_.hasher_seed(); }
+  std::span<const block_id> block_table(seq_id s) const override { return c_.block_table(s); }
+  result<void> check_invariants() const override { return c_.check_invariants(); }
+
+private:
+  cache_type c_;
+};
+
+struct named_policy {
+  const char* name;
+  const char* doc;
+  result<std::unique_ptr<cache_base>> (*make)(const model_config&, const cache_options&);
+};
+
+template <class Policy>
+result<std::unique_ptr<cache_base>> make_cache(const model_config& m, const cache_options& o) {
+  auto c = runtime_prefix_cache<Policy>::create(m, o);
+  if (!c) return c.error();
+  return std::unique_ptr<cache_base>(std::make_unique<cache_of<Policy>>(std::move(*c)));
+}
+
+// The policies this module is built with. Adding one is one line here (and one instantiation of the cache).
+constexpr std::array<named_policy, 5> policies{{
+    {"block_sharing", "attention-only models: share KV blocks and skip their prefill (policy::block_sharing)",
+     &make_cache<pol::block_sharing>},
+    {"memory_only",
+     "hybrid models without a snapshot budget: share matched KV blocks, skip nothing (policy::memory_only)",
+     &make_cache<pol::memory_only>},
+    {"snapshot_restore",
+     "hybrid models: skip prefill up to the deepest usable snapshot; captures at last_aligned, branch_point and "
+     "end_of_turn; accepts decode-continuation state (policy::snapshot_restore<>)",
+     &make_cache<pol::snapshot_restore<>>},
+    {"snapshot_prefill_exact",
+     "snapshot_restore with captures at last_aligned and branch_point, reusing only prefill-exact state: every "
+     "hit is bitwise a cold prefill (snapshot_restore<capture<last_aligned, branch_point>, accept_prefill_exact>)",
+     &make_cache<pol::snapshot_restore<pol::capture<pol::last_aligned, pol::branch_point>, pol::accept_prefill_exact>>},
+    {"snapshot_interval",
+     "snapshot_restore with captures every `capture_interval` tokens plus last_aligned, branch_point and "
+     "end_of_turn, accepting decode-continuation state (snapshot_restore<capture<every_interval, last_aligned, "
+     "branch_point, end_of_turn>, accept_any>)",
+     &make_cache<pol::snapshot_restore<
+         pol::capture<pol::every_interval, pol::last_aligned, pol::branch_point, pol::end_of_turn>, pol::accept_any>>},
+}};
+
+const char* exactness_name(exactness e) {
+  return e == exactness::prefill_exact ? "prefill_exact" : "decode_continuation";
+}
+
+// ----- plans: plain values holding owned numpy arrays -----
+
+struct py_admit_plan {
+  nb::object block_table;
+  std::uint32_t shared_blocks, kv_matched_tokens, usable_tokens, tokens_lost_to_missing_snapshot;
+  slot_id restore_slot;
+  std::string restore_exactness;
+  nb::object captures;
+};
+
+struct py_extend_plan {
+  nb::object new_blocks;
+  std::uint32_t first_new_block;
+};
+
+struct py_finish_plan {
+  std::int64_t capture_position;
+  slot_id capture_slot;
+};
+
+struct py_fork_plan {
+  nb::object block_table;
+  block_id copy_src, copy_dst;
+  bool copy_recurrent_state;
+};
+
+nb::object capture_array(std::span<const capture_point> caps) {
+  std::vector<std::int64_t> flat;
+  flat.reserve(caps.size() * 2);
+  for (const capture_point& c : caps) {
+    flat.push_back(c.position);
+    flat.push_back(c.slot);
+  }
+  return owned_array<std::int64_t>(flat, 2);
+}
+
+/// The extra keys of `admit`, owning the multimodal digest bytes.
+struct py_extra_keys {
+  std::uint64_t model_revision = 0, lora_id = 0, tenant_salt = 0;
+  nb::bytes multimodal_digest{};
+
+  extra_keys view() const noexcept {
+    return {model_revision, lora_id,
+            {reinterpret_cast<const std::byte*>(multimodal_digest.c_str()), multimodal_digest.size()}, tenant_salt};
+  }
+};
+
+class py_cache {
+public:
+  py_cache(const model_config& m, const std::string& policy, std::uint32_t kv_blocks, std::uint32_t max_sequences,
+           std::size_t snapshot_budget_bytes, std::uint64_t snapshot_ttl_steps, std::uint32_t max_snapshots_per_path,
+           std::uint32_t capture_interval, std::optional<std::uint64_t> hasher_seed) {
+    const cache_options o{kv_blocks,        max_sequences,    snapshot_budget_bytes, snapshot_ttl_steps,
+                          max_snapshots_per_path, capture_interval, hasher_seed};
+    for (const named_policy& p : policies)
+      if (policy == p.name) {
+        impl_ = value_or_raise(p.make(m, o), "PrefixCache");
+        policy_ = p.name;
+        return;
+      }
+    std::string names;
+    for (const named_policy& p : policies) names += std::string(names.empty() ? "" : ", ") + p.name;
+    throw nb::value_error(("PrefixCache: unknown policy '" + policy + "' (built-in policies: " + names + ")").c_str());
+  }
+
+  py_admit_plan admit(seq_id s, nb::handle tokens, const std::optional<py_extra_keys>& keys) {
+    const host_vector<token_id> t = as_int32_vector(tokens, "tokens");
+    const admit_plan p = value_or_raise(impl_->admit(s, span_of(t), keys ? keys->view() : extra_keys{}), "admit");
+    return {owned_array(p.block_table),
+            p.shared_blocks,
+            p.kv_matched_tokens,
+            p.usable_tokens,
+            p.tokens_lost_to_missing_snapshot,
+            p.restore_slot,
+            exactness_name(p.restore_exactness),
+            capture_array(p.captures)};
+  }
+
+  void commit(seq_id s, std::uint32_t n, nb::handle written) {
+    if (written.is_none()) return check(impl_->commit(s, n, {}), "commit");
+    const host_vector<std::uint32_t> w = as_uint32_vector(written, "captures_written");
+    check(impl_->commit(s, n, span_of(w)), "commit");
+  }
+
+  py_extend_plan extend(seq_id s, nb::handle tokens) {
+    const host_vector<token_id> t = as_int32_vector(tokens, "tokens");
+    const extend_plan p = value_or_raise(impl_->extend(s, span_of(t)), "extend");
+    return {owned_array(p.new_blocks), p.first_new_block};
+  }
+
+  py_finish_plan finish(seq_id s) {
+    const finish_plan p = value_or_raise(impl_->finish(s), "finish");
+    return {p.capture.position, p.capture.slot};
+  }
+
+  void release(seq_id s) { check(impl_->release(s), "release"); }
+
+  py_fork_plan fork(seq_id src, seq_id dst) {
+    const fork_plan p = value_or_raise(impl_->fork(src, dst), "fork");
+    return {owned_array(p.block_table), p.copy_src, p.copy_dst, p.copy_recurrent_state};
+  }
+
+  void step_complete(epoch_t n) { check(impl_->step_complete(n), "step_complete"); }
+  void check_invariants() const { check(impl_->check_invariants(), "check_invariants"); }
+  nb::object block_table(seq_id s) const { return owned_array(impl_->block_table(s)); }
+
+  nb::dict metrics() const {
+    const cache_metrics& m = impl_->metrics();
+    nb::dict d;
+#define REPRISE_METRIC(name) d[#name] = m.name;
+    REPRISE_METRIC(lookups)
+    REPRISE_METRIC(prompt_tokens)
+    REPRISE_METRIC(kv_matched_tokens)
+    REPRISE_METRIC(usable_tokens)
+    REPRISE_METRIC(tokens_lost_to_missing_snapshot)
+    REPRISE_METRIC(blocks_shared)
+    REPRISE_METRIC(bytes_saved)
+    REPRISE_METRIC(blocks_published)
+    REPRISE_METRIC(duplicate_blocks)
+    REPRISE_METRIC(kv_evictions)
+    REPRISE_METRIC(snapshot_hits)
+    REPRISE_METRIC(snapshot_misses)
+    REPRISE_METRIC(captures_planned)
+    REPRISE_METRIC(captures_written)
+    REPRISE_METRIC(captures_refused)
+    REPRISE_METRIC(snapshot_evictions_lru)
+    REPRISE_METRIC(snapshot_evictions_ttl)
+    REPRISE_METRIC(snapshot_evictions_invalidated)
+    REPRISE_METRIC(live_sequences)
+    REPRISE_METRIC(blocks_referenced)
+    REPRISE_METRIC(blocks_cached)
+    REPRISE_METRIC(blocks_free)
+    REPRISE_METRIC(snapshots_held)
+    REPRISE_METRIC(snapshot_bytes_held)
+#undef REPRISE_METRIC
+    return d;
+  }
+
+  const cache_base& impl() const { return *impl_; }
+  const std::string& policy() const { return policy_; }
+
+private:
+  std::unique_ptr<cache_base> impl_;
+  std::string policy_;
+};
+
+} // namespace
+
+void bind_cache(nb::module_& m) {
+  nb::class_<py_extra_keys>(m, "ExtraKeys",
+                            "What besides the tokens decides whether two prefixes may share cached state. Different "
+                            "values never share a block or a snapshot; different tenant salts never share anything.")
+      .def(
+          "__init__",
+          [](py_extra_keys* self, std::uint64_t model_revision, std::uint64_t lora_id, nb::bytes multimodal_digest,
+             std::uint64_t tenant_salt) {
+            new (self) py_extra_keys{model_revision, lora_id, tenant_salt, std::move(multimodal_digest)};
+          },
+          nb::kw_only(), nb::arg("model_revision") = 0, nb::arg("lora_id") = 0,
+          nb::arg("multimodal_digest") = nb::bytes(""), nb::arg("tenant_salt") = 0,
+          "`multimodal_digest` is a digest of the media (at most 32 bytes), never the media itself.")
+      .def_ro("model_revision", &py_extra_keys::model_revision, "Model revision.")
+      .def_ro("lora_id", &py_extra_keys::lora_id, "LoRA adapter id.")
+      .def_ro("multimodal_digest", &py_extra_keys::multimodal_digest, "Digest of the media in the prompt.")
+      .def_ro("tenant_salt", &py_extra_keys::tenant_salt, "Tenant isolation salt.");
+
+  nb::class_<py_admit_plan>(m, "AdmitPlan",
+                            "What `admit` decided. Arrays are read-only copies owned by the plan: they stay valid "
+                            "after later cache calls.")
+      .def_prop_ro("block_table", [](const py_admit_plan& p) { return p.block_table; },
+                   nb::for_getter(nb::sig("def block_table(self) -> numpy.typing.NDArray[numpy.int32]")),
+              "int32 [ceil(L / B)] block ids; the first `shared_blocks` are shared and read-only.")
+      .def_ro("shared_blocks", &py_admit_plan::shared_blocks, "Leading blocks that are shared cached blocks.")
+      .def_ro("kv_matched_tokens", &py_admit_plan::kv_matched_tokens,
+              "Tokens whose KV is cached; the engine writes KV only at positions >= this.")
+      .def_ro("usable_tokens", &py_admit_plan::usable_tokens,
+              "Tokens whose prefill is skipped: the engine computes [usable_tokens, L).")
+      .def_ro("tokens_lost_to_missing_snapshot", &py_admit_plan::tokens_lost_to_missing_snapshot,
+              "kv_matched_tokens - usable_tokens: KV-cached tokens recomputed for lack of a snapshot.")
+      .def_ro("restore_slot", &py_admit_plan::restore_slot,
+              "Snapshot slot to copy into the live recurrent state before prefill, or -1 (start from zero).")
+      .def_ro("restore_exactness", &py_admit_plan::restore_exactness,
+              "'prefill_exact' (bitwise a cold prefill) or 'decode_continuation'.")
+      .def_prop_ro("captures", [](const py_admit_plan& p) { return p.captures; },
+                   nb::for_getter(nb::sig("def captures(self) -> numpy.typing.NDArray[numpy.int64]")),
+              "int64 [n, 2] (position, slot) pairs, increasing positions in (usable_tokens, L]: the prefill writes "
+              "the recurrent state after `position` tokens into `slot`.")
+      .def("__repr__", [](const py_admit_plan& p) {
+        return "AdmitPlan(blocks=" + std::to_string(nb::len(p.block_table)) +
+               ", shared_blocks=" + std::to_string(p.shared_blocks) +
+               ", kv_matched_tokens=" + std::to_string(p.kv_matched_tokens) +
+               ", usable_tokens=" + std::to_string(p.usable_tokens) +
+               ", restore_slot=" + std::to_string(p.restore_slot) +
+               ", captures=" + std::to_string(nb::len(p.captures)) + ")";
+      });
+
+  nb::class_<py_extend_plan>(m, "ExtendPlan", "What `extend` decided: blocks appended to the block table.")
+      .def_prop_ro("new_blocks", [](const py_extend_plan& p) { return p.new_blocks; },
+                   nb::for_getter(nb::sig("def new_blocks(self) -> numpy.typing.NDArray[numpy.int32]")),
+                   "int32 new block ids (possibly none), a copy.")
+      .def_ro("first_new_block", &py_extend_plan::first_new_block, "Block-table index of new_blocks[0].");
+
+  nb::class_<py_finish_plan>(m, "FinishPlan",
+                             "What `finish` decided: an end-of-turn capture of the live state, or none.")
+      .def_ro("capture_position", &py_finish_plan::capture_position, "Tokens the captured state has folded in.")
+      .def_ro("capture_slot", &py_finish_plan::capture_slot,
+              "Slot to copy the live recurrent state into in this step, or -1 (no capture).");
+
+  nb::class_<py_fork_plan>(m, "ForkPlan", "What `fork` decided.")
+      .def_prop_ro("block_table", [](const py_fork_plan& p) { return p.block_table; },
+                   nb::for_getter(nb::sig("def block_table(self) -> numpy.typing.NDArray[numpy.int32]")),
+                   "int32 block table of the destination, a copy.")
+      .def_ro("copy_src", &py_fork_plan::copy_src, "Partial last block to copy from, or -1.")
+      .def_ro("copy_dst", &py_fork_plan::copy_dst, "Block to copy it into, or -1.")
+      .def_ro("copy_recurrent_state", &py_fork_plan::copy_recurrent_state,
+              "Whether the engine must copy the source's live recurrent state into the destination's.");
+
+  std::string policy_doc = "Named policies (compile-time C++ policies instantiated in this module):\n";
+  nb::dict policy_dict;
+  for (const named_policy& p : policies) {
+    policy_doc += std::string("  ") + p.name + ": " + p.doc + "\n";
+    policy_dict[p.name] = p.doc;
+  }
+  m.attr("POLICIES") = policy_dict;
+
+  const std::string class_doc =
+      "A prefix cache over a runtime model (reprise::runtime_prefix_cache<Policy>). Drive it from one thread: "
+      "admit -> (restore, prefill, captures) -> commit; extend for decode tokens; finish or release; "
+      "step_complete(n) once step n's kernels are done. A call that raises has changed nothing.\n\n" +
+      policy_doc;
+
+  nb::class_<py_cache>(m, "PrefixCache", class_doc.c_str())
+      .def(nb::init<const model_config&, const std::string&, std::uint32_t, std::uint32_t, std::size_t, std::uint64_t,
+                    std::uint32_t, std::uint32_t, std::optional<std::uint64_t>>(),
+           nb::arg("config"), nb::arg("policy") = "snapshot_restore", nb::kw_only(), nb::arg("kv_blocks"),
+           nb::arg("max_sequences") = 256, nb::arg("snapshot_budget_bytes") = 0, nb::arg("snapshot_ttl_steps") = 0,
+           nb::arg("max_snapshots_per_path") = 0, nb::arg("capture_interval") = 0,
+           nb::arg("hasher_seed") = nb::none(),
+           "Allocates every pool. Raises InvalidArgument (kv_blocks or max_sequences is 0), OutOfRange (above "
+           "2^31 - 1), UnsupportedConfig (block size, or a policy that does not fit the model), BudgetTooSmall "
+           "(a snapshot policy with a budget below one snapshot), Misaligned (capture_interval 0 or off the "
+           "alignment unit with 'snapshot_interval'), ValueError (unknown policy name).")
+      .def("admit", &py_cache::admit, nb::arg("seq_id"), nb::arg("tokens"), nb::arg("extra_keys") = nb::none(),
+           nb::sig("def admit(self, seq_id: int, tokens: numpy.typing.ArrayLike, extra_keys: ExtraKeys | None = None) "
+                   "-> AdmitPlan"),
+           "Admits sequence `seq_id` with prompt `tokens` (int32 array-like: list, numpy array, buffer) and plans "
+           "its prefill. Raises DuplicateSequence, InvalidArgument (empty prompt, digest over 32 bytes), "
+           "OutOfRange (prompt too long), PoolExhausted. Returns an AdmitPlan.")
+      .def("commit", &py_cache::commit, nb::arg("seq_id"), nb::arg("n_computed"),
+           nb::arg("captures_written") = nb::none(),
+           nb::sig("def commit(self, seq_id: int, n_computed: int, captures_written: numpy.typing.ArrayLike | None = "
+                   "None) -> None"),
+           "Declares the first `n_computed` tokens computed (non-decreasing): publishes full blocks and the planned "
+           "captures listed (positions) in `captures_written`; unlisted captures <= n_computed are dropped. "
+           "Raises UnknownSequence, OutOfRange, InvalidArgument.")
+      .def("extend", &py_cache::extend, nb::arg("seq_id"), nb::arg("tokens"),
+           nb::sig("def extend(self, seq_id: int, tokens: numpy.typing.ArrayLike) -> ExtendPlan"),
+           "Appends decode tokens; returns an ExtendPlan with the blocks they need. Raises UnknownSequence, "
+           "PoolExhausted, OutOfRange.")
+      .def("finish", &py_cache::finish, nb::arg("seq_id"),
+           "Ends a turn: plans an end-of-turn capture when the policy has end_of_turn, then releases the "
+           "sequence. Returns a FinishPlan. Raises as release.")
+      .def("release", &py_cache::release, nb::arg("seq_id"),
+           "Drops the sequence's references; its blocks stay cached. Raises DoubleRelease, UnknownSequence.")
+      .def("fork", &py_cache::fork, nb::arg("src"), nb::arg("dst"),
+           "Copy-on-write fork of a fully committed sequence. Returns a ForkPlan. Raises UnknownSequence, "
+           "DuplicateSequence, InvalidArgument (uncommitted tokens), PoolExhausted.")
+      .def("step_complete", &py_cache::step_complete, nb::arg("step"),
+           "Every kernel of step `step` has finished: what was given up during it becomes reusable. Raises "
+           "OutOfRange past the last numberable step.")
+      .def("current_epoch", [](const py_cache& c) { return c.impl().current_epoch(); },
+           "The step being scheduled now (starts at 0).")
+      .def("metrics", &py_cache::metrics, "Counters since construction and current gauges, as a dict.")
+      .def("check_invariants", &py_cache::check_invariants,
+           "Recomputes the bookkeeping from scratch; raises InvariantViolated on a mismatch (a bug).")
+      .def("block_table", &py_cache::block_table, nb::arg("seq_id"),
+           nb::sig("def block_table(self, seq_id: int) -> numpy.typing.NDArray[numpy.int32]"),
+           "A copy of the block table of a live sequence (empty if unknown).")
+      .def_prop_ro("policy", &py_cache::policy, "The policy name.")
+      .def_prop_ro("block_size", [](const py_cache& c) { return c.impl().geometry().block_size; },
+                   "Tokens per KV block.")
+      .def_prop_ro("alignment", [](const py_cache& c) { return c.impl().geometry().alignment; },
+                   "Snapshot alignment unit.")
+      .def_prop_ro("bytes_per_snapshot", [](const py_cache& c) { return c.impl().geometry().bytes_per_snapshot; },
+                   "Bytes of one snapshot (the snapshot budget's unit).")
+      .def_prop_ro("kv_blocks", [](const py_cache& c) { return c.impl().kv_blocks(); },
+                   "KV blocks of the engine's pool: block ids are in [0, kv_blocks).")
+      .def_prop_ro("snapshot_slots", [](const py_cache& c) { return c.impl().snapshot_slots(); },
+                   "Snapshot slots the engine must provide (ids [0, snapshot_slots)).")
+      .def_prop_ro("hasher_seed", [](const py_cache& c) { return c.impl().hasher_seed(); }, "The hasher seed.")
+      .def("__repr__", [](const py_cache& c) {
+        const cache_metrics& m = c.impl().metrics();
+        return "PrefixCache(policy='" + c.policy() + "', kv_blocks=" + std::to_string(c.impl().kv_blocks()) +
+               ", snapshot_slots=" + std::to_string(c.impl().snapshot_slots()) +
+               ", live_sequences=" + std::to_string(m.live_sequences) +
+               ", blocks_cached=" + std::to_string(m.blocks_cached) +
+               ", snapshots_held=" + std::to_string(m.snapshots_held) + ")";
+      });
+}
+
+} // namespace reprise::python

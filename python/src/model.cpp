@@ -1,0 +1,214 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+/// \file
+/// Layer shapes and `ModelConfig` (reprise::model_config): the runtime model description a cache is built
+/// from. Validation is the C++ one (model_facts), so byte figures and alignment rules cannot drift from the
+/// library. `ModelConfig.from_hf_config` reads a Hugging Face config.json through reprise/_hf.py and
+/// validates the layer groups it finds here.
+
+#include "bindings.hpp"
+
+#include <reprise/state/model_config.hpp>
+#include <reprise/state/presets.hpp>
+
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <string>
+#include <tuple>
+#include <variant>
+#include <vector>
+
+namespace reprise::python {
+namespace {
+
+dtype parse_dtype(const std::string& s) {
+  if (s == "f32" || s == "float32") return dtype::f32;
+  if (s == "bf16" || s == "bfloat16") return dtype::bf16;
+  if (s == "f16" || s == "float16") return dtype::f16;
+  if (s == "f64" || s == "float64") return dtype::f64;
+  throw nb::value_error(("unknown dtype '" + s + "': use f32, bf16, f16 or f64").c_str());
+}
+std::string name_of(dtype t) { return std::string(to_string(t)); }
+
+using shape_variant = std::variant<kv_shape, mamba2_shape, gated_delta_shape>;
+
+model_config make_config(const std::vector<std::tuple<nb::object, std::uint32_t>>& groups) {
+  std::vector<layer_spec> specs;
+  specs.reserve(groups.size());
+  for (const auto& [shape, count] : groups) {
+    layer_spec g;
+    g.count = count;
+    if (nb::isinstance<kv_shape>(shape)) g.shape = nb::cast<kv_shape>(shape);
+    else if (nb::isinstance<mamba2_shape>(shape)) g.shape = nb::cast<mamba2_shape>(shape);
+    else if (nb::isinstance<gated_delta_shape>(shape)) g.shape = nb::cast<gated_delta_shape>(shape);
+    else throw nb::type_error("ModelConfig: each group is (KvShape | Mamba2Shape | GatedDeltaShape, count)");
+    specs.push_back(g);
+  }
+  return value_or_raise(model_config::make(std::move(specs)), "ModelConfig");
+}
+
+model_config preset(const std::string& name) {
+  if (name == "nemotron_h_8b") return model_config::of<presets::nemotron_h_8b>();
+  if (name == "qwen3_next_80b") return model_config::of<presets::qwen3_next_80b>();
+  if (name == "falcon_h1_7b") return model_config::of<presets::falcon_h1_7b>();
+  if (name == "llama3_8b") return model_config::of<presets::llama3_8b>();
+  throw nb::value_error(("unknown preset '" + name +
+                         "': nemotron_h_8b, qwen3_next_80b, falcon_h1_7b or llama3_8b")
+                            .c_str());
+}
+
+nb::list groups_of(const model_config& c) {
+  nb::list out;
+  for (const layer_spec& g : c.groups())
+    std::visit([&](const auto& s) { out.append(nb::make_tuple(nb::cast(s), g.count)); }, g.shape);
+  return out;
+}
+
+std::string repr(const model_config& c) {
+  return "ModelConfig(attention_layers=" + std::to_string(c.attention_layers()) +
+         ", mamba2_layers=" + std::to_string(c.facts().mamba2_layers) +
+         ", gated_delta_layers=" + std::to_string(c.facts().gated_delta_layers) +
+         ", block_size=" + std::to_string(c.block_size()) + ", alignment=" + std::to_string(c.alignment()) +
+         ", bytes_per_kv_block=" + std::to_string(c.bytes_per_kv_block()) +
+         ", bytes_per_snapshot=" + std::to_string(c.bytes_per_snapshot()) + ")";
+}
+
+} // namespace
+
+void bind_model(nb::module_& m) {
+  nb::class_<kv_shape>(m, "KvShape",
+                       "Attention KV cache of one layer: K and V for `kv_heads` heads of `head_dim`, in blocks "
+                       "of `block_size` tokens (one of 8, 16, 32, 64, 128, 256 for a cache).")
+      .def(
+          "__init__",
+          [](kv_shape* self, std::uint32_t kv_heads, std::uint32_t head_dim, std::uint32_t block_size,
+             const std::string& dt) { new (self) kv_shape{kv_heads, head_dim, block_size, parse_dtype(dt)}; },
+          nb::arg("kv_heads"), nb::arg("head_dim"), nb::arg("block_size") = 16, nb::arg("dtype") = "bf16")
+      .def_ro("kv_heads", &kv_shape::kv_heads, "KV heads.")
+      .def_ro("head_dim", &kv_shape::head_dim, "Elements per head.")
+      .def_ro("block_size", &kv_shape::block_size, "Tokens per KV block.")
+      .def_prop_ro("dtype", [](const kv_shape& s) { return name_of(s.type); }, "Element type of K and V.")
+      .def_prop_ro("bytes_per_token", &kv_shape::bytes_per_token, "Bytes one token occupies in this layer (K and V).")
+      .def_prop_ro("bytes_per_block", &kv_shape::bytes_per_block, "Bytes of one block of this layer.")
+      .def("__eq__", [](const kv_shape& a, const kv_shape& b) { return a == b; }, "Field-wise equality.")
+      .def("__repr__", [](const kv_shape& s) {
+        return "KvShape(kv_heads=" + std::to_string(s.kv_heads) + ", head_dim=" + std::to_string(s.head_dim) +
+               ", block_size=" + std::to_string(s.block_size) + ", dtype='" + name_of(s.type) + "')";
+      });
+
+  nb::class_<mamba2_shape>(m, "Mamba2Shape",
+                           "Mamba2 mixer state of one layer: a causal-conv window over x, B and C "
+                           "(`conv_width` - 1 rows) and an SSM state [heads, head_dim, state_dim]. `chunk` is "
+                           "the chunked-prefill size Q (64, 128 or 256).")
+      .def(
+          "__init__",
+          [](mamba2_shape* self, std::uint32_t heads, std::uint32_t head_dim, std::uint32_t state_dim,
+             std::uint32_t groups, std::uint32_t conv_width, std::uint32_t chunk, const std::string& state_dtype,
+             const std::string& conv_dtype) {
+            new (self) mamba2_shape{heads, head_dim, state_dim, groups, conv_width, chunk, parse_dtype(state_dtype),
+                                    parse_dtype(conv_dtype)};
+          },
+          nb::arg("heads"), nb::arg("head_dim"), nb::arg("state_dim"), nb::arg("groups") = 1,
+          nb::arg("conv_width") = 4, nb::arg("chunk") = 256, nb::arg("state_dtype") = "f32",
+          nb::arg("conv_dtype") = "bf16")
+      .def_ro("heads", &mamba2_shape::heads, "SSM heads H.")
+      .def_ro("head_dim", &mamba2_shape::head_dim, "Head dimension P.")
+      .def_ro("state_dim", &mamba2_shape::state_dim, "State dimension N.")
+      .def_ro("groups", &mamba2_shape::groups, "B/C groups G.")
+      .def_ro("conv_width", &mamba2_shape::conv_width, "Causal conv width W.")
+      .def_ro("chunk", &mamba2_shape::chunk, "Chunked-prefill size Q.")
+      .def_prop_ro("state_dtype", [](const mamba2_shape& s) { return name_of(s.state_type); }, "SSM state type.")
+      .def_prop_ro("conv_dtype", [](const mamba2_shape& s) { return name_of(s.conv_type); }, "Conv window type.")
+      .def_prop_ro("conv_channels", &mamba2_shape::conv_channels, "Channels through the conv: H*P + 2*G*N.")
+      .def_prop_ro("conv_state_bytes", &mamba2_shape::conv_state_bytes, "Bytes of the conv window.")
+      .def_prop_ro("matrix_state_bytes", &mamba2_shape::matrix_state_bytes, "Bytes of the SSM state.")
+      .def_prop_ro("state_bytes", &mamba2_shape::state_bytes, "Bytes of one layer's snapshot.")
+      .def("__eq__", [](const mamba2_shape& a, const mamba2_shape& b) { return a == b; }, "Field-wise equality.")
+      .def("__repr__", [](const mamba2_shape& s) {
+        return "Mamba2Shape(heads=" + std::to_string(s.heads) + ", head_dim=" + std::to_string(s.head_dim) +
+               ", state_dim=" + std::to_string(s.state_dim) + ", groups=" + std::to_string(s.groups) +
+               ", conv_width=" + std::to_string(s.conv_width) + ", chunk=" + std::to_string(s.chunk) + ")";
+      });
+
+  nb::class_<gated_delta_shape>(m, "GatedDeltaShape",
+                                "Gated delta rule state of one layer (Qwen3-Next linear attention): a "
+                                "causal-conv window over q, k, v and a matrix [value_heads, key_dim, value_dim]. "
+                                "`chunk` is the chunked-prefill size Q (64; 32 for small shapes).")
+      .def(
+          "__init__",
+          [](gated_delta_shape* self, std::uint32_t key_heads, std::uint32_t value_heads, std::uint32_t key_dim,
+             std::uint32_t value_dim, std::uint32_t conv_width, std::uint32_t chunk, const std::string& state_dtype,
+             const std::string& conv_dtype) {
+            new (self) gated_delta_shape{key_heads,  value_heads, key_dim, value_dim, conv_width,
+                                         chunk,      parse_dtype(state_dtype), parse_dtype(conv_dtype)};
+          },
+          nb::arg("key_heads"), nb::arg("value_heads"), nb::arg("key_dim"), nb::arg("value_dim"),
+          nb::arg("conv_width") = 4, nb::arg("chunk") = 64, nb::arg("state_dtype") = "f32",
+          nb::arg("conv_dtype") = "bf16")
+      .def_ro("key_heads", &gated_delta_shape::key_heads, "Key heads H.")
+      .def_ro("value_heads", &gated_delta_shape::value_heads, "Value heads HV (a multiple of H).")
+      .def_ro("key_dim", &gated_delta_shape::key_dim, "Key dimension K.")
+      .def_ro("value_dim", &gated_delta_shape::value_dim, "Value dimension V.")
+      .def_ro("conv_width", &gated_delta_shape::conv_width, "Causal conv width W.")
+      .def_ro("chunk", &gated_delta_shape::chunk, "Chunked-prefill size Q.")
+      .def_prop_ro("state_dtype", [](const gated_delta_shape& s) { return name_of(s.state_type); }, "State type.")
+      .def_prop_ro("conv_dtype", [](const gated_delta_shape& s) { return name_of(s.conv_type); }, "Conv window type.")
+      .def_prop_ro("conv_channels", &gated_delta_shape::conv_channels, "Channels through the conv: 2*H*K + HV*V.")
+      .def_prop_ro("conv_state_bytes", &gated_delta_shape::conv_state_bytes, "Bytes of the conv window.")
+      .def_prop_ro("matrix_state_bytes", &gated_delta_shape::matrix_state_bytes, "Bytes of the delta-rule matrix.")
+      .def_prop_ro("state_bytes", &gated_delta_shape::state_bytes, "Bytes of one layer's snapshot.")
+      .def("__eq__", [](const gated_delta_shape& a, const gated_delta_shape& b) { return a == b; },
+           "Field-wise equality.")
+      .def("__repr__", [](const gated_delta_shape& s) {
+        return "GatedDeltaShape(key_heads=" + std::to_string(s.key_heads) +
+               ", value_heads=" + std::to_string(s.value_heads) + ", key_dim=" + std::to_string(s.key_dim) +
+               ", value_dim=" + std::to_string(s.value_dim) + ", conv_width=" + std::to_string(s.conv_width) +
+               ", chunk=" + std::to_string(s.chunk) + ")";
+      });
+
+  nb::class_<model_config>(m, "ModelConfig",
+                           "A validated model description: the layer groups of a checkpoint and the facts a cache "
+                           "needs (bytes per KV block and per snapshot, the snapshot alignment unit).")
+      .def(
+          "__init__",
+          [](model_config* self, const std::vector<std::tuple<nb::object, std::uint32_t>>& groups) {
+            new (self) model_config(make_config(groups));
+          },
+          nb::arg("groups"),
+          "Validates `groups`, a list of (KvShape | Mamba2Shape | GatedDeltaShape, count). Raises InvalidArgument "
+          "(no layers, a count of 0, attention layers with different block sizes), UnsupportedConfig (a shape "
+          "the kernels do not support) or Misaligned (a block or chunk size that does not divide the largest).")
+      .def_static("preset", &preset, nb::arg("name"),
+                  "The layout of a public model the C++ library ships as a preset: 'nemotron_h_8b', "
+                  "'qwen3_next_80b', 'falcon_h1_7b' or 'llama3_8b' (16-token KV blocks).")
+      .def_static(
+          "from_hf_config",
+          [](nb::dict config, std::uint32_t block_size) {
+            nb::object groups = nb::module_::import_("reprise._hf").attr("layer_groups")(config, block_size);
+            return make_config(nb::cast<std::vector<std::tuple<nb::object, std::uint32_t>>>(groups));
+          },
+          nb::arg("config"), nb::arg("block_size") = 16,
+          "Reads the layer layout of a Hugging Face config.json (as a dict): Nemotron-H, Qwen3-Next / Qwen3.5, "
+          "Falcon-H1, Granite-4.0-H, Bamba, and attention-only Llama-like models. `block_size` is the KV block "
+          "size of the engine (8, 16, 32, 64, 128 or 256). Raises ValueError naming the architecture, layer kind "
+          "or field that is missing or unsupported (e.g. Mamba-1 layers), and the errors of ModelConfig(groups).")
+      .def_prop_ro("groups", &groups_of, "The layer groups: a list of (shape, count).")
+      .def_prop_ro("block_size", &model_config::block_size,
+                   "Tokens per KV block (per key block, one chunk, without attention layers).")
+      .def_prop_ro("alignment", &model_config::alignment,
+                   "Snapshots sit at multiples of this unit: lcm(block size, every chunk size).")
+      .def_prop_ro("bytes_per_kv_block", &model_config::bytes_per_kv_block,
+                   "Bytes one block id covers over every attention layer.")
+      .def_prop_ro("bytes_per_snapshot", &model_config::bytes_per_snapshot,
+                   "Bytes of one snapshot: conv window and matrix state of every recurrent layer.")
+      .def_prop_ro("attention_layers", &model_config::attention_layers, "Attention layers.")
+      .def_prop_ro("mamba2_layers", [](const model_config& c) { return c.facts().mamba2_layers; }, "Mamba2 layers.")
+      .def_prop_ro("gated_delta_layers", [](const model_config& c) { return c.facts().gated_delta_layers; },
+                   "Gated-delta layers.")
+      .def_prop_ro("recurrent_layers", &model_config::recurrent_layers, "Mamba2 plus gated-delta layers.")
+      .def_prop_ro("has_recurrent", &model_config::has_recurrent, "Whether any recurrent layer exists.")
+      .def("__repr__", &repr);
+}
+
+} // namespace reprise::python

@@ -1,0 +1,37 @@
+# Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+"""The package surface: docstrings on every public name, type stubs shipped next to the module."""
+
+import inspect
+import pathlib
+
+import reprise
+
+
+def public(obj):
+    return [(n, getattr(obj, n)) for n in dir(obj) if not n.startswith("_")]
+
+
+def test_every_public_name_has_a_docstring():
+    assert reprise.__doc__ and reprise._reprise.__doc__
+    missing = []
+    modules = [reprise] + ([reprise.ops] if reprise.HAS_OPS else [])
+    for module in modules:
+        for name, obj in public(module):
+            if inspect.ismodule(obj) or not (inspect.isclass(obj) or callable(obj)):
+                continue  # constants (ERRORS, POLICIES, HAS_OPS) are described in the package docstring
+            if not (obj.__doc__ or "").strip():
+                missing.append(f"{module.__name__}.{name}")
+            if inspect.isclass(obj) and not issubclass(obj, BaseException):
+                for member, value in public(obj):
+                    if not (getattr(value, "__doc__", None) or "").strip():
+                        missing.append(f"{name}.{member}")
+    assert not missing, missing
+
+
+def test_type_stubs_are_shipped():
+    stubs = pathlib.Path(reprise._reprise.__file__).parent / "_reprise"
+    assert (stubs / "__init__.pyi").is_file() and (pathlib.Path(reprise.__file__).parent / "py.typed").is_file()
+    text = (stubs / "__init__.pyi").read_text()
+    assert "class PrefixCache" in text and "def admit(self, seq_id: int, tokens: numpy.typing.ArrayLike" in text
+    if reprise.HAS_OPS:
+        assert "def mamba2_ssd_prefill" in (stubs / "ops.pyi").read_text()

@@ -1,0 +1,211 @@
+# Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+"""PrefixCache: every named policy, plan contents, plan lifetime, and the token inputs it accepts."""
+
+import array
+import gc
+
+import numpy as np
+import pytest
+
+import reprise
+from conftest import attention_config, hybrid_config
+
+HYBRID_POLICIES = ["memory_only", "snapshot_restore", "snapshot_prefill_exact", "snapshot_interval"]
+
+
+def make(policy, config=None, **kw):
+    config = config or (attention_config() if policy == "block_sharing" else hybrid_config())
+    kw.setdefault("kv_blocks", 256)
+    kw.setdefault("hasher_seed", 1)
+    if policy.startswith("snapshot"):
+        kw.setdefault("snapshot_budget_bytes", 8 * config.bytes_per_snapshot)
+    if policy == "snapshot_interval":
+        kw.setdefault("capture_interval", 128)
+    return reprise.PrefixCache(config, policy, **kw)
+
+
+def serve(cache, seq, prompt, captures=True):
+    plan = cache.admit(seq, prompt)
+    cache.commit(seq, len(prompt), plan.captures[:, 0] if captures else None)
+    cache.release(seq)
+    cache.step_complete(cache.current_epoch())
+    return plan
+
+
+def test_policies_are_the_documented_set():
+    assert set(reprise.POLICIES) == {"block_sharing", *HYBRID_POLICIES}
+    for name, doc in reprise.POLICIES.items():
+        assert name in reprise.PrefixCache.__doc__ and doc
+
+
+@pytest.mark.parametrize("policy", ["block_sharing", *HYBRID_POLICIES])
+def test_a_repeated_prompt_hits(policy):
+    cache = make(policy)
+    assert cache.policy == policy
+    prompt = np.arange(300, dtype=np.int32)
+    first = serve(cache, 1, prompt)
+    assert first.usable_tokens == 0 and first.kv_matched_tokens == 0 and first.restore_slot == -1
+    second = cache.admit(2, prompt)
+    assert second.kv_matched_tokens == 288  # floor((L - 1) / B) blocks: one token is always computed
+    assert second.shared_blocks == 18
+    np.testing.assert_array_equal(second.block_table[:18], first.block_table[:18])
+    if policy == "block_sharing":
+        assert second.usable_tokens == 288 and second.restore_slot == -1
+    elif policy == "memory_only":
+        assert second.usable_tokens == 0 and second.restore_slot == -1
+    else:
+        assert second.usable_tokens == 256  # the last aligned snapshot (alignment 64)
+        assert 0 <= second.restore_slot < cache.snapshot_slots
+        assert second.restore_exactness == "prefill_exact"
+        assert second.tokens_lost_to_missing_snapshot == 32
+    m = cache.metrics()
+    assert m["lookups"] == 2 and m["kv_matched_tokens"] == 288 and m["live_sequences"] == 1
+    cache.check_invariants()
+
+
+@pytest.mark.parametrize("policy", ["snapshot_restore", "snapshot_prefill_exact", "snapshot_interval"])
+def test_captures_follow_the_policy(policy):
+    cache = make(policy)
+    plan = cache.admit(1, np.arange(600, dtype=np.int32))
+    positions = plan.captures[:, 0].tolist()
+    assert positions == sorted(positions) and all(0 < p <= 600 and p % 64 == 0 for p in positions)
+    assert 576 in positions  # last_aligned: floor(599 / 64) * 64
+    if policy == "snapshot_interval":
+        assert {128, 256, 384, 512} <= set(positions)
+    slots = plan.captures[:, 1]
+    assert len(set(slots.tolist())) == len(slots) and ((slots >= 0) & (slots < cache.snapshot_slots)).all()
+
+
+def test_end_of_turn_capture_only_with_end_of_turn():
+    for policy, expect in (("snapshot_restore", True), ("snapshot_prefill_exact", False)):
+        cache = make(policy)
+        plan = cache.admit(1, np.arange(100, dtype=np.int32))
+        cache.commit(1, 100, plan.captures[:, 0])
+        cache.extend(1, np.arange(28, dtype=np.int32))  # 128 tokens: a full, aligned block end
+        cache.commit(1, 128)
+        fin = cache.finish(1)
+        assert (fin.capture_slot >= 0) == expect
+        if expect:
+            assert fin.capture_position == 128
+        cache.check_invariants()
+
+
+def test_plan_arrays_hold_the_cache_values_and_have_the_right_types():
+    cache = make("snapshot_restore", kv_blocks=64)
+    plan = cache.admit(7, list(range(100)))
+    assert plan.block_table.dtype == np.int32 and plan.block_table.shape == (7,)
+    assert plan.captures.dtype == np.int64 and plan.captures.shape[1] == 2
+    np.testing.assert_array_equal(plan.block_table, cache.block_table(7))
+    assert len(set(plan.block_table.tolist())) == 7 and ((plan.block_table >= 0) & (plan.block_table < 64)).all()
+    assert not plan.block_table.flags.writeable and not plan.captures.flags.writeable
+    ext = cache.extend(7, [1] * 20)  # 120 tokens: one more block
+    assert ext.new_blocks.dtype == np.int32 and ext.first_new_block == 7 and len(ext.new_blocks) == 1
+    np.testing.assert_array_equal(cache.block_table(7), np.concatenate([plan.block_table, ext.new_blocks]))
+
+
+def test_plans_do_not_dangle():
+    cache = make("snapshot_restore", kv_blocks=64, max_sequences=4)
+    plan = cache.admit(1, np.arange(200, dtype=np.int32))
+    table, caps = plan.block_table.copy(), plan.captures.copy()
+    view = plan.block_table  # a view kept without the plan
+    cache.commit(1, 200, plan.captures[:, 0])
+    cache.release(1)
+    cache.step_complete(cache.current_epoch())
+    # Churn: the released blocks are evicted and handed to other sequences; the cache's internal tables move.
+    for s in range(2, 40):
+        p = cache.admit(s, np.full(200, s, dtype=np.int32))
+        cache.commit(s, 200)
+        cache.release(s)
+        cache.step_complete(cache.current_epoch())
+    assert cache.metrics()["kv_evictions"] > 0
+    np.testing.assert_array_equal(plan.block_table, table)
+    np.testing.assert_array_equal(plan.captures, caps)
+    del plan
+    gc.collect()
+    np.testing.assert_array_equal(view, table)
+    del cache, p
+    gc.collect()
+    np.testing.assert_array_equal(view, table)  # the array owns its copy: it outlives plan and cache
+
+
+def test_token_inputs():
+    cache = make("block_sharing")
+    prompt = list(range(100, 164))
+    base = serve(cache, 1, prompt)
+    forms = [
+        np.array(prompt, dtype=np.int32),  # zero-copy
+        np.array(prompt, dtype=np.int64),  # numpy's default integer: range-checked, narrowed
+        np.array(prompt, dtype=np.uint16),
+        np.array([prompt, prompt], dtype=np.int32).T[:, 1],  # strided: made contiguous
+        array.array("i", prompt),  # buffer protocol
+        memoryview(array.array("i", prompt)),
+        tuple(prompt),
+        prompt,
+    ]
+    for i, tokens in enumerate(forms):
+        plan = cache.admit(10 + i, tokens)
+        assert plan.kv_matched_tokens == 48, type(tokens)
+        np.testing.assert_array_equal(plan.block_table[:3], base.block_table[:3])
+        cache.release(10 + i)
+    with pytest.raises(TypeError):
+        cache.admit(41, np.array([1.0, 2.0]))
+    with pytest.raises(OverflowError):
+        cache.admit(41, np.array([1, 2**31], dtype=np.int64))
+    with pytest.raises(ValueError):
+        cache.admit(41, np.zeros((2, 2), dtype=np.int32))
+    cache.check_invariants()
+
+
+def test_extra_keys_separate_prefixes():
+    cache = make("block_sharing")
+    prompt = np.arange(64, dtype=np.int32)
+    serve(cache, 1, prompt)
+    assert cache.admit(2, prompt, reprise.ExtraKeys(tenant_salt=5)).kv_matched_tokens == 0
+    assert cache.admit(3, prompt).kv_matched_tokens == 48
+    digest = bytes(range(32))
+    serve(cache, 4, prompt + 1000)
+    k = reprise.ExtraKeys(lora_id=3, multimodal_digest=digest)
+    assert k.multimodal_digest == digest and k.lora_id == 3
+    plan = cache.admit(6, prompt + 2000, k)
+    cache.commit(6, 64)
+    cache.release(6)
+    assert cache.admit(7, prompt + 2000, reprise.ExtraKeys(lora_id=3, multimodal_digest=digest)).kv_matched_tokens == 48
+    assert plan.kv_matched_tokens == 0
+
+
+def test_fork_copies_the_partial_block():
+    cache = make("snapshot_restore")
+    plan = cache.admit(1, np.arange(40, dtype=np.int32))
+    cache.commit(1, 40)
+    fork = cache.fork(1, 2)
+    assert fork.block_table.dtype == np.int32 and len(fork.block_table) == 3
+    np.testing.assert_array_equal(fork.block_table[:2], plan.block_table[:2])
+    assert fork.copy_src == plan.block_table[2] and fork.copy_dst == fork.block_table[2] != fork.copy_src
+    assert fork.copy_recurrent_state
+    cache.check_invariants()
+
+
+def test_step_complete_and_epochs():
+    cache = make("memory_only")
+    assert cache.current_epoch() == 0
+    cache.step_complete(0)
+    assert cache.current_epoch() == 1
+    cache.step_complete(10)
+    assert cache.current_epoch() == 11
+    cache.step_complete(3)  # an old step: nothing changes
+    assert cache.current_epoch() == 11
+
+
+def test_geometry_and_metrics_keys():
+    cache = make("snapshot_restore")
+    config = hybrid_config()
+    assert cache.block_size == 16 and cache.alignment == 64 and cache.kv_blocks == 256
+    assert cache.bytes_per_snapshot == config.bytes_per_snapshot and cache.snapshot_slots == 8
+    assert cache.hasher_seed == 1
+    m = cache.metrics()
+    assert len(m) == 24 and all(v == 0 for k, v in m.items() if k != "blocks_free")
+    assert m["blocks_free"] == 256
+    assert repr(cache).startswith("PrefixCache(policy='snapshot_restore', kv_blocks=256")
+    assert repr(cache.admit(1, range(40))) == (
+        "AdmitPlan(blocks=3, shared_blocks=0, kv_matched_tokens=0, usable_tokens=0, restore_slot=-1, captures=0)")
+    cache.release(1)
