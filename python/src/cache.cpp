@@ -124,6 +124,7 @@ struct py_admit_plan {
   slot_id restore_slot;
   std::string restore_exactness;
   nb::object captures;
+  block_id copy_src, copy_dst;
 };
 
 struct py_extend_plan {
@@ -191,7 +192,9 @@ public:
             p.tokens_lost_to_missing_snapshot,
             p.restore_slot,
             exactness_name(p.restore_exactness),
-            capture_array(p.captures)};
+            capture_array(p.captures),
+            p.copy_src,
+            p.copy_dst};
   }
 
   void commit(seq_id s, std::uint32_t n, nb::handle written) {
@@ -238,6 +241,7 @@ public:
     REPRISE_METRIC(kv_evictions)
     REPRISE_METRIC(snapshot_hits)
     REPRISE_METRIC(snapshot_misses)
+    REPRISE_METRIC(partial_blocks_copied)
     REPRISE_METRIC(captures_planned)
     REPRISE_METRIC(captures_written)
     REPRISE_METRIC(captures_refused)
@@ -248,6 +252,7 @@ public:
     REPRISE_METRIC(blocks_referenced)
     REPRISE_METRIC(blocks_cached)
     REPRISE_METRIC(blocks_free)
+    REPRISE_METRIC(tail_blocks)
     REPRISE_METRIC(snapshots_held)
     REPRISE_METRIC(snapshot_bytes_held)
 #undef REPRISE_METRIC
@@ -297,6 +302,11 @@ void bind_cache(nb::module_& m) {
               "kv_matched_tokens - usable_tokens: KV-cached tokens recomputed for lack of a snapshot.")
       .def_ro("restore_slot", &py_admit_plan::restore_slot,
               "Snapshot slot to copy into the live recurrent state before prefill, or -1 (start from zero).")
+      .def_ro("copy_src", &py_admit_plan::copy_src,
+              "A partial block kept at a turn's end to copy into copy_dst before the prefill (copy on write), "
+              "or -1.")
+      .def_ro("copy_dst", &py_admit_plan::copy_dst,
+              "The sequence's own block (block_table[shared_blocks]) that receives copy_src, or -1.")
       .def_ro("restore_exactness", &py_admit_plan::restore_exactness,
               "'prefill_exact' (bitwise a cold prefill) or 'decode_continuation'.")
       .def_prop_ro("captures", [](const py_admit_plan& p) { return p.captures; },

@@ -90,6 +90,26 @@ def test_end_of_turn_capture_only_with_end_of_turn():
         cache.check_invariants()
 
 
+def test_turn_end_off_a_block_boundary_is_restored_with_a_copy_on_write_plan():
+    cache = make("snapshot_restore")
+    plan = cache.admit(1, np.arange(100, dtype=np.int32))
+    assert plan.copy_src == -1 and plan.copy_dst == -1
+    cache.commit(1, 100, plan.captures[:, 0])
+    cache.extend(1, np.arange(1000, 1010, dtype=np.int32))
+    cache.commit(1, 110)
+    fin = cache.finish(1)
+    assert fin.capture_position == 110 and fin.capture_slot >= 0  # 110 = 6 blocks + 14 tokens
+    assert cache.metrics()["tail_blocks"] == 1
+    cache.step_complete(cache.current_epoch())
+    turn2 = np.concatenate([np.arange(100), np.arange(1000, 1011), np.arange(5000, 5020)]).astype(np.int32)
+    plan = cache.admit(2, turn2)
+    assert plan.usable_tokens == 110 and plan.kv_matched_tokens == 110 and plan.shared_blocks == 6
+    assert plan.restore_slot == fin.capture_slot and plan.restore_exactness == "decode_continuation"
+    assert plan.copy_src >= 0 and plan.copy_dst == plan.block_table[6] and plan.copy_src != plan.copy_dst
+    assert cache.metrics()["partial_blocks_copied"] == 1
+    cache.check_invariants()
+
+
 def test_plan_arrays_hold_the_cache_values_and_have_the_right_types():
     cache = make("snapshot_restore", kv_blocks=64)
     plan = cache.admit(7, list(range(100)))
@@ -203,7 +223,7 @@ def test_geometry_and_metrics_keys():
     assert cache.bytes_per_snapshot == config.bytes_per_snapshot and cache.snapshot_slots == 8
     assert cache.hasher_seed == 1
     m = cache.metrics()
-    assert len(m) == 24 and all(v == 0 for k, v in m.items() if k != "blocks_free")
+    assert len(m) == 26 and all(v == 0 for k, v in m.items() if k != "blocks_free")
     assert m["blocks_free"] == 256
     assert repr(cache).startswith("PrefixCache(policy='snapshot_restore', kv_blocks=256")
     assert repr(cache.admit(1, range(40))) == (
