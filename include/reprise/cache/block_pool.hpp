@@ -43,12 +43,13 @@ struct block_node {
   std::uint32_t refcount = 0;
   std::uint32_t cached_children = 0;
   std::uint32_t depth = 0;       ///< index in its chain: the block covers [depth * B, (depth + 1) * B)
-  std::uint32_t fill = 0;        ///< tail: tokens held (1 .. B - 1), from depth * B
   epoch_t tag = 0;               ///< epoch_fifo tag
   slot_id snapshot[2] = {no_slot, no_slot}; ///< published snapshot at the block's end, by `exactness`
+  std::uint32_t fill = 0;        ///< tail: tokens held (1 .. B - 1), from depth * B (here: the node stays 88 bytes)
   block_state state = block_state::free;
   exactness kind = exactness::prefill_exact; ///< how its KV was computed (valid while cached)
 };
+static_assert(sizeof(block_node) <= 88, "block_node: keep the node within 88 bytes (pool scans and LRU walks)");
 
 class block_pool {
 public:
