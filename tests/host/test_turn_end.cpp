@@ -28,8 +28,8 @@ prefix_cache<small_hybrid, Policy> make(std::uint32_t kv_blocks = 128, std::size
   return std::move(*c);
 }
 
-/// One turn as an engine runs it: admit, commit the prefill, feed `reply.size() - 1` decoded tokens (the last
-/// sampled one is never fed), finish. Returns the finish plan; `tokens` becomes prompt + reply.
+/// One turn as an engine runs it: admit, commit the prefill, complete its step, feed `reply.size() - 1` decoded
+/// tokens (the last sampled one is never fed), finish. Returns the finish plan; `tokens` becomes prompt + reply.
 template <class Cache>
 finish_plan run_turn(Cache& c, seq_id s, std::vector<token_id>& tokens, const std::vector<token_id>& reply,
                      const extra_keys& keys = {}) {
@@ -39,6 +39,7 @@ finish_plan run_turn(Cache& c, seq_id s, std::vector<token_id>& tokens, const st
   for (const capture_point& p : plan->captures) written.push_back(static_cast<std::uint32_t>(p.position));
   auto n = static_cast<std::uint32_t>(tokens.size());
   REQUIRE(c.commit(s, n, written).has_value());
+  REQUIRE(c.step_complete(c.current_epoch()).has_value()); // the prefill's step; decode steps follow
   for (std::size_t k = 0; k + 1 < reply.size(); ++k) {
     REQUIRE(c.extend(s, std::vector<token_id>{reply[k]}).has_value());
     REQUIRE(c.commit(s, ++n).has_value());
@@ -190,5 +191,27 @@ TEST_CASE("an equal turn end is kept once") {
   CHECK(fa.capture.slot != no_slot);
   CHECK(fb.capture.slot == no_slot); // the same tokens are already kept with a snapshot
   CHECK(c.metrics().tail_blocks == 1);
+  CHECK(c.check_invariants().has_value());
+}
+
+TEST_CASE("a turn end superseded by the next turn's is evicted before other conversations' turn ends") {
+  auto c = make<chat>(256, 3); // three snapshot slots
+  std::vector<token_id> a = iota_tokens(40, 1), b = iota_tokens(40, 5000), d = iota_tokens(40, 9000);
+  const finish_plan a1 = run_turn(c, 1, a, iota_tokens(5, 70000));
+  const finish_plan b1 = run_turn(c, 2, b, iota_tokens(5, 71000));
+  REQUIRE(a1.capture.slot != no_slot);
+  REQUIRE(b1.capture.slot != no_slot);
+  a.insert(a.end(), {11, 12, 13});
+  const finish_plan a2 = run_turn(c, 3, a, iota_tokens(6, 72000)); // restores a1, then supersedes it
+  REQUIRE(a2.capture.slot != no_slot);
+  CHECK(c.metrics().snapshots_held == 3);
+  // A third conversation's turn end needs a slot: a1 goes, b1 stays.
+  const finish_plan d1 = run_turn(c, 4, d, iota_tokens(5, 73000));
+  CHECK(d1.capture.slot == a1.capture.slot);
+  b.insert(b.end(), {21, 22});
+  auto b2 = c.admit(5, b);
+  REQUIRE(b2.has_value());
+  CHECK(b2->restore_slot == b1.capture.slot);
+  CHECK(b2->usable_tokens == 44);
   CHECK(c.check_invariants().has_value());
 }

@@ -266,6 +266,10 @@ struct cache_core {
         slots.hold(choice.slot);
         r.restore_slot = choice.slot;
         plan.restore_slot = choice.slot;
+        if (restores_continuation) {
+          r.turn_restore = choice.slot;
+          r.turn_restore_block = slots.node(choice.slot).block;
+        }
         ++metrics.snapshot_hits;
       } else if (kv_matched != 0) {
         ++metrics.snapshot_misses;
@@ -514,6 +518,9 @@ struct cache_core {
     // Written by the engine in the current step: restorable once that step completes.
     slots.attach(*n, *target, exactness::decode_continuation, clock.release_tag());
     plan.capture = {.sequence = 0, .position = p, .slot = slots.id_of(*n)};
+    // The turn end this turn started from is superseded by this one (only a regeneration of this turn would
+    // use it again): it goes first when a slot is needed, ahead of other conversations' turn ends.
+    if (r.turn_restore != no_slot) slots.demote(r.turn_restore, r.turn_restore_block);
     ++metrics.captures_planned;
     ++metrics.captures_written;
   }

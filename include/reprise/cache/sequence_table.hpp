@@ -35,6 +35,10 @@ struct sequence_record {
   std::vector<block_id> chain;
   slot_id restore_slot = no_slot;        ///< held until the first commit (the restore copy has run)
   block_id copy_src = no_block;          ///< a kept partial block held until the first commit (copied)
+  /// The turn-end snapshot this sequence restored from and the block it sits on: superseded once this
+  /// sequence's own turn end is captured further along the same path.
+  slot_id turn_restore = no_slot;
+  block_id turn_restore_block = no_block;
   /// Tokens before this position were computed prefill-exactly (from the zero state or prefill-exact state,
   /// through prefill-exact KV); the KV of later positions, and states past it, are `decode_continuation`.
   std::uint32_t exact_until = 0;
@@ -54,6 +58,8 @@ struct sequence_record {
     tokens = computed = 0;
     restore_slot = no_slot;
     copy_src = no_block;
+    turn_restore = no_slot;
+    turn_restore_block = no_block;
     exact_until = 0;
   }
 };

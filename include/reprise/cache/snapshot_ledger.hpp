@@ -83,6 +83,17 @@ public:
     pool_.lru().push_back(n, clock_->release_tag(), clock_->safe_before);
   }
 
+  /// Moves snapshot `s` to the front of the LRU queue (the next one evicted) if it is still the idle
+  /// decode_continuation snapshot of block `b` and its last hold ended in a completed step, so that its slot
+  /// may be reused at once. Otherwise changes nothing. Complexity: O(1).
+  void demote(slot_id s, block_id b) noexcept {
+    slot_node& n = pool_.node(s);
+    if (n.state != slot_state::published || n.block != b || n.kind != exactness::decode_continuation) return;
+    if (n.refcount != 0 || n.tag > clock_->safe_before) return;
+    pool_.lru().erase(n, clock_->safe_before);
+    pool_.lru().push_front_safe(n);
+  }
+
   /// Drops the snapshots attached to block `b` (it is being evicted). Precondition: none is held (a
   /// restoring sequence holds the block too, so an evicted block's snapshots are idle).
   void invalidate(block_node& b) noexcept {

@@ -156,8 +156,10 @@ void run(const trace& t, const replay_config& c, std::uint32_t kv_blocks, replay
     for (const capture_point& p : plan->captures) written.push_back(static_cast<std::uint32_t>(p.position));
     if (auto committed = cache.commit(i, length, written); !committed) misuse("commit", committed.error(), i);
 
-    // Decode: the model feeds every output token but the last sampled one.
+    // Decode: the model feeds every output token but the last sampled one, in steps after the prefill's (whose
+    // kernels, the restore copy included, have completed by then).
     if (r.output_tokens > 0) {
+      if (auto done = cache.step_complete(cache.current_epoch()); !done) misuse("step_complete", done.error(), i);
       output.clear();
       materializer::append_output(i, r.output_tokens, output);
       if (cache.extend(i, output)) {
