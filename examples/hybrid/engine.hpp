@@ -9,7 +9,8 @@
 ///   2. admit waiting requests -> `cache.admit` plans shared blocks, the skip u, a restore slot, captures;
 ///   3. restore: one batched slot copy (snapshot slot -> the sequence's live slot) for every admitted request;
 ///   4. prefill: one forward call over the non-skipped tokens [u, L) of every admitted request, writing KV
-///      into the planned blocks and snapshots into the planned capture slots; then `cache.commit`;
+///      into the planned blocks and snapshots into the planned capture slots (a capture off the alignment
+///      grid splits the call there); then `cache.commit`;
 ///   5. finish sequences that have generated enough: `cache.finish` (copy the live state into the slot of an
 ///      end-of-turn capture when the policy plans one), free the live slot;
 ///   6. `cache.step_complete(epoch)`: this host engine runs synchronously, so step n is complete here.
@@ -107,6 +108,7 @@ public:
     }
     for (std::uint32_t i = 0; i < opt_.max_running; ++i)
       free_live_.push_back(static_cast<slot_id>(cache.snapshot_slots() + i));
+    if constexpr (requires { cache.alignment(); }) alignment_ = cache.alignment();
   }
 
   void submit(request r) { waiting_.push_back(std::move(r)); }
@@ -200,7 +202,6 @@ private:
   void admit_and_prefill() {
     std::vector<sequence*> admitted;
     std::vector<sequence_step> steps;
-    std::vector<token> tokens;
     std::vector<ops::copy_pair> restores;
     std::vector<std::vector<capture_point>> captures;
     for (std::uint32_t n = 0; n < opt_.max_admit_per_step && !waiting_.empty() && !free_live_.empty(); ++n) {
@@ -221,7 +222,6 @@ private:
         restores.push_back({plan->restore_slot, s.live_slot});
       captures.emplace_back(plan->captures.begin(), plan->captures.end());
       steps.push_back(sequence_step{u, length - u, {}, s.live_slot, {}, plan->kv_matched_tokens});
-      tokens.insert(tokens.end(), s.tokens.begin() + u, s.tokens.end());
       admitted.push_back(&s);
       stats_.prompt_tokens += length;
       stats_.prefill_tokens += length - u;
@@ -236,18 +236,70 @@ private:
     }
     if (admitted.empty()) return;
     copy_slots(restores); // restore before any prefill reads the live slots
-    for (std::size_t i = 0; i < admitted.size(); ++i) {
-      steps[i].blocks = admitted[i]->blocks;
-      steps[i].captures = captures[i];
-    }
-    std::vector<float> logits(admitted.size() * model_.config().vocab);
-    model_.forward(pass::prefill, tokens, steps, kv_, states_, logits);
+    for (std::size_t i = 0; i < admitted.size(); ++i) steps[i].blocks = admitted[i]->blocks;
+    const std::vector<float> logits = prefill(admitted, steps, captures);
     for (std::size_t i = 0; i < admitted.size(); ++i) {
       sequence& s = *admitted[i];
       std::vector<std::uint32_t> written;
       for (const capture_point& c : captures[i]) written.push_back(static_cast<std::uint32_t>(c.position));
       if (auto r = cache_.commit(s.id, s.prompt_length, written); !r) fail("commit", r.error());
       take_logits(s, std::span<const float>(logits).subspan(i * model_.config().vocab, model_.config().vocab));
+    }
+  }
+
+  /// Runs the prefill of the admitted sequences and returns each one's last logits. A capture off the
+  /// alignment grid (`policy::branch_block`) is no chunk boundary: the sequence's prefill ends a piece there,
+  /// the live state after it is copied into the capture slot, and the next piece continues from it. Pieces
+  /// run in rounds (round k computes every sequence's k-th piece), so without such captures this is one
+  /// forward call.
+  std::vector<float> prefill(std::span<sequence* const> admitted, std::span<const sequence_step> steps,
+                             std::span<const std::vector<capture_point>> captures) {
+    const std::uint32_t vocab = model_.config().vocab;
+    std::vector<std::vector<std::uint32_t>> ends(admitted.size()); // each sequence's piece ends, the last = L
+    std::vector<std::vector<capture_point>> on_grid(admitted.size());
+    for (std::size_t i = 0; i < admitted.size(); ++i) {
+      for (const capture_point& c : captures[i]) {
+        if (static_cast<std::uint64_t>(c.position) % alignment_ != 0) ends[i].push_back(static_cast<std::uint32_t>(c.position));
+        else on_grid[i].push_back(c);
+      }
+      ends[i].push_back(admitted[i]->prompt_length);
+    }
+    std::vector<float> logits(admitted.size() * vocab);
+    for (std::size_t round = 0;; ++round) {
+      std::vector<sequence_step> pieces;
+      std::vector<token> tokens;
+      std::vector<std::size_t> who;
+      for (std::size_t i = 0; i < admitted.size(); ++i) {
+        if (round >= ends[i].size()) continue;
+        sequence_step piece = steps[i];
+        piece.start = round == 0 ? steps[i].start : ends[i][round - 1];
+        piece.count = ends[i][round] - piece.start;
+        const auto in_piece = [&](const capture_point& c) {
+          return c.position > piece.start && c.position <= piece.start + piece.count;
+        };
+        const auto first = std::find_if(on_grid[i].begin(), on_grid[i].end(), in_piece);
+        const auto last = std::find_if_not(first, on_grid[i].end(), in_piece);
+        piece.captures = std::span<const capture_point>(on_grid[i]).subspan(
+            static_cast<std::size_t>(first - on_grid[i].begin()), static_cast<std::size_t>(last - first));
+        tokens.insert(tokens.end(), admitted[i]->tokens.begin() + piece.start,
+                      admitted[i]->tokens.begin() + piece.start + piece.count);
+        pieces.push_back(piece);
+        who.push_back(i);
+      }
+      if (pieces.empty()) return logits;
+      std::vector<float> out(pieces.size() * vocab);
+      model_.forward(pass::prefill, tokens, pieces, kv_, states_, out);
+      for (std::size_t j = 0; j < pieces.size(); ++j) {
+        const std::size_t i = who[j];
+        if (round + 1 < ends[i].size()) { // the piece ended at an off-grid capture: snapshot the live state
+          const auto c = std::find_if(captures[i].begin(), captures[i].end(),
+                                      [&](const capture_point& p) { return p.position == ends[i][round]; });
+          copy_slot(admitted[i]->live_slot, c->slot);
+        } else {
+          std::copy_n(out.begin() + static_cast<std::ptrdiff_t>(j * vocab), vocab,
+                      logits.begin() + static_cast<std::ptrdiff_t>(i * vocab));
+        }
+      }
     }
   }
 
@@ -260,6 +312,7 @@ private:
     std::vector<sequence*> batch;
     std::vector<sequence_step> steps;
     std::vector<token> tokens;
+    std::vector<capture_point> checkpoints; // per batch entry: a decode checkpoint, or slot == no_slot
     for (sequence& s : running_) {
       // Each running sequence feeds its last decoded token unless it has decoded enough.
       if (s.generated.size() >= s.max_new_tokens) continue;
@@ -272,15 +325,23 @@ private:
       steps.push_back(sequence_step{pos, 1, s.blocks, s.live_slot, {}, 0});
       tokens.push_back(next);
       batch.push_back(&s);
+      checkpoints.push_back(plan->captures.empty() ? capture_point{} : plan->captures.front());
     }
     if (batch.empty()) return;
     std::vector<float> logits(batch.size() * model_.config().vocab);
     model_.forward(pass::decode, tokens, steps, kv_, states_, logits);
     for (std::size_t i = 0; i < batch.size(); ++i) {
       sequence& s = *batch[i];
+      // A decode checkpoint: the live state has now folded in exactly the checkpoint's position.
+      std::vector<std::uint32_t> written;
+      if (checkpoints[i].slot != no_slot) {
+        copy_slot(s.live_slot, checkpoints[i].slot);
+        written.push_back(static_cast<std::uint32_t>(checkpoints[i].position));
+      }
       // Decode-filled blocks are published too: in a model with recurrent layers the cache marks them
       // decode_continuation-exact, and only a policy that accepts that reuses them.
-      if (auto r = cache_.commit(s.id, static_cast<std::uint32_t>(s.tokens.size())); !r) fail("commit", r.error());
+      if (auto r = cache_.commit(s.id, static_cast<std::uint32_t>(s.tokens.size()), written); !r)
+        fail("commit", r.error());
       const auto row = std::span<const float>(logits).subspan(i * model_.config().vocab, model_.config().vocab);
       s.logits.assign(row.begin(), row.end());
       s.generated.push_back(static_cast<token>(math::argmax(row)));
@@ -322,6 +383,7 @@ private:
   std::vector<slot_id> free_live_;
   engine_stats stats_;
   std::vector<admission> admissions_;
+  std::uint32_t alignment_ = 1; ///< the cache's alignment unit: captures off it split the prefill
 };
 
 } // namespace reprise::example

@@ -219,10 +219,6 @@ private:
             expect(accepts_continuation, "admit: a decode_continuation snapshot restored under a prefill-exact policy");
             s.exact_until = std::min(s.exact_until, plan->usable_tokens);
           }
-          expect((plan->restore_exactness == exactness::decode_continuation) ==
-                     (s.exact_until < std::numeric_limits<std::uint32_t>::max() &&
-                      (slot_continuation_[plan->restore_slot] || s.exact_until < plan->usable_tokens)),
-                 "admit: restore_exactness disagrees with what was reused");
           if constexpr (!policy::policy_traits<policy_type>::accepts_decode_continuation)
             expect(plan->restore_exactness == exactness::prefill_exact, "admit: decode snapshot not accepted");
           if (plan->restore_exactness == exactness::prefill_exact)
@@ -250,6 +246,10 @@ private:
       if (block_continuation_[plan->copy_src]) s.exact_until = std::min(s.exact_until, plan->shared_blocks * B);
       block_touched_[plan->copy_src] = static_cast<std::int64_t>(cache_.current_epoch());
     }
+    // The prompt's outputs continue a session as soon as anything decode_continuation feeds them: a restored
+    // snapshot, a copied or shared decode-filled block (even past the restore: its KV is not recomputed).
+    expect((plan->restore_exactness == exactness::decode_continuation) == (s.exact_until < L),
+           "admit: restore_exactness disagrees with what was reused");
     s.computed = plan->usable_tokens;
     s.valid = plan->kv_matched_tokens;
     s.own_from = plan->shared_blocks;

@@ -196,7 +196,7 @@ TEST_CASE("sweep: legends use the policy names, memory_only is not on the lost-t
   std::filesystem::create_directories(dir);
   std::string error;
   const auto files = write_sweep(s, dir.string() + "/", "x", "t", error);
-  REQUIRE(files.size() == 4);
+  REQUIRE(files.size() == 5);
   for (const std::string& f : files) CHECK(f.find("//") == std::string::npos);
   auto slurp = [](const std::string& path) {
     std::ifstream in(path);

@@ -215,3 +215,238 @@ TEST_CASE("a turn end superseded by the next turn's is evicted before other conv
   CHECK(b2->usable_tokens == 44);
   CHECK(c.check_invariants().has_value());
 }
+
+TEST_CASE("with the pool full, a turn end reuses the slot of the turn end it supersedes") {
+  auto c = make<chat>(256, 2); // two slots: one per conversation
+  std::vector<token_id> a = iota_tokens(40, 1), b = iota_tokens(40, 5000);
+  const finish_plan a1 = run_turn(c, 1, a, iota_tokens(5, 70000));
+  const finish_plan b1 = run_turn(c, 2, b, iota_tokens(5, 71000));
+  REQUIRE(a1.capture.slot != no_slot);
+  REQUIRE(b1.capture.slot != no_slot);
+  // Turn 2 of a restores a1 (which moves a1 behind b1 in the LRU queue), then captures its own end: the
+  // superseded a1 must give its slot, not b1, the other conversation's only turn end.
+  a.insert(a.end(), {11, 12, 13});
+  const finish_plan a2 = run_turn(c, 3, a, iota_tokens(6, 72000));
+  CHECK(a2.capture.slot == a1.capture.slot);
+  b.insert(b.end(), {21, 22});
+  auto b2 = c.admit(4, b);
+  REQUIRE(b2.has_value());
+  CHECK(b2->restore_slot == b1.capture.slot);
+  CHECK(b2->usable_tokens == 44);
+  CHECK(c.check_invariants().has_value());
+}
+
+// ----- policy::chat: the branch block of a shared system prompt -----
+
+TEST_CASE("chat: a second conversation captures at the last block it shares with the first, off the grid") {
+  auto c = make<policy::chat>(256, 8);
+  const std::vector<token_id> system = iota_tokens(90, 1); // 5 full blocks + 10 tokens; alignment 64
+  std::vector<token_id> a = concat(system, iota_tokens(30, 5000));
+  const finish_plan a1 = run_turn(c, 1, a, iota_tokens(4, 70000));
+  REQUIRE(a1.capture.slot != no_slot);
+
+  // b shares [0, 90) with a: blocks [0, 80) match, the block holding 80..95 differs. There is no snapshot
+  // below 80 (chat takes none on the grid), so b computes everything, and captures at 80 for later prompts.
+  std::vector<token_id> b = concat(system, iota_tokens(25, 6000));
+  auto pb = c.admit(2, b);
+  REQUIRE(pb.has_value());
+  CHECK(pb->kv_matched_tokens == 80);
+  CHECK(pb->usable_tokens == 0);
+  REQUIRE(pb->captures.size() == 1);
+  CHECK(pb->captures[0].position == 80); // 80 % 64 != 0: a split of b's prefill, not a chunk boundary
+  // b's prefill is split at 80, so its outputs continue a session that prefilled [0, 80) first.
+  CHECK(pb->restore_exactness == exactness::decode_continuation);
+  const slot_id branch = pb->captures[0].slot;
+  REQUIRE(c.commit(2, static_cast<std::uint32_t>(b.size()), std::vector<std::uint32_t>{80}).has_value());
+  REQUIRE(c.release(2).has_value());
+  REQUIRE(c.step_complete(c.current_epoch()).has_value());
+
+  // A third conversation restores there: it recomputes only [80, L).
+  const std::vector<token_id> d = concat(system, iota_tokens(12, 7000));
+  auto pd = c.admit(3, d);
+  REQUIRE(pd.has_value());
+  CHECK(pd->usable_tokens == 80);
+  CHECK(pd->restore_slot == branch);
+  CHECK(pd->restore_exactness == exactness::decode_continuation);
+  CHECK(pd->tokens_lost_to_missing_snapshot == 0);
+  CHECK(pd->captures.empty()); // the branch block already holds its snapshot
+  CHECK(c.check_invariants().has_value());
+}
+
+TEST_CASE("chat: no branch capture where the cached path simply ends, or on a turn-end restore") {
+  auto c = make<policy::chat>(256, 8);
+  std::vector<token_id> a = iota_tokens(90, 1);
+  auto pa = c.admit(1, a);
+  REQUIRE(pa.has_value());
+  REQUIRE(c.commit(1, 90).has_value());
+  REQUIRE(c.release(1).has_value()); // no turn end: the cached path [0, 80) ends in a leaf
+  REQUIRE(c.step_complete(c.current_epoch()).has_value());
+  auto pb = c.admit(2, concat(a, iota_tokens(40, 5000)));
+  REQUIRE(pb.has_value());
+  CHECK(pb->kv_matched_tokens == 80);
+  CHECK(pb->captures.empty()); // extending a leaf is no branch: a later turn end supersedes such a capture
+  CHECK(pb->restore_exactness == exactness::prefill_exact);
+  REQUIRE(c.release(2).has_value());
+
+  // A turn restored from its predecessor's end plans nothing either.
+  std::vector<token_id> t = iota_tokens(50, 9000);
+  REQUIRE(run_turn(c, 3, t, iota_tokens(7, 71000)).capture.slot != no_slot);
+  t.insert(t.end(), {5, 6, 7});
+  auto p2 = c.admit(4, t);
+  REQUIRE(p2.has_value());
+  CHECK(p2->usable_tokens == 56);
+  CHECK(p2->captures.empty());
+  CHECK(c.check_invariants().has_value());
+}
+
+TEST_CASE("chat: a shared prefix's branch snapshot is never demoted as a superseded turn end") {
+  auto c = make<policy::chat>(256, 2); // two slots
+  const std::vector<token_id> system = iota_tokens(90, 1);
+  std::vector<token_id> a = concat(system, iota_tokens(30, 5000));
+  run_turn(c, 1, a, iota_tokens(4, 70000)); // slot 1: a's turn end
+  std::vector<token_id> b = concat(system, iota_tokens(25, 6000));
+  auto pb = c.admit(2, b);
+  REQUIRE(pb.has_value());
+  REQUIRE(pb->captures.size() == 1);
+  const slot_id branch = pb->captures[0].slot; // slot 2: the branch block at 80
+  REQUIRE(c.commit(2, static_cast<std::uint32_t>(b.size()), std::vector<std::uint32_t>{80}).has_value());
+  REQUIRE(c.release(2).has_value());
+  REQUIRE(c.step_complete(c.current_epoch()).has_value());
+
+  // d restores the branch snapshot (a decode_continuation one) and captures its own turn end: that must
+  // not treat the branch snapshot as the turn end it continues (every later conversation needs it).
+  std::vector<token_id> d = concat(system, iota_tokens(12, 7000));
+  const finish_plan d1 = run_turn(c, 3, d, iota_tokens(3, 72000));
+  REQUIRE(d1.capture.slot != no_slot);
+  CHECK(d1.capture.slot != branch);
+  auto pe = c.admit(4, concat(system, iota_tokens(20, 8000)));
+  REQUIRE(pe.has_value());
+  CHECK(pe->restore_slot == branch);
+  CHECK(pe->usable_tokens == 80);
+  CHECK(c.check_invariants().has_value());
+}
+
+// ----- policy::decode_checkpoints -----
+
+namespace {
+template <class Policy = policy::chat>
+prefix_cache<small_hybrid, Policy> make_checkpointing(std::uint32_t per_sequence, std::size_t slots = 8) {
+  auto c = prefix_cache<small_hybrid, Policy>::create({.kv_blocks = 128,
+                                                       .snapshot_budget_bytes = slots * snap,
+                                                       .hasher_seed = 2,
+                                                       .decode_checkpoint_interval = 64,
+                                                       .decode_checkpoints_per_sequence = per_sequence});
+  REQUIRE(c.has_value());
+  return std::move(*c);
+}
+
+/// Decodes `reply` one token per step as an engine does, writing every planned checkpoint; returns the
+/// checkpoint positions in order.
+template <class Cache>
+std::vector<std::int64_t> decode_with_checkpoints(Cache& c, seq_id s, std::vector<token_id>& tokens,
+                                                  const std::vector<token_id>& reply) {
+  std::vector<std::int64_t> at;
+  auto n = static_cast<std::uint32_t>(tokens.size());
+  for (const token_id t : reply) {
+    auto e = c.extend(s, std::vector<token_id>{t});
+    REQUIRE(e.has_value());
+    ++n;
+    std::vector<std::uint32_t> written;
+    for (const capture_point& p : e->captures) {
+      CHECK(p.position == n); // the state after this step's decode
+      at.push_back(p.position);
+      written.push_back(static_cast<std::uint32_t>(p.position));
+    }
+    REQUIRE(c.commit(s, n, written).has_value());
+    REQUIRE(c.step_complete(c.current_epoch()).has_value());
+    tokens.push_back(t);
+  }
+  return at;
+}
+} // namespace
+
+TEST_CASE("decode checkpoints: a prompt that departs from the reply restores at the last one before it") {
+  auto c = make_checkpointing(2);
+  std::vector<token_id> tokens = iota_tokens(40, 1);
+  REQUIRE(c.admit(1, tokens).has_value());
+  REQUIRE(c.commit(1, 40).has_value());
+  REQUIRE(c.step_complete(c.current_epoch()).has_value());
+  CHECK(decode_with_checkpoints(c, 1, tokens, iota_tokens(100, 5000)) == std::vector<std::int64_t>{64, 128});
+  REQUIRE(c.finish(1).has_value()); // turn end at 140
+  REQUIRE(c.step_complete(c.current_epoch()).has_value());
+
+  // The next prompt keeps the reply only up to 100 (a template that drops the end of a reasoning section,
+  // an edited reply): the turn end at 140 does not apply, the checkpoint at 64 does.
+  const std::vector<token_id> edited = concat(std::vector<token_id>(tokens.begin(), tokens.begin() + 100), iota_tokens(30, 9000));
+  auto p = c.admit(2, edited);
+  REQUIRE(p.has_value());
+  CHECK(p->usable_tokens == 64);
+  CHECK(p->restore_exactness == exactness::decode_continuation);
+  CHECK(p->kv_matched_tokens == 96);
+  CHECK(c.check_invariants().has_value());
+
+  // Without decode checkpoints (interval 0) the same prompt restores nothing.
+  auto off = prefix_cache<small_hybrid, policy::chat>::create({.kv_blocks = 128, .snapshot_budget_bytes = 8 * snap, .hasher_seed = 2});
+  REQUIRE(off.has_value());
+  std::vector<token_id> t2 = iota_tokens(40, 1);
+  REQUIRE(off->admit(1, t2).has_value());
+  REQUIRE(off->commit(1, 40).has_value());
+  REQUIRE(off->step_complete(off->current_epoch()).has_value());
+  CHECK(decode_with_checkpoints(*off, 1, t2, iota_tokens(100, 5000)).empty());
+  REQUIRE(off->finish(1).has_value());
+  REQUIRE(off->step_complete(off->current_epoch()).has_value());
+  auto q = off->admit(2, edited);
+  REQUIRE(q.has_value());
+  CHECK(q->usable_tokens == 0);
+}
+
+TEST_CASE("decode checkpoints are bounded per sequence: the newest are kept") {
+  auto c = make_checkpointing(1);
+  std::vector<token_id> tokens = iota_tokens(40, 1);
+  REQUIRE(c.admit(1, tokens).has_value());
+  REQUIRE(c.commit(1, 40).has_value());
+  CHECK(decode_with_checkpoints(c, 1, tokens, iota_tokens(100, 5000)) == std::vector<std::int64_t>{64, 128});
+  CHECK(c.metrics().snapshots_held == 1); // 64 dropped when 128 was published
+  REQUIRE(c.release(1).has_value());
+  REQUIRE(c.step_complete(c.current_epoch()).has_value());
+  auto at_100 = c.admit(2, concat(std::vector<token_id>(tokens.begin(), tokens.begin() + 100), iota_tokens(9, 9000)));
+  REQUIRE(at_100.has_value());
+  CHECK(at_100->usable_tokens == 0);
+  auto at_135 = c.admit(3, concat(std::vector<token_id>(tokens.begin(), tokens.begin() + 135), iota_tokens(9, 9000)));
+  REQUIRE(at_135.has_value());
+  CHECK(at_135->usable_tokens == 128);
+  CHECK(c.check_invariants().has_value());
+}
+
+TEST_CASE("decode checkpoints: bad input is an error and changes nothing") {
+  SUBCASE("configuration") {
+    auto off_grid = prefix_cache<small_hybrid, policy::chat>::create(
+        {.kv_blocks = 16, .snapshot_budget_bytes = 4 * snap, .decode_checkpoint_interval = 96});
+    REQUIRE_FALSE(off_grid.has_value());
+    CHECK(off_grid.error() == errc::misaligned);
+    auto none_kept = prefix_cache<small_hybrid, policy::chat>::create(
+        {.kv_blocks = 16, .snapshot_budget_bytes = 4 * snap, .decode_checkpoint_interval = 64,
+         .decode_checkpoints_per_sequence = 0});
+    REQUIRE_FALSE(none_kept.has_value());
+    CHECK(none_kept.error() == errc::invalid_argument);
+  }
+  SUBCASE("a checkpoint written past the committed length, or one never planned") {
+    auto c = make_checkpointing(2);
+    std::vector<token_id> tokens = iota_tokens(60, 1);
+    REQUIRE(c.admit(1, tokens).has_value());
+    REQUIRE(c.commit(1, 60).has_value());
+    auto e = c.extend(1, iota_tokens(4, 5000)); // 64: a checkpoint at the end of this step
+    REQUIRE(e.has_value());
+    REQUIRE(e->captures.size() == 1);
+    CHECK(e->captures[0].position == 64);
+    const seq_id live[] = {1};
+    const observable before(c, live);
+    CHECK(c.commit(1, 63, std::vector<std::uint32_t>{64}).error() == errc::invalid_argument); // past n
+    CHECK(c.commit(1, 64, std::vector<std::uint32_t>{62}).error() == errc::invalid_argument); // not planned
+    CHECK(c.commit(1, 64, std::vector<std::uint32_t>{64, 64}).error() == errc::invalid_argument); // twice
+    CHECK(observable(c, live) == before);
+    REQUIRE(c.commit(1, 64, std::vector<std::uint32_t>{64}).has_value());
+    CHECK(c.metrics().captures_written == 1);
+    CHECK(c.check_invariants().has_value());
+  }
+}

@@ -53,6 +53,10 @@ struct cache_core {
       if (!traits::capture::intervals_aligned(g.alignment)) return errc::misaligned;
       if (traits::capture::reads_interval && (o.capture_interval == 0 || o.capture_interval % g.alignment != 0))
         return errc::misaligned;
+      if (traits::capture::at_decode) {
+        if (o.decode_checkpoint_interval % g.alignment != 0) return errc::misaligned;
+        if (o.decode_checkpoints_per_sequence == 0) return errc::invalid_argument;
+      }
     }
     return errc{};
   }
@@ -239,6 +243,7 @@ struct cache_core {
       r.blocks.push_back(b);
     }
     r.tokens = length;
+    r.prompt = length;
     r.computed = choice.usable;
     r.chain.assign(r.blocks.begin(), r.blocks.begin() + matched);
     sequences.insert(r);
@@ -257,8 +262,6 @@ struct cache_core {
     // follows a continuation of that session rather than a cold prefill.
     const bool restores_continuation =
         choice.slot != no_slot && slots.node(choice.slot).kind == exactness::decode_continuation;
-    plan.restore_exactness = restores_continuation || r.exact_until < choice.usable ? exactness::decode_continuation
-                                                                                    : exactness::prefill_exact;
     if (restores_continuation) r.exact_until = std::min(r.exact_until, choice.usable);
     if constexpr (restores) {
       plan.tokens_lost_to_missing_snapshot = kv_matched - choice.usable;
@@ -274,11 +277,16 @@ struct cache_core {
       } else if (kv_matched != 0) {
         ++metrics.snapshot_misses;
       }
-      if constexpr (traits::capture::plans_at_admit)
-        plan_captures<typename traits::capture>(r, context_for(choice.usable, kv_matched, length, offsets), B,
-                                                options.max_snapshots_per_path, blocks, slots, metrics);
+      if constexpr (traits::capture::plans_at_admit) {
+        policy::capture_context c = context_for(choice.usable, kv_matched, length, offsets);
+        c.diverges = matched != 0 && choice.tail == no_block && blocks.node(r.blocks[matched - 1]).cached_children != 0;
+        plan_captures<typename traits::capture>(r, c, B, options.max_snapshots_per_path, blocks, slots, metrics);
+      }
       plan.captures = r.captures;
     }
+    // What the prompt's outputs equal: a cold prefill, unless decode_continuation state is reused or the
+    // prefill is split at an off-grid capture (then the same session continuing).
+    plan.restore_exactness = r.exact_until < length ? exactness::decode_continuation : exactness::prefill_exact;
     plan.block_table = r.blocks;
 
     ++metrics.lookups;
@@ -298,6 +306,7 @@ struct cache_core {
             .kv_matched = kv_matched,
             .length = length,
             .alignment = geometry.alignment,
+            .block_size = geometry.block_size,
             .interval = options.capture_interval,
             .offsets = offsets};
   }
@@ -352,12 +361,20 @@ struct cache_core {
       slot_node& slot = slots.node(c.slot);
       const auto p = static_cast<std::uint32_t>(c.position);
       const std::uint32_t i = p / B - 1;
-      const exactness kind = r.kv_kind(p);
+      const exactness kind = capture_kind(r, p, geometry.alignment);
       block_node* b = i < r.chain.size() ? &blocks.node(r.chain[i]) : nullptr;
       if (r.written[k] != 0 && b != nullptr && b->snapshot[static_cast<int>(kind)] == no_slot &&
           b->snapshot[static_cast<int>(exactness::prefill_exact)] == no_slot) {
-        slots.attach(slot, *b, kind, 0);
+        const bool checkpoint = p > r.prompt; // planned by `extend`
+        slots.attach(slot, *b, kind, 0, checkpoint);
         ++metrics.captures_written;
+        if (checkpoint) {
+          r.checkpoints.emplace_back(c.slot, blocks.id_of(*b));
+          if (r.checkpoints.size() > options.decode_checkpoints_per_sequence) {
+            slots.discard(r.checkpoints.front().first, r.checkpoints.front().second);
+            r.checkpoints.erase(r.checkpoints.begin());
+          }
+        }
       } else {
         ++metrics.captures_refused;
         slots.release(slot);
@@ -426,7 +443,38 @@ struct cache_core {
     if (geometry.has_recurrent && !tokens.empty()) r->exact_until = std::min(r->exact_until, r->tokens);
     r->tokens = new_total;
     plan.new_blocks = std::span<const block_id>(r->blocks).subspan(have);
+    if constexpr (restores) {
+      if constexpr (traits::capture::at_decode) plan_checkpoint(*r, plan);
+    }
     return plan;
+  }
+
+  /// `policy::decode_checkpoints`: a capture at the sequence's new length when it is a multiple of the
+  /// interval, within the per-path cap and when a slot is reusable. Complexity: O(1), plus O(chain) with a
+  /// per-path cap.
+  void plan_checkpoint(sequence_record& r, extend_plan& plan) noexcept {
+    const std::uint32_t interval = options.decode_checkpoint_interval;
+    const std::uint32_t p = r.tokens;
+    if (interval == 0 || p % interval != 0 || p <= r.computed) return;
+    if (options.max_snapshots_per_path != 0) {
+      std::uint32_t existing = 0;
+      for (const block_id id : r.chain) {
+        const block_node& b = blocks.node(id);
+        existing += (b.snapshot[0] != no_slot || b.snapshot[1] != no_slot) ? 1 : 0;
+      }
+      if (existing >= options.max_snapshots_per_path) {
+        ++metrics.captures_refused;
+        return;
+      }
+    }
+    slot_node* n = slots.take();
+    if (n == nullptr) {
+      ++metrics.captures_refused;
+      return;
+    }
+    r.captures.push_back({.sequence = 0, .position = p, .slot = slots.id_of(*n)}); // after every earlier one
+    ++metrics.captures_planned;
+    plan.captures = std::span<const capture_point>(r.captures).last(1);
   }
 
   result<fork_plan> fork(seq_id src, seq_id dst) {
@@ -504,6 +552,12 @@ struct cache_core {
                            [&](block_node& n) { equal_kept |= n.fill == fill; });
       if (equal_kept) return;
     }
+    // The turn end this turn started from is superseded by this one (only a regeneration of this turn would
+    // use it again): it goes first when a slot is needed, ahead of other conversations' turn ends, and
+    // before this capture takes its slot, so a full pool reuses it rather than evict another chat's.
+    // This turn's decode checkpoints now only serve a departure from its reply: they go next.
+    for (const auto& [s, b] : r.checkpoints) slots.demote(s, b);
+    if (r.turn_restore != no_slot) slots.demote(r.turn_restore, r.turn_restore_block);
     slot_node* n = slots.take();
     if (n == nullptr) {
       ++metrics.captures_refused;
@@ -516,11 +570,8 @@ struct cache_core {
       target = &blocks.node(r.blocks[k]);
     }
     // Written by the engine in the current step: restorable once that step completes.
-    slots.attach(*n, *target, exactness::decode_continuation, clock.release_tag());
+    slots.attach(*n, *target, exactness::decode_continuation, clock.release_tag(), true);
     plan.capture = {.sequence = 0, .position = p, .slot = slots.id_of(*n)};
-    // The turn end this turn started from is superseded by this one (only a regeneration of this turn would
-    // use it again): it goes first when a slot is needed, ahead of other conversations' turn ends.
-    if (r.turn_restore != no_slot) slots.demote(r.turn_restore, r.turn_restore_block);
     ++metrics.captures_planned;
     ++metrics.captures_written;
   }

@@ -3,7 +3,8 @@
 /// \file
 /// `plan_captures`: turns a policy's capture placements into the (position, slot) list of one admitted
 /// prompt. Each placement computes its own positions (`policy::capture_placement`); the planner keeps those
-/// on the alignment grid in (usable, L], drops positions whose cached block already holds a snapshot as good
+/// on the alignment grid in (usable, L] (on the block grid when a placement captures off the grid), drops
+/// positions whose cached block already holds a snapshot as good
 /// as the one the prefill would write, applies the per-path cap (the deepest survive), and takes slots
 /// deepest first, so a short pool serves the most useful captures.
 
@@ -19,15 +20,24 @@
 
 namespace reprise::detail {
 
+/// The class of a snapshot captured at position `p` of sequence `r`: off the alignment grid the prefill is
+/// split there, so restoring it continues a session (decode_continuation); on the grid it is as exact as the
+/// KV before it.
+inline exactness capture_kind(const sequence_record& r, std::uint64_t p, std::uint64_t alignment) noexcept {
+  return p % alignment != 0 ? exactness::decode_continuation : r.kv_kind(p);
+}
+
 /// Fills `r.captures` (sorted by position, each with a pending slot) for the prompt described by `c`.
-/// Counts refused captures (path cap, no reusable slot) and planned ones in `m`.
+/// Counts refused captures (path cap, no reusable slot) and planned ones in `m`. A planned capture off the
+/// alignment grid splits the prefill there: `r.exact_until` drops to it.
 /// Complexity: O(positions log positions + chain length).
 template <class CaptureTraits>
 void plan_captures(sequence_record& r, const policy::capture_context& c, std::uint32_t block_size,
                    std::uint32_t max_per_path, const block_ledger& blocks, snapshot_ledger& slots, cache_metrics& m) {
   auto& out = r.captures;
   CaptureTraits::positions(c, [&](std::uint64_t p) {
-    if (p > c.usable && p <= c.length && p % c.alignment == 0)
+    const bool on_grid = p % c.alignment == 0 || (CaptureTraits::off_grid && p % c.block_size == 0);
+    if (p > c.usable && p <= c.length && on_grid)
       out.push_back({.sequence = 0, .position = static_cast<std::int64_t>(p), .slot = no_slot});
   });
   if (out.empty()) return;
@@ -40,7 +50,7 @@ void plan_captures(sequence_record& r, const policy::capture_context& c, std::ui
     if (i >= r.chain.size()) return false;
     const block_node& b = blocks.node(r.chain[i]);
     if (b.snapshot[static_cast<int>(exactness::prefill_exact)] != no_slot) return true;
-    return r.kv_kind(static_cast<std::uint64_t>(p.position)) == exactness::decode_continuation &&
+    return capture_kind(r, static_cast<std::uint64_t>(p.position), c.alignment) == exactness::decode_continuation &&
            b.snapshot[static_cast<int>(exactness::decode_continuation)] != no_slot;
   });
 
@@ -67,6 +77,13 @@ void plan_captures(sequence_record& r, const policy::capture_context& c, std::ui
   m.captures_refused += out.size() - planned;
   m.captures_planned += planned;
   out.erase(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(out.size() - planned));
+  if constexpr (CaptureTraits::off_grid) {
+    for (const capture_point& p : out)
+      if (static_cast<std::uint64_t>(p.position) % c.alignment != 0) {
+        r.exact_until = std::min(r.exact_until, static_cast<std::uint32_t>(p.position));
+        break;
+      }
+  }
 }
 
 } // namespace reprise::detail

@@ -22,6 +22,10 @@ namespace reprise::detail {
 template <class Policy, class Hasher>
 result<void> check_invariants(const cache_core<Policy, Hasher>& c) {
   auto fail = [] { return result<void>(errc::invariant_violated); };
+  constexpr bool off_grid = [] {
+    if constexpr (cache_core<Policy, Hasher>::restores) return policy::policy_traits<Policy>::capture::off_grid;
+    else return false;
+  }();
   const block_ledger& blocks = c.blocks;
   const snapshot_ledger& slots = c.slots;
   const std::uint32_t block_size = c.geometry.block_size;
@@ -56,8 +60,9 @@ result<void> check_invariants(const cache_core<Policy, Hasher>& c) {
       ++at(slot_refs, r.restore_slot);
     }
     for (const capture_point& cp : r.captures) {
-      if (cp.slot < 0 || cp.slot >= nslots || cp.position % c.geometry.alignment != 0 || cp.position > r.tokens)
-        return fail();
+      // On the alignment grid, or on the block grid for a placement that splits the prefill there.
+      const bool on_grid = cp.position % c.geometry.alignment == 0 || (off_grid && cp.position % block_size == 0);
+      if (cp.slot < 0 || cp.slot >= nslots || !on_grid || cp.position > r.tokens) return fail();
       ++at(slot_pending, cp.slot);
     }
   }

@@ -14,6 +14,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace reprise::detail {
@@ -42,6 +43,9 @@ struct sequence_record {
   /// Tokens before this position were computed prefill-exactly (from the zero state or prefill-exact state,
   /// through prefill-exact KV); the KV of later positions, and states past it, are `decode_continuation`.
   std::uint32_t exact_until = 0;
+  std::uint32_t prompt = 0;              ///< the admitted prompt's length: later captures are checkpoints
+  /// The decode checkpoints this sequence published (slot, block), oldest first.
+  std::vector<std::pair<slot_id, block_id>> checkpoints;
 
   exactness kv_kind(std::uint64_t end) const noexcept {
     return end <= exact_until ? exactness::prefill_exact : exactness::decode_continuation;
@@ -61,6 +65,8 @@ struct sequence_record {
     turn_restore = no_slot;
     turn_restore_block = no_block;
     exact_until = 0;
+    prompt = 0;
+    checkpoints.clear();
   }
 };
 

@@ -49,9 +49,11 @@ public:
     return n;
   }
 
-  /// Publishes pending slot `n` at the end of cached block `b`, restorable once `safe_before >= ready`.
-  void attach(slot_node& n, block_node& b, exactness kind, epoch_t ready) noexcept {
+  /// Publishes pending slot `n` at the end of cached block `b`, restorable once `safe_before >= ready`;
+  /// `from_decode`: a turn end or a decode checkpoint (only those are ever superseded, see `demote`).
+  void attach(slot_node& n, block_node& b, exactness kind, epoch_t ready, bool from_decode = false) noexcept {
     n.state = slot_state::published;
+    n.from_decode = from_decode;
     n.block = blocks_->id_of(b);
     n.kind = kind;
     n.ready_tag = ready;
@@ -84,14 +86,20 @@ public:
   }
 
   /// Moves snapshot `s` to the front of the LRU queue (the next one evicted) if it is still the idle
-  /// decode_continuation snapshot of block `b` and its last hold ended in a completed step, so that its slot
-  /// may be reused at once. Otherwise changes nothing. Complexity: O(1).
+  /// turn-end or decode-checkpoint snapshot of block `b` and its last hold ended in a completed step, so
+  /// that its slot may be reused at once. Otherwise changes nothing: a snapshot captured in a prefill (a
+  /// shared prefix's branch point) is never superseded by one conversation's next turn. Complexity: O(1).
   void demote(slot_id s, block_id b) noexcept {
     slot_node& n = pool_.node(s);
-    if (n.state != slot_state::published || n.block != b || n.kind != exactness::decode_continuation) return;
-    if (n.refcount != 0 || n.tag > clock_->safe_before) return;
+    if (!supersedable(s, b) || n.tag > clock_->safe_before) return;
     pool_.lru().erase(n, clock_->safe_before);
     pool_.lru().push_front_safe(n);
+  }
+
+  /// Drops snapshot `s` if it is still the idle from-decode snapshot of block `b` (a sequence's checkpoint
+  /// beyond its bound); its slot is reusable once the current step completes. Complexity: O(1).
+  void discard(slot_id s, block_id b) noexcept {
+    if (supersedable(s, b)) drop(pool_.node(s));
   }
 
   /// Drops the snapshots attached to block `b` (it is being evicted). Precondition: none is held (a
@@ -130,6 +138,12 @@ public:
 
 private:
   bool ready(slot_id s) const noexcept { return pool_.node(s).ready_tag <= clock_->safe_before; }
+
+  /// Still the idle from-decode snapshot of block `b` (not evicted and reused since).
+  bool supersedable(slot_id s, block_id b) const noexcept {
+    const slot_node& n = pool_.node(s);
+    return n.state == slot_state::published && n.block == b && n.from_decode && n.refcount == 0;
+  }
 
   void detach(slot_node& n) noexcept {
     block_node& b = blocks_->node(n.block);

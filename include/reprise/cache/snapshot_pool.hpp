@@ -31,6 +31,7 @@ struct slot_node {
   std::uint32_t refcount = 0;   ///< sequences restoring from it
   exactness kind = exactness::prefill_exact;
   slot_state state = slot_state::free;
+  bool from_decode = false;     ///< a turn end or decode checkpoint: superseded once the session moves on
 };
 
 class snapshot_pool {

@@ -65,6 +65,12 @@ struct cache_options {
   /// Hasher seed. Empty: a random per-cache seed (the default for `xxh3_hasher`). Set it for reproducible
   /// keys, e.g. with `sha256_hasher` across processes.
   std::optional<std::uint64_t> hasher_seed{};
+  /// `policy::decode_checkpoints`: during decode, a snapshot every this many tokens (at absolute multiples
+  /// of it; a multiple of the alignment unit). 0: none.
+  std::uint32_t decode_checkpoint_interval = 0;
+  /// `policy::decode_checkpoints`: a sequence keeps its newest this many checkpoints (>= 1); publishing
+  /// one more drops its oldest.
+  std::uint32_t decode_checkpoints_per_sequence = 2;
 };
 
 /// What `admit` decided. Spans point into the cache and stay valid until the next non-const call.
@@ -105,6 +111,11 @@ struct extend_plan {
   std::span<const block_id> new_blocks{};
   /// Index in the block table of new_blocks[0].
   std::uint32_t first_new_block = 0;
+  /// `policy::decode_checkpoints`: at most one capture, at the sequence's new length. In the step that
+  /// feeds the extended tokens, after the decode, the engine copies the live recurrent state (which has
+  /// then folded in exactly `position` tokens) into `slot`, and lists `position` in the `written` of the
+  /// `commit` that covers it. Empty when no checkpoint is due (or no slot is reusable).
+  std::span<const capture_point> captures{};
 };
 
 /// What `finish` decided before releasing the sequence.

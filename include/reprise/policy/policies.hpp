@@ -37,7 +37,11 @@ struct capture_context {
   std::uint64_t usable = 0;     ///< prefill starts here: planned positions must be > usable
   std::uint64_t kv_matched = 0; ///< tokens whose KV was found cached
   std::uint64_t length = 0;     ///< prompt length: planned positions must be <= length
-  std::uint64_t alignment = 1;  ///< the model's alignment unit: positions off it are dropped
+  std::uint64_t alignment = 1;  ///< the model's alignment unit: positions off it are dropped (see `off_grid`)
+  std::uint64_t block_size = 1; ///< the KV block size (`kv_matched` is a multiple of it unless a tail matched)
+  /// Whether the cached tree continues past `kv_matched` with other tokens than this prompt's: the last
+  /// matched block has cached children (another prompt shared the prefix and went on differently).
+  bool diverges = false;
   std::uint64_t interval = 0;   ///< `cache_options::capture_interval`
   std::span<const std::uint32_t> offsets{}; ///< offsets the caller passed to `admit`
 };
@@ -58,8 +62,10 @@ constexpr void add_multiples(const capture_context& c, std::uint64_t interval, A
 /// A capture placement: a type with `static void positions(const capture_context&, Add&& add)` that calls
 /// `add(position)` for each position it wants a snapshot at (the planner drops positions outside
 /// (usable, length] or off the alignment grid, and duplicates). It may also define
-/// `static errc validate(const capture_context&)` (checked by `admit` before anything changes) and
-/// `static constexpr std::uint32_t fixed_interval` (checked against the model's alignment unit).
+/// `static errc validate(const capture_context&)` (checked by `admit` before anything changes),
+/// `static constexpr std::uint32_t fixed_interval` (checked against the model's alignment unit), and
+/// `static constexpr bool off_grid = true`: then positions on the KV block grid are kept too, as
+/// `decode_continuation` captures (the engine ends a prefill piece there), which needs `accept_any`.
 template <class P>
 concept capture_placement = requires(const capture_context& c, detail::position_probe add) {
   { P::positions(c, add) } -> std::same_as<void>;
@@ -68,6 +74,10 @@ concept capture_placement = requires(const capture_context& c, detail::position_
 /// A placement that `finish` serves instead of `admit` (`end_of_turn`).
 template <class P>
 concept turn_end_placement = requires { requires P::at_turn_end; };
+
+/// A placement that `extend` serves (`decode_checkpoints`).
+template <class P>
+concept decode_placement = requires { requires P::at_decode; };
 
 /// Capture every `Interval` tokens (at absolute multiples of it). `Interval` must be a multiple of the
 /// model's alignment unit.
@@ -109,6 +119,22 @@ struct branch_point {
   }
 };
 
+/// Capture at the end of the last KV block the prompt shares with the cached tree, when the tree goes on
+/// there with other tokens: the block-granular branch point. Where `branch_point` rounds down to the
+/// alignment grid (up to A - 1 shared tokens recomputed by every later prompt, 255 for A = 256), this loses
+/// at most B - 1. The position is off the alignment grid, which no chunked prefill passes as a chunk
+/// boundary: the engine ends a prefill piece there (the live state after it is the snapshot) and continues
+/// from it, so everything this prompt computes after it, and every prompt that restores it, continues that
+/// session rather than equal a cold prefill (`decode_continuation`; needs `accept_any`). A shared system
+/// prompt followed by different first messages is the case it serves.
+struct branch_block {
+  static constexpr bool off_grid = true;
+  template <class Add>
+  static constexpr void positions(const capture_context& c, Add&& add) {
+    if (c.diverges) add(c.kv_matched);
+  }
+};
+
 /// Capture at offsets the caller passes to `admit`: each a multiple of the alignment unit in (0, L].
 struct caller_offsets {
   template <class Add>
@@ -130,9 +156,19 @@ struct end_of_turn {
   static constexpr bool at_turn_end = true;
 };
 
+/// `extend` plans a `decode_continuation` snapshot of the live state whenever decoding reaches a multiple
+/// of `cache_options::decode_checkpoint_interval` (0: none; else a multiple of the alignment unit), keeping
+/// the newest `cache_options::decode_checkpoints_per_sequence` of each sequence. A next prompt that departs
+/// from the reply (an edited or regenerated message, a template that drops a reasoning section) restores
+/// at the last checkpoint before it departs instead of at the previous turn end. Once the turn end is
+/// captured, the turn's checkpoints go first when slots are short.
+struct decode_checkpoints {
+  static constexpr bool at_decode = true;
+};
+
 namespace detail {
 template <class P>
-inline constexpr bool valid_placement = capture_placement<P> || turn_end_placement<P>;
+inline constexpr bool valid_placement = capture_placement<P> || turn_end_placement<P> || decode_placement<P>;
 } // namespace detail
 
 /// A set of capture placements; the planned positions are the union of theirs.
@@ -140,8 +176,8 @@ template <class... Placements>
 struct capture {
   static_assert((detail::valid_placement<Placements> && ...),
                 "policy::capture<...>: every argument must be a capture placement: policy::every<I>, "
-                "policy::every_interval, policy::last_aligned, policy::branch_point, policy::caller_offsets, "
-                "policy::end_of_turn, or your own type with `template <class Add> static void "
+                "policy::every_interval, policy::last_aligned, policy::branch_point, policy::branch_block, "
+                "policy::caller_offsets, policy::end_of_turn, policy::decode_checkpoints, or your own type with `template <class Add> static void "
                 "positions(const policy::capture_context&, Add&& add)`");
 };
 
@@ -223,13 +259,15 @@ struct snapshot_restore {
 
 // ----- presets named for what engines do -----
 
-/// Multi-turn chat: a snapshot at every turn end (the partial last block kept with it) and where a prompt
-/// leaves the cached tree (a shared system prompt); `decode_continuation` state accepted, so a next turn
-/// restores exactly where the previous one stopped. A hit is bitwise the same session continuing (not a cold
-/// prefill of the same tokens). No `last_aligned`: inside a conversation the turn end supersedes it, and under
-/// a tight snapshot budget those captures would evict other conversations' turn ends (reprise-sim, 40 live
-/// chats on Nemotron-H-8B, 8 GiB of snapshots: 2.6x the prefill floor without it, 3.7x with it).
-using chat = snapshot_restore<capture<branch_point, end_of_turn>, accept_any>;
+/// Multi-turn chat: a snapshot at every turn end (the partial last block kept with it) and at the last KV
+/// block a prompt shares with a different cached continuation (a shared system prompt, `branch_block`);
+/// `decode_continuation` state accepted, so a next turn restores exactly where the previous one stopped and
+/// a new conversation at most B - 1 tokens before the end of the prefix it shares. A hit is bitwise the same
+/// session continuing (not a cold prefill of the same tokens). No `last_aligned`: inside a conversation the
+/// turn end supersedes it, and under a tight snapshot budget those captures would evict other
+/// conversations' turn ends. Decode checkpoints are on when `cache_options::decode_checkpoint_interval` is
+/// set. Measured figures: docs/chat.md.
+using chat = snapshot_restore<capture<branch_block, end_of_turn, decode_checkpoints>, accept_any>;
 
 /// Every hit bitwise equal to a cold prefill of the same tokens: prefill-exact snapshots and blocks only
 /// (turn ends restore only as far as the last aligned position before them).
@@ -253,6 +291,11 @@ constexpr bool reads_interval() noexcept {
   if constexpr (requires { P::reads_interval; }) return P::reads_interval;
   else return false;
 }
+template <class P>
+constexpr bool off_grid() noexcept {
+  if constexpr (requires { P::off_grid; }) return P::off_grid;
+  else return false;
+}
 template <class P, class Add>
 constexpr void placement_positions(const capture_context& c, Add& add) {
   if constexpr (capture_placement<P>) P::positions(c, add);
@@ -263,7 +306,10 @@ struct capture_traits;
 template <class... Placements>
 struct capture_traits<capture<Placements...>> {
   static constexpr bool at_turn_end = (turn_end_placement<Placements> || ...);
+  static constexpr bool at_decode = (decode_placement<Placements> || ...);
   static constexpr bool reads_interval = (detail::reads_interval<Placements>() || ...);
+  /// Some placement captures off the alignment grid (on the block grid), as decode_continuation.
+  static constexpr bool off_grid = (detail::off_grid<Placements>() || ...);
   static constexpr bool plans_at_admit = (capture_placement<Placements> || ...);
   /// Whether every `fixed_interval` is a multiple of `alignment`.
   static constexpr bool intervals_aligned(std::uint64_t alignment) noexcept {
@@ -306,6 +352,12 @@ struct policy_traits<snapshot_restore<Options...>> {
   static constexpr bool skips_prefill = true;
   static constexpr bool accepts_decode_continuation =
       snapshot_restore<Options...>::accept_type::accepts_decode_continuation;
+  static_assert(!capture::off_grid || accepts_decode_continuation,
+                "policy::snapshot_restore<...>: a placement that captures off the alignment grid "
+                "(policy::branch_block) takes decode_continuation snapshots: use policy::accept_any");
+  static_assert(!capture::at_decode || accepts_decode_continuation,
+                "policy::snapshot_restore<...>: policy::decode_checkpoints takes decode_continuation snapshots, "
+                "which only policy::accept_any restores");
 };
 
 /// A cache policy: `block_sharing`, `snapshot_restore<...>` or `memory_only`.

@@ -220,6 +220,8 @@ runner recurrent_runner(policy_kind p) {
   case policy_kind::snapshot_all:
     return &run<prefix_cache<
         Model, snapshot_restore<capture<every_interval, last_aligned, branch_point, end_of_turn>, accept_any>>>;
+  case policy_kind::chat: return &run<prefix_cache<Model, policy::chat>>;
+  case policy_kind::strict: return &run<prefix_cache<Model, policy::strict>>;
   case policy_kind::block_sharing: return nullptr;
   }
   return nullptr;

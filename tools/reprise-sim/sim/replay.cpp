@@ -20,6 +20,8 @@ std::string_view to_string(policy_kind p) noexcept {
   case policy_kind::snapshot_prefix_tree: return "snapshot_prefix_tree";
   case policy_kind::snapshot_turns: return "snapshot_turns";
   case policy_kind::snapshot_all: return "snapshot_all";
+  case policy_kind::chat: return "chat";
+  case policy_kind::strict: return "strict";
   }
   return "?";
 }
@@ -38,6 +40,8 @@ std::string_view describe(policy_kind p) noexcept {
   case policy_kind::snapshot_prefix_tree: return "snapshot_prefix_tree (every I, last, branch)";
   case policy_kind::snapshot_turns: return "snapshot_turns (last, branch, turn end)";
   case policy_kind::snapshot_all: return "snapshot_all (every I, last, branch, turn end)";
+  case policy_kind::chat: return "chat (preset: branch block, turn end; accepts continuations)";
+  case policy_kind::strict: return "strict (preset: last, branch; prefill-exact only)";
   }
   return "?";
 }
@@ -53,7 +57,8 @@ bool restores_snapshots(policy_kind p) noexcept {
 std::vector<policy_kind> policies_for(const model_config& m) {
   if (!m.has_recurrent()) return {policy_kind::block_sharing};
   return {policy_kind::memory_only, policy_kind::snapshot_interval, policy_kind::snapshot_prefix_tree,
-          policy_kind::snapshot_turns, policy_kind::snapshot_all};
+          policy_kind::snapshot_turns, policy_kind::snapshot_all, policy_kind::chat,
+          policy_kind::strict};
 }
 
 std::uint32_t effective_interval(const replay_config& c) noexcept {

@@ -34,11 +34,14 @@ enum class policy_kind : std::uint8_t {
   snapshot_prefix_tree, ///< snapshot_restore<capture<every_interval, last_aligned, branch_point>, accept_prefill_exact>
   snapshot_turns,       ///< snapshot_restore<> : capture<last_aligned, branch_point, end_of_turn>, accept_any
   snapshot_all,         ///< snapshot_restore<capture<every_interval, last_aligned, branch_point, end_of_turn>, accept_any>
+  chat,                 ///< the preset policy::chat
+  strict,               ///< the preset policy::strict
 };
 
 inline constexpr policy_kind all_policies[] = {
     policy_kind::block_sharing,        policy_kind::memory_only,    policy_kind::snapshot_interval,
-    policy_kind::snapshot_prefix_tree, policy_kind::snapshot_turns, policy_kind::snapshot_all};
+    policy_kind::snapshot_prefix_tree, policy_kind::snapshot_turns, policy_kind::snapshot_all,
+    policy_kind::chat,                 policy_kind::strict};
 
 /// Short name for the command line and CSV (`snapshot_all`).
 std::string_view to_string(policy_kind p) noexcept;

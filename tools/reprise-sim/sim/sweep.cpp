@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 
 namespace reprise::sim {
@@ -116,12 +117,15 @@ std::string value_text(sweep_axis a, std::uint64_t v) {
   return t.format == axis_format::bytes ? format_bytes(static_cast<double>(v)) : std::to_string(v);
 }
 
-/// One chart: y = f(report) in percent, one line per policy; notes for errors and never-hit warnings.
+/// One chart: y = f(report) (a percentage, or a plain ratio from 1 up), one line per policy; notes for
+/// errors and never-hit warnings.
 line_chart chart_of(const sweep_result& s, const std::string& title, const std::string& subtitle,
-                    const char* y_label, double (*f)(const replay_report&), bool snapshot_policies_only) {
+                    const char* y_label, double (*f)(const replay_report&), bool snapshot_policies_only,
+                    bool percent) {
   const axis_text at = axis_of(s.axis);
   line_chart c{.title = title, .subtitle = subtitle, .x_label = at.label, .y_label = y_label, .x_format = at.format,
-               .y_format = axis_format::percent, .x_log = at.log, .y_min = 0, .y_max = 100};
+               .y_format = percent ? axis_format::percent : axis_format::number, .x_log = at.log,
+               .y_min = percent ? 0.0 : 1.0, .y_max = percent ? std::optional<double>(100.0) : std::nullopt};
   std::set<std::string> notes;
   std::vector<std::string> left_out;
   for (policy_kind p : s.policies) {
@@ -133,7 +137,7 @@ line_chart chart_of(const sweep_result& s, const std::string& title, const std::
     for (const sweep_point& pt : s.points) {
       if (pt.report.policy != to_string(p)) continue;
       line.x.push_back(static_cast<double>(pt.value));
-      line.y.push_back(pt.report.error.empty() ? 100 * f(pt.report) : NAN);
+      line.y.push_back(pt.report.error.empty() ? (percent ? 100 : 1) * f(pt.report) : NAN);
       const std::string where = value_text(s.axis, pt.value) + ": ";
       if (!pt.report.error.empty()) {
         notes.insert(where + pt.report.error + " (no point drawn)");
@@ -195,6 +199,7 @@ std::vector<std::string> write_sweep(const sweep_result& s, const std::string& d
     const char* y;
     double (*f)(const replay_report&);
     bool snapshot_policies_only;
+    bool percent = true;
   } charts[] = {
       {"-hit-rate.svg", "Request hit rate", "requests with skipped prefill",
        [](const replay_report& r) { return r.hit_rate(); }, false},
@@ -205,6 +210,9 @@ std::vector<std::string> write_sweep(const sweep_result& s, const std::string& d
        true},
       {"-skipped.svg", "Prefill skipped", "prompt tokens skipped",
        [](const replay_report& r) { return r.skipped_fraction(); }, false},
+      // The figure a chat workload is judged by: 1 means only tokens no earlier request covered were computed.
+      {"-floor.svg", "Prefill computed over the floor", "prefill computed / floor (x)",
+       [](const replay_report& r) { return r.computed_over_floor(); }, false, false},
   };
   // The parameters held fixed, from any report that ran (they are the same in all but the swept one).
   std::string fixed;
@@ -226,7 +234,8 @@ std::vector<std::string> write_sweep(const sweep_result& s, const std::string& d
   const std::string subtitle = (title.empty() ? "" : title + "; ") + fixed +
                                "\nlast = last aligned position of the prompt, branch = where it leaves the cached tree";
   for (const auto& ch : charts) {
-    const line_chart c = chart_of(s, std::string(ch.what) + suffix, subtitle, ch.y, ch.f, ch.snapshot_policies_only);
+    const line_chart c =
+        chart_of(s, std::string(ch.what) + suffix, subtitle, ch.y, ch.f, ch.snapshot_policies_only, ch.percent);
     if (!write_file(base + ch.file, render_svg(c), error)) return {};
     written.push_back(base + ch.file);
   }
