@@ -90,7 +90,16 @@ result<std::unique_ptr<cache_base>> make_cache(const model_config& m, const cach
 }
 
 // The policies this module is built with. Adding one is one line here (and one instantiation of the cache).
-constexpr std::array<named_policy, 5> policies{{
+constexpr std::array<named_policy, 7> policies{{
+    {"chat",
+     "the multi-turn chat preset: snapshots at every turn end (any position, the partial block kept), at the last "
+     "KV block a prompt shares with a different cached continuation (branch_block) and every "
+     "`decode_checkpoint_interval` decode tokens; a hit continues the same session bitwise (policy::chat)",
+     &make_cache<pol::chat>},
+    {"strict",
+     "the prefill-exact preset: captures at last_aligned and branch_point, every hit bitwise a cold prefill "
+     "(policy::strict)",
+     &make_cache<pol::strict>},
     {"block_sharing", "attention-only models: share KV blocks and skip their prefill (policy::block_sharing)",
      &make_cache<pol::block_sharing>},
     {"memory_only",
@@ -130,6 +139,7 @@ struct py_admit_plan {
 struct py_extend_plan {
   nb::object new_blocks;
   std::uint32_t first_new_block;
+  nb::object captures;
 };
 
 struct py_finish_plan {
@@ -168,9 +178,17 @@ class py_cache {
 public:
   py_cache(const model_config& m, const std::string& policy, std::uint32_t kv_blocks, std::uint32_t max_sequences,
            std::size_t snapshot_budget_bytes, std::uint64_t snapshot_ttl_steps, std::uint32_t max_snapshots_per_path,
-           std::uint32_t capture_interval, std::optional<std::uint64_t> hasher_seed) {
-    const cache_options o{kv_blocks,        max_sequences,    snapshot_budget_bytes, snapshot_ttl_steps,
-                          max_snapshots_per_path, capture_interval, hasher_seed};
+           std::uint32_t capture_interval, std::optional<std::uint64_t> hasher_seed,
+           std::uint32_t decode_checkpoint_interval, std::uint32_t decode_checkpoints_per_sequence) {
+    const cache_options o{.kv_blocks = kv_blocks,
+                          .max_sequences = max_sequences,
+                          .snapshot_budget_bytes = snapshot_budget_bytes,
+                          .snapshot_ttl_steps = snapshot_ttl_steps,
+                          .max_snapshots_per_path = max_snapshots_per_path,
+                          .capture_interval = capture_interval,
+                          .hasher_seed = hasher_seed,
+                          .decode_checkpoint_interval = decode_checkpoint_interval,
+                          .decode_checkpoints_per_sequence = decode_checkpoints_per_sequence};
     for (const named_policy& p : policies)
       if (policy == p.name) {
         impl_ = value_or_raise(p.make(m, o), "PrefixCache");
@@ -206,7 +224,7 @@ public:
   py_extend_plan extend(seq_id s, nb::handle tokens) {
     const host_vector<token_id> t = as_int32_vector(tokens, "tokens");
     const extend_plan p = value_or_raise(impl_->extend(s, span_of(t)), "extend");
-    return {owned_array(p.new_blocks), p.first_new_block};
+    return {owned_array(p.new_blocks), p.first_new_block, capture_array(p.captures)};
   }
 
   py_finish_plan finish(seq_id s) {
@@ -312,7 +330,8 @@ void bind_cache(nb::module_& m) {
       .def_prop_ro("captures", [](const py_admit_plan& p) { return p.captures; },
                    nb::for_getter(nb::sig("def captures(self) -> numpy.typing.NDArray[numpy.int64]")),
               "int64 [n, 2] (position, slot) pairs, increasing positions in (usable_tokens, L]: the prefill writes "
-              "the recurrent state after `position` tokens into `slot`.")
+              "the recurrent state after `position` tokens into `slot`. A position off the alignment grid ('chat': "
+              "the last shared KV block) is no chunk boundary: end a prefill piece there and copy the live state.")
       .def("__repr__", [](const py_admit_plan& p) {
         return "AdmitPlan(blocks=" + std::to_string(nb::len(p.block_table)) +
                ", shared_blocks=" + std::to_string(p.shared_blocks) +
@@ -326,7 +345,12 @@ void bind_cache(nb::module_& m) {
       .def_prop_ro("new_blocks", [](const py_extend_plan& p) { return p.new_blocks; },
                    nb::for_getter(nb::sig("def new_blocks(self) -> numpy.typing.NDArray[numpy.int32]")),
                    "int32 new block ids (possibly none), a copy.")
-      .def_ro("first_new_block", &py_extend_plan::first_new_block, "Block-table index of new_blocks[0].");
+      .def_ro("first_new_block", &py_extend_plan::first_new_block, "Block-table index of new_blocks[0].")
+      .def_prop_ro("captures", [](const py_extend_plan& p) { return p.captures; },
+                   nb::for_getter(nb::sig("def captures(self) -> numpy.typing.NDArray[numpy.int64]")),
+                   "Decode checkpoint ('chat' with decode_checkpoint_interval): (n, 2) int64 rows of (position, "
+                   "slot), at most one; after this step's decode copy the live state into slot and list position "
+                   "in the next commit's captures_written.");
 
   nb::class_<py_finish_plan>(m, "FinishPlan",
                              "What `finish` decided: an end-of-turn capture of the live state, or none.")
@@ -359,15 +383,17 @@ void bind_cache(nb::module_& m) {
 
   nb::class_<py_cache>(m, "PrefixCache", class_doc.c_str())
       .def(nb::init<const model_config&, const std::string&, std::uint32_t, std::uint32_t, std::size_t, std::uint64_t,
-                    std::uint32_t, std::uint32_t, std::optional<std::uint64_t>>(),
+                    std::uint32_t, std::uint32_t, std::optional<std::uint64_t>, std::uint32_t, std::uint32_t>(),
            nb::arg("config"), nb::arg("policy") = "snapshot_restore", nb::kw_only(), nb::arg("kv_blocks"),
            nb::arg("max_sequences") = 256, nb::arg("snapshot_budget_bytes") = 0, nb::arg("snapshot_ttl_steps") = 0,
            nb::arg("max_snapshots_per_path") = 0, nb::arg("capture_interval") = 0,
-           nb::arg("hasher_seed") = nb::none(),
+           nb::arg("hasher_seed") = nb::none(), nb::arg("decode_checkpoint_interval") = 0,
+           nb::arg("decode_checkpoints_per_sequence") = 2,
            "Allocates every pool. Raises InvalidArgument (kv_blocks or max_sequences is 0), OutOfRange (above "
            "2^31 - 1), UnsupportedConfig (block size, or a policy that does not fit the model), BudgetTooSmall "
            "(a snapshot policy with a budget below one snapshot), Misaligned (capture_interval 0 or off the "
-           "alignment unit with 'snapshot_interval'), ValueError (unknown policy name).")
+           "alignment unit with 'snapshot_interval'; decode_checkpoint_interval off it with 'chat'), "
+           "InvalidArgument (decode_checkpoints_per_sequence 0 with 'chat'), ValueError (unknown policy name).")
       .def("admit", &py_cache::admit, nb::arg("seq_id"), nb::arg("tokens"), nb::arg("extra_keys") = nb::none(),
            nb::sig("def admit(self, seq_id: int, tokens: numpy.typing.ArrayLike, extra_keys: ExtraKeys | None = None) "
                    "-> AdmitPlan"),

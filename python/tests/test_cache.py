@@ -10,14 +10,14 @@ import pytest
 import reprise
 from conftest import attention_config, hybrid_config
 
-HYBRID_POLICIES = ["memory_only", "snapshot_restore", "snapshot_prefill_exact", "snapshot_interval"]
+HYBRID_POLICIES = ["memory_only", "snapshot_restore", "snapshot_prefill_exact", "snapshot_interval", "strict"]
 
 
 def make(policy, config=None, **kw):
     config = config or (attention_config() if policy == "block_sharing" else hybrid_config())
     kw.setdefault("kv_blocks", 256)
     kw.setdefault("hasher_seed", 1)
-    if policy.startswith("snapshot"):
+    if policy not in ("block_sharing", "memory_only"):
         kw.setdefault("snapshot_budget_bytes", 8 * config.bytes_per_snapshot)
     if policy == "snapshot_interval":
         kw.setdefault("capture_interval", 128)
@@ -33,7 +33,7 @@ def serve(cache, seq, prompt, captures=True):
 
 
 def test_policies_are_the_documented_set():
-    assert set(reprise.POLICIES) == {"block_sharing", *HYBRID_POLICIES}
+    assert set(reprise.POLICIES) == {"block_sharing", "chat", *HYBRID_POLICIES}
     for name, doc in reprise.POLICIES.items():
         assert name in reprise.PrefixCache.__doc__ and doc
 
@@ -229,3 +229,59 @@ def test_geometry_and_metrics_keys():
     assert repr(cache.admit(1, range(40))) == (
         "AdmitPlan(blocks=3, shared_blocks=0, kv_matched_tokens=0, usable_tokens=0, restore_slot=-1, captures=0)")
     cache.release(1)
+
+
+def test_chat_restores_turn_ends_branch_blocks_and_decode_checkpoints():
+    cache = make("chat", decode_checkpoint_interval=64)
+    system = np.arange(1, 91, dtype=np.int32)  # 5 full blocks + 10 tokens (B = 16, alignment 64)
+    # Conversation 1: prompt, 80 decode steps one token each; checkpoints at 128 and 192.
+    tokens = np.concatenate([system, np.arange(5000, 5030, dtype=np.int32)])
+    plan = cache.admit(1, tokens)
+    cache.commit(1, len(tokens), plan.captures[:, 0])
+    cache.step_complete(cache.current_epoch())
+    checkpoints = []
+    for t in range(7000, 7080):
+        ext = cache.extend(1, [t])
+        assert ext.captures.shape[1] == 2
+        tokens = np.append(tokens, np.int32(t))
+        checkpoints += list(ext.captures[:, 0])
+        cache.commit(1, len(tokens), ext.captures[:, 0])
+        cache.step_complete(cache.current_epoch())
+    assert checkpoints == [128, 192]
+    end = cache.finish(1)
+    assert end.capture_position == 200 and end.capture_slot >= 0  # 120 prompt + 80 fed
+    cache.step_complete(cache.current_epoch())
+
+    # Turn 2 restores exactly the turn end, copying the kept partial block.
+    turn2 = cache.admit(2, np.concatenate([tokens, np.arange(9000, 9005, dtype=np.int32)]))
+    assert turn2.usable_tokens == 200 and turn2.restore_exactness == "decode_continuation"
+    assert turn2.copy_src >= 0 and turn2.copy_dst == turn2.block_table[turn2.shared_blocks]
+    cache.release(2)
+    cache.step_complete(cache.current_epoch())
+
+    # A prompt that departs from the reply at 170 restores the checkpoint at 128.
+    edited = cache.admit(3, np.concatenate([tokens[:170], np.arange(9100, 9110, dtype=np.int32)]))
+    assert edited.usable_tokens == 128
+    cache.release(3)
+    cache.step_complete(cache.current_epoch())
+
+    # A second conversation behind the same system prompt captures the branch block at 80 (off the grid).
+    other = cache.admit(4, np.concatenate([system, np.arange(6000, 6020, dtype=np.int32)]))
+    assert other.kv_matched_tokens == 80 and list(other.captures[:, 0]) == [80]
+    assert other.restore_exactness == "decode_continuation"
+    cache.commit(4, 110, other.captures[:, 0])
+    cache.release(4)
+    cache.step_complete(cache.current_epoch())
+    third = cache.admit(5, np.concatenate([system, np.arange(6100, 6120, dtype=np.int32)]))
+    assert third.usable_tokens == 80 and third.restore_slot == other.captures[0, 1]
+    cache.check_invariants()
+
+
+def test_chat_rejects_bad_checkpoint_options():
+    config = hybrid_config()
+    budget = 4 * config.bytes_per_snapshot
+    with pytest.raises(reprise.Misaligned):
+        reprise.PrefixCache(config, "chat", kv_blocks=64, snapshot_budget_bytes=budget, decode_checkpoint_interval=96)
+    with pytest.raises(reprise.InvalidArgument):
+        reprise.PrefixCache(config, "chat", kv_blocks=64, snapshot_budget_bytes=budget, decode_checkpoint_interval=64,
+                            decode_checkpoints_per_sequence=0)
