@@ -48,6 +48,7 @@ class cache_op_driver {
   struct oracle_seq {
     std::vector<token_id> tokens;
     token_id tenant = 0;
+    std::uint32_t prompt = 0;    // the admitted prompt's length
     std::uint32_t computed = 0;
     std::uint32_t valid = 0;     // tokens whose KV the blocks hold (computed or shared)
     std::uint32_t own_from = 0;  // first block index this sequence writes
@@ -253,6 +254,7 @@ private:
     s.computed = plan->usable_tokens;
     s.valid = plan->kv_matched_tokens;
     s.own_from = plan->shared_blocks;
+    s.prompt = static_cast<std::uint32_t>(s.tokens.size());
     seqs_[id] = std::move(s);
   }
 
@@ -330,6 +332,20 @@ private:
     oracle_seq& s = seqs_[id];
     const auto table = std::vector<block_id>(cache_.block_table(id).begin(), cache_.block_table(id).end());
     const epoch_t now = cache_.current_epoch();
+    // A turn-end capture copies the live state, which must be at the committed position: the prompt committed
+    // whole, and at most the last sampled token extended but not fed.
+    constexpr bool captures_turn_end = [] {
+      if constexpr (restores) return policy::policy_traits<policy_type>::capture::at_turn_end;
+      else return false;
+    }();
+    if (finish && captures_turn_end && (s.computed < s.prompt || s.tokens.size() - s.computed > 1)) {
+      const observed before = observe();
+      auto refused = cache_.finish(id);
+      expect(!refused.has_value() && refused.error() == errc::invalid_argument,
+             "finish: a live state off the committed position must be refused");
+      expect(observe() == before, "finish: refused but changed the cache");
+      finish = false; // the engine releases it instead
+    }
     if (finish) {
       auto plan = cache_.finish(id);
       expect(plan.has_value(), "finish failed");

@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -449,4 +450,66 @@ TEST_CASE("decode checkpoints: bad input is an error and changes nothing") {
     CHECK(c.metrics().captures_written == 1);
     CHECK(c.check_invariants().has_value());
   }
+}
+
+// ----- bad input around turn ends -----
+
+TEST_CASE("finish refuses a turn end whose live state is not at the committed position, and changes nothing") {
+  auto c = make<chat>();
+  std::vector<token_id> tokens = iota_tokens(200);
+  const finish_plan f1 = run_turn(c, 1, tokens, iota_tokens(37, 70000)); // turn end at 236, partial block kept
+  REQUIRE(f1.capture.slot != no_slot);
+  const std::vector<token_id> turn2 = concat(tokens, iota_tokens(20, 90000));
+
+  SUBCASE("the prompt was never committed (the restore, the partial block's copy and the prefill may not have run)") {
+    auto p = c.admit(2, turn2);
+    REQUIRE(p.has_value());
+    REQUIRE(p->copy_src != no_block);
+    const seq_id live[] = {2};
+    const observable before(c, live);
+    CHECK(c.finish(2).error() == errc::invalid_argument);
+    CHECK(observable(c, live) == before);
+    CHECK(c.check_invariants().has_value());
+    REQUIRE(c.release(2).has_value()); // what the engine does instead
+  }
+  SUBCASE("decoded tokens were extended but not committed") {
+    REQUIRE(c.admit(2, turn2).has_value());
+    REQUIRE(c.commit(2, static_cast<std::uint32_t>(turn2.size())).has_value());
+    REQUIRE(c.extend(2, iota_tokens(3, 95000)).has_value());
+    REQUIRE(c.commit(2, static_cast<std::uint32_t>(turn2.size()) + 1).has_value()); // 2 of 3 unfed
+    const seq_id live[] = {2};
+    const observable before(c, live);
+    CHECK(c.finish(2).error() == errc::invalid_argument);
+    CHECK(observable(c, live) == before);
+    REQUIRE(c.commit(2, static_cast<std::uint32_t>(turn2.size()) + 2).has_value()); // only the last sampled unfed
+    auto f2 = c.finish(2);
+    REQUIRE(f2.has_value());
+    CHECK(f2->capture.position == static_cast<std::int64_t>(turn2.size()) + 2);
+  }
+  CHECK(c.check_invariants().has_value());
+}
+
+TEST_CASE("a planned partial-block copy keeps its source until the copy has run, whatever the pressure") {
+  auto c = make<chat>(32, 4); // 32 blocks: tight
+  std::vector<token_id> tokens = iota_tokens(100, 1);
+  const finish_plan f1 = run_turn(c, 1, tokens, iota_tokens(9, 70000)); // turn end at 108 = 6 blocks + 12
+  REQUIRE(f1.capture.slot != no_slot);
+  REQUIRE(c.step_complete(c.current_epoch()).has_value());
+  auto p = c.admit(2, concat(tokens, iota_tokens(4, 90000)));
+  REQUIRE(p.has_value());
+  REQUIRE(p->copy_src != no_block);
+  const block_id src = p->copy_src;
+  // Other prompts take every block they can; none may be the copy's source (or one of the shared blocks).
+  std::vector<block_id> taken;
+  for (seq_id s = 10; s < 40; ++s) {
+    auto q = c.admit(s, iota_tokens(40, static_cast<token_id>(100000 + 1000 * s)));
+    if (!q.has_value()) {
+      CHECK(q.error() == errc::pool_exhausted);
+      break;
+    }
+    taken.insert(taken.end(), q->block_table.begin(), q->block_table.end());
+    REQUIRE(c.step_complete(c.current_epoch()).has_value());
+  }
+  CHECK(std::find(taken.begin(), taken.end(), src) == taken.end());
+  CHECK(c.check_invariants().has_value());
 }

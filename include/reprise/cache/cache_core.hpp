@@ -511,6 +511,7 @@ struct cache_core {
     b.tokens = a->tokens;
     b.computed = a->computed;
     b.exact_until = a->exact_until;
+    b.prompt = a->prompt;
     sequences.insert(b);
     ++metrics.live_sequences;
     plan.block_table = b.blocks;
@@ -523,7 +524,11 @@ struct cache_core {
     if (r == nullptr) return sequences.recently_released(s) ? errc::double_release : errc::unknown_sequence;
     finish_plan plan;
     if constexpr (restores) {
-      if constexpr (traits::capture::at_turn_end) finish_capture(*r, plan);
+      if constexpr (traits::capture::at_turn_end) {
+        // The capture copies the live state, which must have folded in exactly the committed tokens.
+        if (r->computed < r->prompt || r->tokens - r->computed > 1) return errc::invalid_argument;
+        finish_capture(*r, plan);
+      }
     }
     end(*r);
     return plan;

@@ -195,10 +195,13 @@ public:
   }
 
   /// Ends a turn: with `policy::end_of_turn` plans a `decode_continuation` capture of the live state at the
-  /// committed position p when p is a multiple of B whose block is cached and holds no snapshot yet, and a
-  /// slot is free; then releases the sequence as `release` does.
+  /// committed position p (off a block boundary the partial block [floor(p / B) B, p) is kept with it) when
+  /// no equal snapshot exists and a slot is reusable; then releases the sequence as `release` does.
   ///
-  /// Errors: as `release`. Complexity: as `release`.
+  /// Errors: as `release`; with `policy::end_of_turn`, `invalid_argument` when the live state is not known
+  /// to be at p: the prompt was never committed whole (its restore, copy or prefill may not have run), or
+  /// more than one extended token is uncommitted (the last sampled token, never fed, is the one allowed).
+  /// Call `release` to end such a sequence. Complexity: as `release`.
   result<finish_plan> finish(seq_id s) {
     if (!st_) return errc::unknown_sequence;
     return st_->finish(s);
