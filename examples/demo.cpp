@@ -435,7 +435,8 @@ int main(int argc, char** argv) {
                                     &off.result, &*kept_alive, "kept-alive"});
     }
     if (all || o.policy == "strict")
-      rows.push_back({hybrid_name, "strict", serve_cached<demo_hybrid, policy::strict>(hybrid, w, hybrid_name + " strict"),
+      rows.push_back({hybrid_name, "strict",
+                      serve_cached<demo_hybrid, policy::strict>(hybrid, w, hybrid_name + " strict"),
                       &off.result, &off.result, "off"});
     if (all || o.policy == "memory-only")
       rows.push_back({hybrid_name, "memory_only",
@@ -456,17 +457,19 @@ int main(int argc, char** argv) {
   if (chat) print_turns(o.workload, chat->result);
 
   // Which reference each kind of row was checked against, for the rows this run has.
-  const bool exact_rows = std::any_of(rows.begin(), rows.end(), [&](const row& r) { return r.reference && &r != chat; });
+  const bool exact_rows =
+      std::any_of(rows.begin(), rows.end(), [&](const row& r) { return r.reference && &r != chat; });
   if (exact_rows || chat) std::printf("\n");
   if (exact_rows)
     std::printf("off: the reference of strict, memory_only and block_sharing. They reuse only prefill-exact state, so "
                 "they\nmust decode bitwise the tokens and final logits of every prompt prefilled cold.\n");
   if (chat) {
     const auto [tokens, logits] = agreement(chat->result, rows.front().result);
-    std::printf("kept-alive: the reference of chat, one engine session per conversation that never ends, fed each new "
-                "turn's\ntokens. chat restores turn-end snapshots (decode-continuation state), which a cold prefill "
-                "need not\nreproduce bit for bit: against off, chat decoded the same tokens in %u of %u replies, with bitwise "
-                "equal\nfinal logits in %u (off prefills the earlier replies; a session decoded them step by step).\n",
+    std::printf("kept-alive: the reference of chat, one engine session per conversation that never ends, fed "
+                "each new turn's\ntokens. chat restores turn-end snapshots (decode-continuation state), which a cold "
+                "prefill need not\nreproduce bit for bit: against off, chat decoded the same tokens in %u of %u "
+                "replies, with bitwise equal\nfinal logits in %u (off prefills the earlier replies; a session decoded "
+                "them step by step).\n",
                 tokens, o.workload.conversations * o.workload.turns, logits);
   }
   bool identical = true, compared = false;

@@ -95,7 +95,8 @@ inline std::optional<std::string> first_difference(const workload_result& a, con
     for (std::size_t t = 0; t < a.turns[c].size(); ++t) {
       const completion &x = a.turns[c][t], &y = b.turns[c][t];
       const std::string turn = where + ", turn " + std::to_string(t + 1) + ": ";
-      const auto [dx, dy] = std::mismatch(x.generated.begin(), x.generated.end(), y.generated.begin(), y.generated.end());
+      const auto [dx, dy] =
+          std::mismatch(x.generated.begin(), x.generated.end(), y.generated.begin(), y.generated.end());
       if (dx != x.generated.end() || dy != y.generated.end())
         return turn + "reply token " + std::to_string(dx - x.generated.begin() + 1) + " differs";
       if (x.last_logits.size() != y.last_logits.size() ||
