@@ -9,10 +9,12 @@
 #include "hybrid/engine.hpp"
 #include "hybrid/workload.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <functional>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace reprise::example {
@@ -30,6 +32,13 @@ struct workload_result {
 constexpr seq_id request_id(std::uint32_t conversation, std::uint32_t turn, std::uint32_t turns) noexcept {
   return seq_id{conversation} * turns + turn + 1;
 }
+/// The conversation and turn of a request id, the inverse of `request_id`.
+constexpr std::uint32_t conversation_of(seq_id id, std::uint32_t turns) noexcept {
+  return static_cast<std::uint32_t>((id - 1) / turns);
+}
+constexpr std::uint32_t turn_of(seq_id id, std::uint32_t turns) noexcept {
+  return static_cast<std::uint32_t>((id - 1) % turns);
+}
 
 /// Serves `w` with `model` through `cache`. `progress(done, total)` is called after every step.
 /// `options` default to one running sequence per conversation, one admission per step.
@@ -45,7 +54,7 @@ workload_result run_workload(const decoder& model, Cache& cache, const workload&
   auto submit = [&](std::uint32_t conv, std::vector<token> prompt) {
     const auto turn = static_cast<std::uint32_t>(out.prompts[conv].size());
     out.prompts[conv].push_back(prompt);
-    e.submit({request_id(conv, turn, c.turns), std::move(prompt), c.reply_tokens, {}});
+    e.submit({request_id(conv, turn, c.turns), std::move(prompt), w.reply_lengths[conv][turn], {}});
   };
   const auto start = std::chrono::steady_clock::now();
   for (std::uint32_t conv = 0; conv < c.conversations; ++conv) {
@@ -56,7 +65,7 @@ workload_result run_workload(const decoder& model, Cache& cache, const workload&
   std::uint32_t done = 0;
   while (!e.idle()) {
     for (completion& r : e.step()) {
-      const auto conv = static_cast<std::uint32_t>((r.id - 1) / c.turns), turn = static_cast<std::uint32_t>((r.id - 1) % c.turns);
+      const std::uint32_t conv = conversation_of(r.id, c.turns), turn = turn_of(r.id, c.turns);
       if (turn + 1 < c.turns) {
         std::vector<token> prompt = out.prompts[conv][turn];
         prompt.insert(prompt.end(), r.generated.begin(), r.generated.end());
@@ -75,19 +84,30 @@ workload_result run_workload(const decoder& model, Cache& cache, const workload&
   return out;
 }
 
-/// True when both runs decoded the same tokens and ended with bitwise equal logits in every turn.
-inline bool same_outputs(const workload_result& a, const workload_result& b) {
-  if (a.turns.size() != b.turns.size()) return false;
+/// Where two runs first differ, in words ("conversation 2, turn 3: reply token 5 differs"), or nothing when
+/// both decoded the same tokens and ended with bitwise equal logits in every turn. Conversations and turns
+/// are numbered from 1, as printed.
+inline std::optional<std::string> first_difference(const workload_result& a, const workload_result& b) {
+  if (a.turns.size() != b.turns.size()) return "a different number of conversations";
   for (std::size_t c = 0; c < a.turns.size(); ++c) {
-    if (a.turns[c].size() != b.turns[c].size()) return false;
+    const std::string where = "conversation " + std::to_string(c + 1);
+    if (a.turns[c].size() != b.turns[c].size()) return where + ": a different number of turns";
     for (std::size_t t = 0; t < a.turns[c].size(); ++t) {
       const completion &x = a.turns[c][t], &y = b.turns[c][t];
-      if (x.generated != y.generated || x.last_logits.size() != y.last_logits.size() ||
+      const std::string turn = where + ", turn " + std::to_string(t + 1) + ": ";
+      const auto [dx, dy] =
+          std::mismatch(x.generated.begin(), x.generated.end(), y.generated.begin(), y.generated.end());
+      if (dx != x.generated.end() || dy != y.generated.end())
+        return turn + "reply token " + std::to_string(dx - x.generated.begin() + 1) + " differs";
+      if (x.last_logits.size() != y.last_logits.size() ||
           std::memcmp(x.last_logits.data(), y.last_logits.data(), x.last_logits.size() * sizeof(float)) != 0)
-        return false;
+        return turn + "final logits differ";
     }
   }
-  return true;
+  return std::nullopt;
 }
+
+/// True when both runs decoded the same tokens and ended with bitwise equal logits in every turn.
+inline bool same_outputs(const workload_result& a, const workload_result& b) { return !first_difference(a, b); }
 
 } // namespace reprise::example

@@ -4,6 +4,7 @@
 // snapshots; and the equality checks must be able to fail.
 #include "hybrid/config.hpp"
 #include "hybrid/decoder.hpp"
+#include "hybrid/kept_alive.hpp"
 #include "hybrid/run.hpp"
 #include "hybrid/uncached.hpp"
 
@@ -16,6 +17,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <vector>
 
 namespace {
@@ -204,48 +206,19 @@ namespace {
 using continuation = policy::snapshot_restore<policy::capture<policy::last_aligned, policy::branch_point, policy::end_of_turn>,
                                               policy::accept_any>;
 
-/// The reference for decode_continuation hits: one session per conversation that never ends. Its state stays
-/// live between turns; each turn prefills only the tokens it has not seen (the last reply token and the new
-/// user message) from where it stopped. Checks `warm` against it and that every later turn was admitted
-/// exactly where the previous turn's live state stopped.
+/// Checks `warm` against the kept-alive session (hybrid/kept_alive.hpp), the reference for decode_continuation
+/// hits, and that every later turn was admitted exactly where the session resumed: where the previous turn's
+/// live state stopped.
 void check_against_kept_alive_session(const decoder& model, const workload& w, const workload_result& warm) {
-  const decoder_config& cfg = model.config();
-  kv_memory kv(cfg, 64);
-  state_memory states(cfg, 1);
-  std::vector<block_id> blocks(64);
-  for (std::uint32_t i = 0; i < 64; ++i) blocks[i] = static_cast<block_id>(i);
-  for (std::uint32_t conv = 0; conv < w.config.conversations; ++conv) {
-    CAPTURE(conv);
-    states.zero(0);
-    std::vector<token> seen = w.system_prompt;
-    seen.insert(seen.end(), w.user[conv][0].begin(), w.user[conv][0].end());
-    std::uint32_t position = 0;
-    std::vector<float> logits(cfg.vocab);
-    for (std::uint32_t turn = 0; turn < w.config.turns; ++turn) {
-      CAPTURE(turn);
-      const std::vector<token> fresh(seen.begin() + position, seen.end());
-      const sequence_step prefill{position, static_cast<std::uint32_t>(fresh.size()), blocks, 0, {}, position};
-      model.forward(pass::prefill, fresh, {&prefill, 1}, kv, states, logits);
-      position = static_cast<std::uint32_t>(seen.size());
-      std::vector<token> reply{static_cast<token>(math::argmax(logits))};
-      while (reply.size() < w.config.reply_tokens) {
-        const sequence_step step{position, 1, blocks, 0, {}, position};
-        model.forward(pass::decode, {&reply.back(), 1}, {&step, 1}, kv, states, logits);
-        seen.push_back(reply.back());
-        ++position;
-        reply.push_back(static_cast<token>(math::argmax(logits)));
-      }
-      CHECK(warm.turns[conv][turn].generated == reply);
-      CHECK(std::memcmp(warm.turns[conv][turn].last_logits.data(), logits.data(), logits.size() * sizeof(float)) == 0);
-      if (turn > 0) { // restored exactly where the previous turn's live state stopped
-        const admission& a = *std::find_if(warm.admissions.begin(), warm.admissions.end(), [&](const admission& x) {
-          return x.id == request_id(conv, turn, w.config.turns);
-        });
-        CHECK(a.usable_tokens == warm.prompts[conv][turn - 1].size() + w.config.reply_tokens - 1);
-      }
-      seen.push_back(reply.back());
-      if (turn + 1 < w.config.turns) seen.insert(seen.end(), w.user[conv][turn + 1].begin(), w.user[conv][turn + 1].end());
-    }
+  const workload_result session = run_kept_alive(model, w);
+  check_same(warm, session);
+  for (const admission& a : session.admissions) {
+    if (turn_of(a.id, w.config.turns) == 0) continue;
+    CAPTURE(a.id);
+    const auto it = std::find_if(warm.admissions.begin(), warm.admissions.end(),
+                                 [&](const admission& x) { return x.id == a.id; });
+    REQUIRE(it != warm.admissions.end());
+    CHECK(it->usable_tokens == a.usable_tokens);
   }
 }
 
@@ -261,6 +234,9 @@ TEST_CASE("a decode_continuation snapshot resumes bitwise like the same session 
       {.conversations = 2, .turns = 3, .system_tokens = 47, .user_tokens = 3, .reply_tokens = 15, .seed = 8},
       {.conversations = 2, .turns = 3, .system_tokens = 46, .user_tokens = 3, .reply_tokens = 15, .seed = 9},
       {.conversations = 1, .turns = 4, .system_tokens = 5, .user_tokens = 3, .reply_tokens = 4, .seed = 10},
+      // Lengths drawn per conversation and turn: turn ends fall anywhere in a block.
+      {.conversations = 2, .turns = 4, .system_tokens = 45, .user_tokens = 3, .user_tokens_max = 30,
+       .reply_tokens = 1, .reply_tokens_max = 20, .seed = 12},
   };
   const decoder& model = model_of(tiny_hybrid::config());
   for (const workload_config& shape : shapes) {
@@ -274,6 +250,33 @@ TEST_CASE("a decode_continuation snapshot resumes bitwise like the same session 
     CHECK(warm.metrics.snapshot_hits == shape.conversations * (shape.turns - 1));
     CHECK(cache.check_invariants().has_value());
   }
+}
+
+TEST_CASE("policy::chat decodes bitwise what kept-alive sessions decode, with turn lengths drawn per turn") {
+  // Conversations share a system prompt that ends off a block boundary, so later ones restore at the branch
+  // point (prefill-exact) and every later turn at its turn end (decode_continuation, often a partial block).
+  const decoder& model = model_of(tiny_hybrid::config());
+  const workload w = workload::make({.conversations = 3, .turns = 4, .system_tokens = 75, .user_tokens = 5,
+                                     .user_tokens_max = 27, .reply_tokens = 1, .reply_tokens_max = 13, .seed = 13},
+                                    model.config().vocab);
+  auto cache = make_cache<tiny_hybrid, policy::chat>();
+  const workload_result warm = run_workload(model, cache, w);
+  check_against_kept_alive_session(model, w, warm);
+  CHECK(warm.metrics.partial_blocks_copied > 0);
+  CHECK(cache.check_invariants().has_value());
+}
+
+TEST_CASE("a kept-alive session's first prefill split on the chunk grid equals the unsplit one") {
+  // Chunked prefill state at a chunk boundary is bitwise the unsplit prefill's, so a split there must change
+  // nothing: a check of the split path itself.
+  const decoder& model = model_of(tiny_hybrid::config());
+  const workload w = workload::make({.conversations = 2, .turns = 2, .system_tokens = 75, .user_tokens = 9,
+                                     .reply_tokens = 5, .seed = 14},
+                                    model.config().vocab);
+  const std::optional<std::uint32_t> split[] = {std::nullopt, tiny_hybrid::cache_model::alignment};
+  const workload_result whole = run_kept_alive(model, w), parts = run_kept_alive(model, w, split);
+  check_same(parts, whole);
+  CHECK(parts.stats.prefill_tokens == whole.stats.prefill_tokens);
 }
 
 TEST_CASE("a corrupted turn-end snapshot off a block boundary is noticed (the equality can fail)") {
