@@ -400,8 +400,9 @@ void print_turns(const workload_config& w, const workload_result& chat) {
     std::printf("%6u %8llu %8llu %8llu\n", t + 1, static_cast<unsigned long long>(prompt[t]),
                 static_cast<unsigned long long>(fresh[t]), static_cast<unsigned long long>(computed[t]));
   if (w.conversations > 1 && w.system_tokens > 0)
-    std::printf("(turn 1: a first turn restores the shared system prompt only from a branch-point snapshot, which "
-                "sits on\nthe alignment grid and exists once an earlier conversation has left the shared prefix)\n");
+    std::printf("(turn 1: the first conversation computes the system prompt; the second captures a snapshot at the "
+                "last\nKV block it shares with the first (off the alignment grid: its prefill is split there); later "
+                "ones restore it)\n");
 }
 
 } // namespace
@@ -429,10 +430,10 @@ int main(int argc, char** argv) {
     const row& off = rows.emplace_back(
         row{hybrid_name, "off", serve_uncached<demo_hybrid>(hybrid, w, hybrid_name + " off"), nullptr, nullptr, {}});
     if (all || o.policy == "chat") {
-      kept_alive = run_kept_alive(hybrid, w);
-      chat = &rows.emplace_back(row{hybrid_name, "chat",
-                                    serve_cached<demo_hybrid, policy::chat>(hybrid, w, hybrid_name + " chat"),
-                                    &off.result, &*kept_alive, "kept-alive"});
+      workload_result served = serve_cached<demo_hybrid, policy::chat>(hybrid, w, hybrid_name + " chat");
+      // The sessions split their first prefill where the cache split or resumed it (a branch block).
+      kept_alive = run_kept_alive(hybrid, w, first_turn_splits(served, w.config));
+      chat = &rows.emplace_back(row{hybrid_name, "chat", std::move(served), &off.result, &*kept_alive, "kept-alive"});
     }
     if (all || o.policy == "strict")
       rows.push_back({hybrid_name, "strict",
@@ -466,7 +467,8 @@ int main(int argc, char** argv) {
   if (chat) {
     const auto [tokens, logits] = agreement(chat->result, rows.front().result);
     std::printf("kept-alive: the reference of chat, one engine session per conversation that never ends, fed "
-                "each new turn's\ntokens. chat restores turn-end snapshots (decode-continuation state), which a cold "
+                "each new turn's\ntokens, its first prefill split where the cache split or resumed it (the shared "
+                "system prompt's last\nKV block). chat restores decode-continuation state, which a cold "
                 "prefill need not\nreproduce bit for bit: against off, chat decoded the same tokens in %u of %u "
                 "replies, with bitwise equal\nfinal logits in %u (off prefills the earlier replies; a session decoded "
                 "them step by step).\n",

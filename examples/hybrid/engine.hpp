@@ -59,6 +59,8 @@ struct admission {
   std::uint32_t usable_tokens = 0;
   std::uint32_t kv_matched_tokens = 0;
   std::uint32_t lost_tokens = 0;
+  /// The first capture off the alignment grid (`policy::branch_block`): the prefill was split there. 0: none.
+  std::uint32_t split_at = 0;
 };
 
 /// What the engine computed and what the cache saved it, summed over admissions.
@@ -228,7 +230,11 @@ private:
       stats_.skipped_tokens += u;
       stats_.kv_matched_tokens += plan->kv_matched_tokens;
       stats_.lost_tokens += plan->tokens_lost_to_missing_snapshot;
-      admissions_.push_back({s.id, length, u, plan->kv_matched_tokens, plan->tokens_lost_to_missing_snapshot});
+      const auto off_grid = std::find_if(plan->captures.begin(), plan->captures.end(), [&](const capture_point& c) {
+        return static_cast<std::uint64_t>(c.position) % alignment_ != 0;
+      });
+      admissions_.push_back({s.id, length, u, plan->kv_matched_tokens, plan->tokens_lost_to_missing_snapshot,
+                             off_grid == plan->captures.end() ? 0u : static_cast<std::uint32_t>(off_grid->position)});
       if (plan->restore_slot != no_slot && opt_.before_restore) opt_.before_restore(states_, plan->restore_slot);
       // A turn end kept off a block boundary: its partial block is copied into the sequence's own (copy on
       // write) before the prefill appends to it.

@@ -98,4 +98,19 @@ inline workload_result run_kept_alive(const decoder& model, const workload& w,
   return out;
 }
 
+/// The first-turn splits a cached run made, as `run_kept_alive`'s `prefix_split`: where a conversation's first
+/// prefill was split at a branch block (`admission::split_at`), or resumed from a snapshot (its
+/// `usable_tokens`: the state there equals a session that prefilled exactly that far). A split on the chunk
+/// grid changes no bit, so every resume position can be given.
+inline std::vector<std::optional<std::uint32_t>> first_turn_splits(const workload_result& served,
+                                                                   const workload_config& c) {
+  std::vector<std::optional<std::uint32_t>> split(c.conversations);
+  for (const admission& a : served.admissions) {
+    if (turn_of(a.id, c.turns) != 0) continue;
+    const std::uint32_t at = a.split_at != 0 ? a.split_at : a.usable_tokens;
+    if (at != 0) split[conversation_of(a.id, c.turns)] = at;
+  }
+  return split;
+}
+
 } // namespace reprise::example

@@ -209,8 +209,9 @@ using continuation = policy::snapshot_restore<policy::capture<policy::last_align
 /// Checks `warm` against the kept-alive session (hybrid/kept_alive.hpp), the reference for decode_continuation
 /// hits, and that every later turn was admitted exactly where the session resumed: where the previous turn's
 /// live state stopped.
-void check_against_kept_alive_session(const decoder& model, const workload& w, const workload_result& warm) {
-  const workload_result session = run_kept_alive(model, w);
+void check_against_kept_alive_session(const decoder& model, const workload& w, const workload_result& warm,
+                                      std::span<const std::optional<std::uint32_t>> splits = {}) {
+  const workload_result session = run_kept_alive(model, w, splits);
   check_same(warm, session);
   for (const admission& a : session.admissions) {
     if (turn_of(a.id, w.config.turns) == 0) continue;
@@ -252,17 +253,74 @@ TEST_CASE("a decode_continuation snapshot resumes bitwise like the same session 
   }
 }
 
+namespace {
+/// Where policy::chat splits or resumes a conversation's first prefill, from the tokens alone: at the end of
+/// the last full KV block its first prompt shares with an earlier conversation's (the branch block), if any.
+/// Holds when, as the engine admits one request per step, each earlier first prompt fills the block after
+/// the shared prefix (so the cache sees that the prefix branches there).
+std::vector<std::optional<std::uint32_t>> branch_block_splits(const workload& w, std::uint32_t block_size) {
+  auto first_prompt = [&](std::uint32_t conv) {
+    std::vector<token> p = w.system_prompt;
+    p.insert(p.end(), w.user[conv][0].begin(), w.user[conv][0].end());
+    return p;
+  };
+  std::vector<std::optional<std::uint32_t>> split(w.config.conversations);
+  for (std::uint32_t conv = 1; conv < w.config.conversations; ++conv) {
+    const std::vector<token> p = first_prompt(conv);
+    std::size_t shared = 0;
+    for (std::uint32_t e = 0; e < conv; ++e) {
+      const std::vector<token> q = first_prompt(e);
+      shared = std::max<std::size_t>(shared, static_cast<std::size_t>(
+                                                 std::mismatch(p.begin(), p.end(), q.begin(), q.end()).first - p.begin()));
+    }
+    const std::size_t at = std::min(shared, p.size() - 1) / block_size * block_size;
+    if (at != 0) split[conv] = static_cast<std::uint32_t>(at);
+  }
+  return split;
+}
+} // namespace
+
 TEST_CASE("policy::chat decodes bitwise what kept-alive sessions decode, with turn lengths drawn per turn") {
-  // Conversations share a system prompt that ends off a block boundary, so later ones restore at the branch
-  // point (prefill-exact) and every later turn at its turn end (decode_continuation, often a partial block).
+  // Conversations share a system prompt of 90 tokens: the second captures at the end of the last block it
+  // shares with the first (80, off the alignment grid 64: its prefill is split there) and the third restores
+  // there; every later turn restores its turn end (often with a partial block). The reference: kept-alive
+  // sessions whose first prefill is split at that block, found from the tokens alone.
   const decoder& model = model_of(tiny_hybrid::config());
-  const workload w = workload::make({.conversations = 3, .turns = 4, .system_tokens = 75, .user_tokens = 5,
+  constexpr std::uint32_t A = tiny_hybrid::cache_model::alignment, B = tiny_hybrid::cache_model::block_size;
+  const workload w = workload::make({.conversations = 3, .turns = 4, .system_tokens = 90, .user_tokens = 8,
                                      .user_tokens_max = 27, .reply_tokens = 1, .reply_tokens_max = 13, .seed = 13},
                                     model.config().vocab);
+  const std::vector<std::optional<std::uint32_t>> splits = branch_block_splits(w, B);
+  REQUIRE(splits[1].has_value());
+  REQUIRE(*splits[1] % A != 0);
   auto cache = make_cache<tiny_hybrid, policy::chat>();
   const workload_result warm = run_workload(model, cache, w);
-  check_against_kept_alive_session(model, w, warm);
+  check_against_kept_alive_session(model, w, warm, splits);
+  CHECK(first_turn_splits(warm, w.config) == splits); // where the engine split or resumed: the same positions
   CHECK(warm.metrics.partial_blocks_copied > 0);
+  CHECK(cache.check_invariants().has_value());
+  // The split is what makes them equal: unsplit sessions differ in the last bits.
+  CHECK_FALSE(same_outputs(warm, run_kept_alive(model, w)));
+}
+
+TEST_CASE("policy::chat with decode checkpoints decodes bitwise what kept-alive sessions decode") {
+  // Replies long enough to cross the checkpoint grid (every 64 tokens): the checkpoints are written during
+  // decode and kept per sequence, and nothing they do may change a bit of the outputs.
+  const decoder& model = model_of(tiny_hybrid::config());
+  const workload w = workload::make({.conversations = 2, .turns = 3, .system_tokens = 40, .user_tokens = 5,
+                                     .user_tokens_max = 20, .reply_tokens = 40, .reply_tokens_max = 90, .seed = 15},
+                                    model.config().vocab);
+  cache_options o{.kv_blocks = 256, .max_sequences = 8,
+                  .snapshot_budget_bytes = 16 * tiny_hybrid::cache_model::bytes_per_snapshot, .hasher_seed = 1,
+                  .decode_checkpoint_interval = tiny_hybrid::cache_model::alignment};
+  auto made = prefix_cache<tiny_hybrid::cache_model, policy::chat>::create(o);
+  REQUIRE(made.has_value());
+  auto cache = std::move(*made);
+  const workload_result warm = run_workload(model, cache, w);
+  // (The first conversation's prompt ends inside the block after the shared prefix, so that block is not
+  // cached when the second is admitted: no branch capture. The splits come from what the engine did.)
+  check_against_kept_alive_session(model, w, warm, first_turn_splits(warm, w.config));
+  CHECK(warm.metrics.captures_written > warm.metrics.snapshot_hits); // checkpoints were written too
   CHECK(cache.check_invariants().has_value());
 }
 
