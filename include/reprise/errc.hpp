@@ -33,6 +33,7 @@ enum class errc : std::uint8_t {
   device_error = 12,      ///< the CUDA runtime reported an error
   no_device = 13,         ///< a device call was made but no CUDA device is present
   invariant_violated = 14, ///< `check_invariants()` found inconsistent bookkeeping (a bug, never bad input)
+  unwritten_blocks = 15,  ///< a block shared within a step (`share_in_step`) is not written by its writer
 };
 
 /// Short, stable, human-readable name of an error (`"pool_exhausted"`).
@@ -52,6 +53,7 @@ constexpr std::string_view to_string(errc e) noexcept {
   case errc::device_error: return "device_error";
   case errc::no_device: return "no_device";
   case errc::invariant_violated: return "invariant_violated";
+  case errc::unwritten_blocks: return "unwritten_blocks";
   }
   return "unknown_error";
 }

@@ -178,7 +178,7 @@ class py_cache {
 public:
   py_cache(const model_config& m, const std::string& policy, std::uint32_t kv_blocks, std::uint32_t max_sequences,
            std::size_t snapshot_budget_bytes, std::uint64_t snapshot_ttl_steps, std::uint32_t max_snapshots_per_path,
-           std::uint32_t capture_interval, std::optional<std::uint64_t> hasher_seed,
+           std::uint32_t capture_interval, std::optional<std::uint64_t> hasher_seed, bool share_in_step,
            std::uint32_t decode_checkpoint_interval, std::uint32_t decode_checkpoints_per_sequence) {
     const cache_options o{.kv_blocks = kv_blocks,
                           .max_sequences = max_sequences,
@@ -187,6 +187,7 @@ public:
                           .max_snapshots_per_path = max_snapshots_per_path,
                           .capture_interval = capture_interval,
                           .hasher_seed = hasher_seed,
+                          .share_in_step = share_in_step,
                           .decode_checkpoint_interval = decode_checkpoint_interval,
                           .decode_checkpoints_per_sequence = decode_checkpoints_per_sequence};
     for (const named_policy& p : policies)
@@ -254,6 +255,7 @@ public:
     REPRISE_METRIC(tokens_lost_to_missing_snapshot)
     REPRISE_METRIC(blocks_shared)
     REPRISE_METRIC(bytes_saved)
+    REPRISE_METRIC(blocks_shared_in_step)
     REPRISE_METRIC(blocks_published)
     REPRISE_METRIC(duplicate_blocks)
     REPRISE_METRIC(kv_evictions)
@@ -383,17 +385,21 @@ void bind_cache(nb::module_& m) {
 
   nb::class_<py_cache>(m, "PrefixCache", class_doc.c_str())
       .def(nb::init<const model_config&, const std::string&, std::uint32_t, std::uint32_t, std::size_t, std::uint64_t,
-                    std::uint32_t, std::uint32_t, std::optional<std::uint64_t>, std::uint32_t, std::uint32_t>(),
+                    std::uint32_t, std::uint32_t, std::optional<std::uint64_t>, bool, std::uint32_t,
+                    std::uint32_t>(),
            nb::arg("config"), nb::arg("policy") = "snapshot_restore", nb::kw_only(), nb::arg("kv_blocks"),
            nb::arg("max_sequences") = 256, nb::arg("snapshot_budget_bytes") = 0, nb::arg("snapshot_ttl_steps") = 0,
            nb::arg("max_snapshots_per_path") = 0, nb::arg("capture_interval") = 0,
-           nb::arg("hasher_seed") = nb::none(), nb::arg("decode_checkpoint_interval") = 0,
-           nb::arg("decode_checkpoints_per_sequence") = 2,
-           "Allocates every pool. Raises InvalidArgument (kv_blocks or max_sequences is 0), OutOfRange (above "
-           "2^31 - 1), UnsupportedConfig (block size, or a policy that does not fit the model), BudgetTooSmall "
-           "(a snapshot policy with a budget below one snapshot), Misaligned (capture_interval 0 or off the "
-           "alignment unit with 'snapshot_interval'; decode_checkpoint_interval off it with 'chat'), "
-           "InvalidArgument (decode_checkpoints_per_sequence 0 with 'chat'), ValueError (unknown policy name).")
+           nb::arg("hasher_seed") = nb::none(), nb::arg("share_in_step") = false,
+           nb::arg("decode_checkpoint_interval") = 0, nb::arg("decode_checkpoints_per_sequence") = 2,
+           "Allocates every pool. `share_in_step` ('block_sharing' only): a prompt also shares the full blocks that "
+           "prompts admitted earlier in the same step compute, before their commit (cache_options::share_in_step "
+           "states the engine's precondition). Raises InvalidArgument (kv_blocks or max_sequences is 0; "
+           "decode_checkpoints_per_sequence 0 with 'chat'), OutOfRange (above 2^31 - 1), UnsupportedConfig (block "
+           "size, a policy that does not fit the model, or share_in_step with a policy other than "
+           "'block_sharing'), BudgetTooSmall (a snapshot policy with a budget below one snapshot), Misaligned "
+           "(capture_interval 0 or off the alignment unit with 'snapshot_interval'; decode_checkpoint_interval off "
+           "it with 'chat'), ValueError (unknown policy name).")
       .def("admit", &py_cache::admit, nb::arg("seq_id"), nb::arg("tokens"), nb::arg("extra_keys") = nb::none(),
            nb::sig("def admit(self, seq_id: int, tokens: numpy.typing.ArrayLike, extra_keys: ExtraKeys | None = None) "
                    "-> AdmitPlan"),
@@ -406,7 +412,8 @@ void bind_cache(nb::module_& m) {
                    "None) -> None"),
            "Declares the first `n_computed` tokens computed (non-decreasing): publishes full blocks and the planned "
            "captures listed (positions) in `captures_written`; unlisted captures <= n_computed are dropped. "
-           "Raises UnknownSequence, OutOfRange, InvalidArgument.")
+           "Raises UnknownSequence, OutOfRange, InvalidArgument, UnwrittenBlocks (share_in_step: a block shared "
+           "within the step is not written yet, or never will be by its writer; release the sequence then).")
       .def("extend", &py_cache::extend, nb::arg("seq_id"), nb::arg("tokens"),
            nb::sig("def extend(self, seq_id: int, tokens: numpy.typing.ArrayLike) -> ExtendPlan"),
            "Appends decode tokens; returns an ExtendPlan with the blocks they need. Raises UnknownSequence, "

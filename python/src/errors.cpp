@@ -21,7 +21,7 @@ struct error_kind {
 };
 
 // Docs repeat errc.hpp's one-line meanings: they are what a Python user reads in the message.
-constexpr std::array<error_kind, 14> kinds{{
+constexpr std::array<error_kind, 15> kinds{{
     {errc::invalid_argument, "InvalidArgument", true, "a size, count or option is out of its documented range"},
     {errc::size_mismatch, "SizeMismatch", true, "a buffer or token span has the wrong length for the call"},
     {errc::misaligned, "Misaligned", true, "a position or interval is not a multiple of the model's alignment unit"},
@@ -38,6 +38,8 @@ constexpr std::array<error_kind, 14> kinds{{
     {errc::no_device, "NoDevice", false, "a device call was made but no CUDA device is present"},
     {errc::invariant_violated, "InvariantViolated", false,
      "check_invariants() found inconsistent bookkeeping (a bug, never bad input)"},
+    {errc::unwritten_blocks, "UnwrittenBlocks", false,
+     "a block shared within a step (share_in_step) is not written by its writer"},
 }};
 
 // The classes live as long as the module (the module's attributes hold references too); indexed by errc value.

@@ -63,6 +63,20 @@ def test_a_repeated_prompt_hits(policy):
     cache.check_invariants()
 
 
+def test_share_in_step_shares_blocks_before_their_commit():
+    cache = make("block_sharing", share_in_step=True)
+    prompt = np.arange(300, dtype=np.int32)
+    first = cache.admit(1, prompt)
+    second = cache.admit(2, prompt)  # the same step: first has not committed
+    assert second.shared_blocks == 18 and second.usable_tokens == 288
+    np.testing.assert_array_equal(second.block_table[:18], first.block_table[:18])
+    cache.commit(1, 300)  # writers first
+    cache.commit(2, 300)
+    assert cache.metrics()["blocks_shared_in_step"] == 18
+    assert make("block_sharing").admit(1, prompt).shared_blocks == 0  # off by default
+    cache.check_invariants()
+
+
 @pytest.mark.parametrize("policy", ["snapshot_restore", "snapshot_prefill_exact", "snapshot_interval"])
 def test_captures_follow_the_policy(policy):
     cache = make(policy)
@@ -223,7 +237,7 @@ def test_geometry_and_metrics_keys():
     assert cache.bytes_per_snapshot == config.bytes_per_snapshot and cache.snapshot_slots == 8
     assert cache.hasher_seed == 1
     m = cache.metrics()
-    assert len(m) == 26 and all(v == 0 for k, v in m.items() if k != "blocks_free")
+    assert len(m) == 27 and all(v == 0 for k, v in m.items() if k != "blocks_free")
     assert m["blocks_free"] == 256
     assert repr(cache).startswith("PrefixCache(policy='snapshot_restore', kv_blocks=256")
     assert repr(cache.admit(1, range(40))) == (

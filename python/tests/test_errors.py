@@ -23,6 +23,7 @@ ERRCS = {
     "device_error": ("DeviceError", 12),
     "no_device": ("NoDevice", 13),
     "invariant_violated": ("InvariantViolated", 14),
+    "unwritten_blocks": ("UnwrittenBlocks", 15),
 }
 
 
@@ -87,6 +88,22 @@ def test_cache_errors_change_nothing(what, error, call):
     assert plan.usable_tokens == 192  # the last aligned snapshot of the first prompt
 
 
+def test_unwritten_blocks_change_nothing():
+    """share_in_step: a sharer commits only once its writer's first commit wrote what it shares."""
+    cache = reprise.PrefixCache(attention_config(), "block_sharing", kv_blocks=32, hasher_seed=3, share_in_step=True)
+    cache.admit(1, np.arange(70, dtype=np.int32))
+    assert cache.admit(2, np.arange(70, dtype=np.int32)).shared_blocks == 4
+    before, table = cache.metrics(), cache.block_table(2).copy()
+    with pytest.raises(reprise.UnwrittenBlocks) as info:
+        cache.commit(2, 70)  # the writer has not committed
+    assert info.value.errc == "unwritten_blocks" and cache.metrics() == before
+    np.testing.assert_array_equal(cache.block_table(2), table)
+    cache.check_invariants()
+    cache.commit(1, 70)
+    cache.commit(2, 70)
+    cache.check_invariants()
+
+
 def test_max_sequences_exhausted():
     cache = busy_cache(max_sequences=1)
     before = cache.metrics()
@@ -101,6 +118,8 @@ CREATE_ERRORS = [
     (reprise.UnsupportedConfig, lambda: reprise.PrefixCache(hybrid_config(), "block_sharing", kv_blocks=8)),
     (reprise.UnsupportedConfig, lambda: reprise.PrefixCache(attention_config(), "snapshot_restore", kv_blocks=8,
                                                             snapshot_budget_bytes=1 << 20)),
+    (reprise.UnsupportedConfig, lambda: reprise.PrefixCache(hybrid_config(), "memory_only", kv_blocks=8,
+                                                            share_in_step=True)),
     (reprise.BudgetTooSmall, lambda: reprise.PrefixCache(hybrid_config(), "snapshot_restore", kv_blocks=8,
                                                          snapshot_budget_bytes=100)),
     (reprise.Misaligned, lambda: reprise.PrefixCache(hybrid_config(), "snapshot_interval", kv_blocks=8,

@@ -7,7 +7,10 @@
 //   - no block or slot is handed out while a live sequence holds it, or before the step that last touched
 //     it completed (epoch deferral),
 //   - failed calls change nothing observable,
-//   - the hit rule holds (usable <= KV match <= L - 1, per policy) and check_invariants() passes.
+//   - the hit rule holds (usable <= KV match <= L - 1, per policy) and check_invariants() passes;
+//   - with cache_options::share_in_step, a block shared before its writer committed is one the writer will
+//     write with the sharer's prefix, and a sharer's commit succeeds exactly when every such block was
+//     written by its writer's first commit in the step it was admitted in.
 // The same driver serves the randomized model-based test, the libFuzzer target and its corpus replay.
 
 #include <reprise/reprise.hpp>
@@ -56,15 +59,24 @@ class cache_op_driver {
     slot_id restore = no_slot;
     // Positions from here on were computed from decoded tokens or decode_continuation state.
     std::uint32_t exact_until = std::numeric_limits<std::uint32_t>::max();
+    // share_in_step: the blocks it shared while they were pending (not yet written) and the full prompt
+    // blocks it computes, offered to later admissions of its step until its first commit.
+    std::vector<block_id> shared_pending, own_pending;
   };
   static constexpr bool accepts_continuation = policy::policy_traits<policy_type>::accepts_decode_continuation;
 
 public:
   std::string failure; // empty while every check passed
+  std::uint64_t unwritten_refusals = 0; // sharer commits refused as the oracle predicted (share_in_step)
 
-  /// Drives `cache`, typed or runtime-configured (the block size and alignment are read from it).
-  explicit cache_op_driver(Cache cache) : cache_(std::move(cache)), B(cache_.block_size()), A(cache_.alignment()) {
+  /// Drives `cache`, typed or runtime-configured (the block size and alignment are read from it), created
+  /// with `cache_options::share_in_step` = `share_in_step`.
+  explicit cache_op_driver(Cache cache, bool share_in_step = false)
+      : cache_(std::move(cache)), B(cache_.block_size()), A(cache_.alignment()), share_in_step_(share_in_step) {
     blocks_.resize(cache_.kv_blocks());
+    planned_.resize(cache_.kv_blocks());
+    pending_.assign(cache_.kv_blocks(), 0);
+    written_in_step_.assign(cache_.kv_blocks(), 0);
     block_continuation_.assign(cache_.kv_blocks(), 0);
     slot_continuation_.assign(cache_.snapshot_slots(), 0);
     block_touched_.assign(cache_.kv_blocks(), -1);
@@ -92,7 +104,11 @@ public:
     case 4: extend(in); break;
     case 5: end(in, in.below(2) == 0); break;
     case 6: fork(in); break;
-    case 7: expect(cache_.step_complete(cache_.current_epoch()).has_value(), "step_complete"); safe_before_ = cache_.current_epoch(); break;
+    case 7:
+      expect(cache_.step_complete(cache_.current_epoch()).has_value(), "step_complete");
+      safe_before_ = cache_.current_epoch();
+      std::fill(pending_.begin(), pending_.end(), 0); // the step's windows close
+      break;
     case 8: bad_call(in); break;
     }
     if (failure.empty() && !cache_.check_invariants().has_value()) fail("check_invariants");
@@ -199,7 +215,12 @@ private:
       expect(plan->usable_tokens == 0, "admit: memory_only skips nothing");
     for (std::uint32_t i = 0; i < plan->block_table.size(); ++i) {
       const block_id b = plan->block_table[i];
-      if (i < plan->shared_blocks) {
+      if (i < plan->shared_blocks && pending_[b]) {
+        expect(share_in_step_, "admit: a pending block shared without share_in_step");
+        expect(holds(planned_[b], s, (i + 1) * B), "admit: FALSE HIT, shared pending block will hold another prefix");
+        s.shared_pending.push_back(b);
+      } else if (i < plan->shared_blocks) {
+        expect(s.shared_pending.empty(), "admit: a published block shared after a pending one");
         expect(holds(blocks_[b], s, (i + 1) * B), "admit: FALSE HIT, shared block holds another prefix");
         if (block_continuation_[b]) {
           expect(accepts_continuation, "admit: a decode-filled block reused under a prefill-exact policy");
@@ -208,6 +229,12 @@ private:
       } else {
         expect(!held_by_live(b), "admit: fresh block is held by a live sequence");
         expect(reusable(block_touched_[b]), "admit: fresh block reused before its step completed");
+        if (share_in_step_ && (i + 1) * B <= L) { // offered to later admissions of the step
+          pending_[b] = 1;
+          written_in_step_[b] = 0;
+          planned_[b] = prefix(s, (i + 1) * B);
+          s.own_pending.push_back(b);
+        }
       }
     }
     if constexpr (restores) {
@@ -252,7 +279,8 @@ private:
     expect((plan->restore_exactness == exactness::decode_continuation) == (s.exact_until < L),
            "admit: restore_exactness disagrees with what was reused");
     s.computed = plan->usable_tokens;
-    s.valid = plan->kv_matched_tokens;
+    // Blocks shared while pending hold nothing yet.
+    s.valid = plan->kv_matched_tokens - static_cast<std::uint32_t>(s.shared_pending.size()) * B;
     s.own_from = plan->shared_blocks;
     s.prompt = static_cast<std::uint32_t>(s.tokens.size());
     seqs_[id] = std::move(s);
@@ -269,9 +297,26 @@ private:
       if (c.position <= n && in.below(4) != 0) written.push_back(c.position);
     // The engine computed [computed, n): it writes KV of its own blocks and the captured states.
     const auto table = std::vector<block_id>(cache_.block_table(id).begin(), cache_.block_table(id).end());
+    // A sharer commits once what it shares is written by its writer's first commit within the step.
+    const bool unwritten = std::any_of(s.shared_pending.begin(), s.shared_pending.end(),
+                                       [&](block_id b) { return !written_in_step_[b]; });
+    const observed before = observe();
     auto r = cache_.commit(id, n, written);
+    if (unwritten) {
+      expect(!r.has_value() && r.error() == errc::unwritten_blocks, "commit: a sharer committed an unwritten block");
+      expect(observe() == before, "commit: failed call changed the cache");
+      unwritten_refusals += !r.has_value();
+      return;
+    }
     expect(r.has_value(), "commit: valid commit failed");
     if (!r.has_value()) return;
+    s.shared_pending.clear();
+    for (std::size_t k = 0; k < s.own_pending.size(); ++k) { // the window closes with what n covers written
+      const block_id b = s.own_pending[k];
+      if (pending_[b] && (s.own_from + k + 1) * B <= n) written_in_step_[b] = 1;
+      pending_[b] = 0;
+    }
+    s.own_pending.clear();
     for (std::uint32_t i = s.own_from; i < table.size() && i * B < n; ++i) {
       blocks_[table[i]] = prefix(s, std::min(n, (i + 1) * B));
       block_continuation_[table[i]] = std::min(n, (i + 1) * B) > s.exact_until;
@@ -362,6 +407,8 @@ private:
     }
     for (const capture_point& c : s.captures) slot_touched_[c.slot] = static_cast<std::int64_t>(now);
     if (s.restore != no_slot) slot_touched_[s.restore] = static_cast<std::int64_t>(now);
+    for (block_id b : s.own_pending) pending_[b] = 0; // its window closes with nothing written
+    s.own_pending.clear();
     if (s.tokens.size() < 400) {
       history_.push_back(s);
       if (history_.size() > 8) history_.erase(history_.begin());
@@ -387,6 +434,8 @@ private:
     oracle_seq d = s;
     d.captures.clear();
     d.restore = no_slot;
+    d.shared_pending.clear(); // a fork source has committed: nothing it shares is pending, its window closed
+    d.own_pending.clear();
     d.own_from = static_cast<std::uint32_t>(s.tokens.size() / B);
     if (plan->copy_dst != no_block) {
       expect(reusable(block_touched_[plan->copy_dst]), "fork: copy block reused before its step completed");
@@ -432,7 +481,12 @@ private:
   Cache cache_;
   const std::uint32_t B; // block size
   const std::uint32_t A; // alignment unit
+  const bool share_in_step_;
   std::vector<content> blocks_, slots_;
+  // share_in_step: what a pending block will hold, whether it is pending (its writer admitted in this step
+  // and not committed), and whether its writer's first commit in the step wrote it.
+  std::vector<content> planned_;
+  std::vector<std::uint8_t> pending_, written_in_step_;
   std::vector<std::uint8_t> block_continuation_, slot_continuation_; // what the engine wrote is decode_continuation
   std::vector<std::int64_t> block_touched_, slot_touched_;
   std::map<seq_id, oracle_seq> seqs_;

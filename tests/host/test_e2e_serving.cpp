@@ -102,6 +102,30 @@ TEST_CASE("block_sharing on the attention-only model decodes bitwise what cachin
   CHECK(cache.check_invariants().has_value());
 }
 
+TEST_CASE("share_in_step: prompts admitted in one step read an earlier one's blocks in the same pass, bitwise") {
+  // All three first turns are admitted in one step and prefilled in one forward call, which writes every
+  // layer's new KV before any query reads: the second and third prompt read the system prompt's blocks
+  // that the first one writes in that call.
+  const workload w = test_workload(tiny_attention::config().vocab);
+  const workload_result& cold = cold_run<tiny_attention>(w);
+  using cache_t = prefix_cache<tiny_attention::cache_model, policy::block_sharing>;
+  const engine<cache_t>::options batched{.max_running = 3, .max_admit_per_step = 3};
+  auto run = [&](bool share) {
+    auto cache = cache_t::create({.kv_blocks = 256, .max_sequences = 8, .hasher_seed = 1, .share_in_step = share});
+    REQUIRE(cache.has_value());
+    workload_result r = run_workload(model_of(tiny_attention::config()), *cache, w, batched);
+    CHECK(cache->check_invariants().has_value());
+    return r;
+  };
+  const workload_result shared = run(true), alone = run(false);
+  check_same(shared, cold);
+  check_same(alone, cold);
+  CHECK(shared.metrics.blocks_shared_in_step == 2 * (65 / tiny_attention::cache_model::block_size));
+  CHECK(alone.metrics.blocks_shared_in_step == 0);
+  CHECK(shared.stats.skipped_tokens ==
+        alone.stats.skipped_tokens + shared.metrics.blocks_shared_in_step * tiny_attention::cache_model::block_size);
+}
+
 TEST_CASE("snapshot_restore with prefill-exact snapshots decodes bitwise what caching off decodes") {
   const workload w = test_workload(tiny_hybrid::config().vocab);
   const workload_result& cold = cold_run<tiny_hybrid>(w);

@@ -62,3 +62,46 @@ TEST_CASE("random operation streams keep every oracle check and invariant") {
     if (policy == 3) CHECK(total.partial_blocks_copied > 10); // turn ends off block boundaries, restored
   }
 }
+
+TEST_CASE("random operation streams with share_in_step keep every oracle check and invariant") {
+  // Attention-only caches sharing blocks within a step: typed (B = 16, also with a hasher that collides
+  // everywhere) and runtime-configured (B = 32). The oracle checks what each pending block will hold and
+  // predicts exactly which sharer commits are refused.
+  using attention = reprise::testing::attn_model;
+  using reprise::policy::block_sharing;
+  const std::string names[] = {"typed", "typed, constant hasher", "runtime B = 32"};
+  for (int config = 0; config < 3; ++config) {
+    const reprise::model_config& model =
+        config == 2 ? runtime_attention_b32() : reprise::model_config::of<attention>();
+    const reprise::cache_options o{
+        .kv_blocks = 384 / model.block_size(), .max_sequences = 6, .hasher_seed = 3, .share_in_step = true};
+    std::uint64_t shared_in_step = 0, shared = 0, refusals = 0, lookups = 0;
+    for (std::uint32_t seed = 1; seed <= 24; ++seed) {
+      std::mt19937 rng(seed * 104729 + static_cast<std::uint32_t>(config));
+      std::vector<std::uint8_t> bytes(10000);
+      for (auto& b : bytes) b = static_cast<std::uint8_t>(rng());
+      byte_source in(bytes.data(), bytes.size());
+      CAPTURE(names[config]);
+      CAPTURE(seed);
+      auto run = [&]<class Cache>(Cache c) {
+        cache_op_driver<Cache> d(std::move(c), true);
+        d.run(in, 4096);
+        CHECK_MESSAGE(d.failure.empty(), d.failure);
+        shared_in_step += d.cache().metrics().blocks_shared_in_step;
+        shared += d.cache().metrics().blocks_shared;
+        lookups += d.cache().metrics().lookups;
+        refusals += d.unwritten_refusals;
+      };
+      if (config == 0) run(make_cache<reprise::prefix_cache<attention, block_sharing>>(o, model));
+      if (config == 1)
+        run(make_cache<reprise::prefix_cache<attention, block_sharing, constant_hasher>>(o, model));
+      if (config == 2) run(make_cache<reprise::runtime_prefix_cache<block_sharing>>(o, model));
+    }
+    MESSAGE(names[config], ": lookups ", lookups, ", blocks shared ", shared, " (", shared_in_step,
+            " within a step), sharer commits refused ", refusals);
+    CHECK(lookups > 500);
+    CHECK(shared_in_step > 60);
+    CHECK(shared > shared_in_step);
+    CHECK(refusals > 60);
+  }
+}

@@ -11,6 +11,7 @@
 #include <reprise/cache/block_index.hpp>
 #include <reprise/cache/block_ledger.hpp>
 #include <reprise/cache/capture_planner.hpp>
+#include <reprise/cache/in_step_sharing.hpp>
 #include <reprise/cache/sequence_table.hpp>
 #include <reprise/cache/snapshot_ledger.hpp>
 #include <reprise/cache/types.hpp>
@@ -35,6 +36,8 @@ struct cache_core {
   using traits = policy::policy_traits<Policy>;
   static constexpr bool restores = traits::restores_snapshots;
   static constexpr bool accepts_continuation = traits::accepts_decode_continuation;
+  /// `cache_options::share_in_step` applies to attention-only models only (`validate`).
+  static constexpr bool can_share_in_step = std::is_same_v<Policy, policy::block_sharing>;
 
   /// Positions and lengths are 32-bit; "no bound yet" for `sequence_record::exact_until`.
   static constexpr std::uint32_t unbounded = std::numeric_limits<std::uint32_t>::max();
@@ -46,6 +49,7 @@ struct cache_core {
     if (!is_supported_block_size(g.block_size)) return errc::unsupported_config;
     if (g.alignment == 0 || g.alignment % g.block_size != 0) return errc::misaligned;
     if (std::is_same_v<Policy, policy::block_sharing> && g.has_recurrent) return errc::unsupported_config;
+    if (o.share_in_step && !can_share_in_step) return errc::unsupported_config;
     if (restores && !g.has_recurrent) return errc::unsupported_config;
     if constexpr (restores) {
       if (g.bytes_per_snapshot == 0) return errc::invalid_argument;
@@ -70,7 +74,13 @@ struct cache_core {
   /// Precondition: validate(g, o) succeeded. Throws `std::bad_alloc`.
   cache_core(const cache_geometry& g, const cache_options& o, std::uint64_t hasher_seed)
       : options(o), geometry(g), seed(hasher_seed), hasher(hasher_seed), blocks(o.kv_blocks, g.block_size, clock, metrics),
-        slots(slot_count(g, o), g.bytes_per_snapshot, blocks.pool(), clock, metrics), sequences(o.max_sequences) {}
+        slots(slot_count(g, o), g.bytes_per_snapshot, blocks.pool(), clock, metrics), sequences(o.max_sequences),
+        in_step(can_share_in_step && o.share_in_step, blocks.pool(), o.max_sequences) {}
+
+  bool share_in_step() const noexcept {
+    if constexpr (can_share_in_step) return options.share_in_step;
+    else return false;
+  }
 
   // ------------------------------------------------------------------------------------------------------
   // block-size dispatch
@@ -100,8 +110,10 @@ struct cache_core {
 
   result<void> step_complete(epoch_t n) noexcept {
     if (n > max_epoch) return errc::out_of_range;
+    const epoch_t scheduled = clock.current;
     clock.safe_before = std::max(clock.safe_before, n + 1);
     clock.current = std::max(clock.current, n + 1);
+    if (share_in_step() && clock.current != scheduled) in_step.step_completed(blocks, sequences);
     blocks.advance(clock.safe_before);
     if constexpr (restores) {
       slots.advance(clock.safe_before);
@@ -128,14 +140,19 @@ struct cache_core {
       sequence_record& r = sequences.prepare(s); // not live until `apply`: filling it changes nothing
       r.root = hasher.root(keys);
       r.extras = stored_extra_keys::from(keys);
-      const std::uint32_t matched = lookup<B>(r, prompt);
+      const std::uint32_t published = lookup<B>(r, prompt);
+      // Past the published blocks, those that sequences admitted in this step compute (share_in_step).
+      const std::uint32_t matched =
+          share_in_step() ? in_step.template lookup<B>(r, prompt, blocks, hasher) : published;
       const restore_choice choice = choose_restore<B>(r, matched, prompt);
       const std::uint32_t total = (length - 1) / B + 1;
       const block_id held_tail[] = {choice.tail};
       if (blocks.available_excluding(r.blocks, choice.tail != no_block ? std::span(held_tail) : std::span<const block_id>{}) <
           total - matched)
         return errc::pool_exhausted;
-      return apply<B>(r, prompt, matched, choice, offsets);
+      admit_plan plan = apply<B>(r, prompt, matched, choice, offsets);
+      if (share_in_step()) in_step.template admitted<B>(r, published, matched, blocks, hasher, sequences, metrics);
+      return plan;
     });
   }
 
@@ -331,6 +348,10 @@ struct cache_core {
       mark = 1;
     }
 
+    if (share_in_step()) {
+      if (const errc e = in_step.check_commit(*r, blocks, sequences); e != errc{}) return e;
+      in_step.committed(*r, n, geometry.block_size, blocks, sequences);
+    }
     r->computed = n;
     with_block_size(geometry.block_size, [&](auto b) { publish_blocks<decltype(b)::value>(*r); });
     if constexpr (restores) {
@@ -589,6 +610,7 @@ struct cache_core {
   }
 
   void end(sequence_record& r) noexcept {
+    if (share_in_step()) in_step.ended(r, blocks, sequences);
     if constexpr (restores) {
       if (r.restore_slot != no_slot) slots.unhold(r.restore_slot);
       for (const capture_point& c : r.captures) slots.release(slots.node(c.slot));
@@ -612,6 +634,7 @@ struct cache_core {
   block_ledger blocks;
   snapshot_ledger slots;
   sequence_table sequences;
+  in_step_sharing in_step;
 };
 
 } // namespace reprise::detail

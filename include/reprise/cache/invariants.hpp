@@ -7,6 +7,7 @@
 
 #include <reprise/cache/block_pool.hpp>
 #include <reprise/cache/cache_core.hpp>
+#include <reprise/cache/in_step_sharing.hpp>
 #include <reprise/cache/snapshot_pool.hpp>
 #include <reprise/errc.hpp>
 #include <reprise/ids.hpp>
@@ -67,12 +68,15 @@ result<void> check_invariants(const cache_core<Policy, Hasher>& c) {
     }
   }
   std::uint32_t referenced = 0, cached = 0, tails = 0;
+  std::size_t pending = 0; // owned blocks in the in-step index (share_in_step), checked by c.in_step below
   for (block_id b = 0; b < nblocks; ++b) {
     const block_node& n = blocks.node(b);
     if (n.refcount != at(refs, b)) return fail();
     referenced += n.refcount != 0;
     const bool kept = n.state == block_state::cached || n.state == block_state::tail;
-    if (n.index_link.is_linked() != kept) return fail(); // in the block index or the tail index
+    pending += in_step_sharing::pending(n);
+    // in the block index or the tail index, or (owned) in the in-step index
+    if (n.index_link.is_linked() != (kept || in_step_sharing::pending(n))) return fail();
     const bool queued = n.queue_link.is_linked();
     if (n.state == block_state::free && (n.refcount != 0 || !queued)) return fail();
     if (n.state == block_state::owned && (n.refcount == 0 || queued)) return fail();
@@ -95,6 +99,7 @@ result<void> check_invariants(const cache_core<Policy, Hasher>& c) {
   for (block_id b = 0; b < nblocks; ++b)
     if (blocks.node(b).cached_children != at(children, b)) return fail();
   if (blocks.index().size() != cached || blocks.tails().size() != tails) return fail();
+  if (!c.in_step.check(blocks, c.sequences, c.hasher, block_size, pending)) return fail();
   const block_pool& pool = blocks.pool();
   if (pool.free().size() + pool.lru().size() + referenced != blocks.size()) return fail();
   // LRU order: every block precedes its parent, so the head is always a leaf.

@@ -135,7 +135,8 @@ public:
   /// snapshot slots); throws `std::bad_alloc` when they do not fit in memory.
   /// Errors: `invalid_argument` (`kv_blocks` or `max_sequences` is 0); `out_of_range` (either is above
   /// `max_pool_ids`); `unsupported_config` (a block size outside `supported_block_sizes`, `block_sharing`
-  /// on a model with recurrent layers, `snapshot_restore` on an attention-only one); `budget_too_small` (a
+  /// on a model with recurrent layers, `snapshot_restore` on an attention-only one, `share_in_step` with a
+  /// policy other than `block_sharing`); `budget_too_small` (a
   /// `snapshot_restore` budget below one snapshot); `misaligned` (an `every<I>` or
   /// `cache_options::capture_interval` that is 0 or off the alignment unit).
   /// Complexity: linear in the pool sizes.
@@ -156,7 +157,9 @@ public:
   /// least-recently-used unreferenced cached blocks, leaf first, when the free queue holds no reusable
   /// block), and with `snapshot_restore` picks the deepest usable snapshot (usable = largest u <= KV match
   /// with a snapshot at exactly u the accept policy allows) and plans captures. `capture_offsets` is read
-  /// only with `policy::caller_offsets`.
+  /// only with `policy::caller_offsets`. With `cache_options::share_in_step` the chain continues into the full
+  /// blocks that sequences admitted earlier in the current step compute and have not committed yet (see
+  /// the option for the engine's precondition).
   /// Errors: `duplicate_sequence` (s is live); `invalid_argument` (empty prompt, or a multimodal digest over
   /// `max_multimodal_digest_bytes`); `out_of_range` (a prompt over `max_sequence_tokens(B)`, or a caller
   /// offset outside (0, L]); `misaligned` (a caller offset off the alignment grid); `pool_exhausted` (no
@@ -175,7 +178,9 @@ public:
   ///
   /// Errors: `unknown_sequence`; `out_of_range` (n_computed > tokens known); `invalid_argument`
   /// (n_computed below an earlier commit, or a written position that is not a planned capture
-  /// <= n_computed, or listed twice).
+  /// <= n_computed, or listed twice); `unwritten_blocks` (`share_in_step`: a block the sequence shares
+  /// within its step is not written yet, as its writer has not committed; or never will be, as the writer's
+  /// first commit stopped short of it, the writer ended first or the step completed first: release it).
   /// Complexity: O(B) per newly full block plus O(written x log captures + captures).
   result<void> commit(seq_id s, std::uint32_t n_computed, std::span<const std::uint32_t> captures_written = {}) {
     if (!st_) return errc::unknown_sequence;
@@ -209,6 +214,8 @@ public:
 
   /// Drops the sequence's references. Its blocks stay cached (unreferenced ones join the LRU queue);
   /// blocks never published and planned capture slots are freed, reusable after the current step completes.
+  /// With `share_in_step`, released before its first commit, the sequence writes none of its blocks: the
+  /// sequences that share them can no longer commit (`unwritten_blocks`).
   ///
   /// Errors: `double_release` (s was released recently), `unknown_sequence` (otherwise not live).
   /// Complexity: O(blocks of the sequence).
@@ -231,7 +238,9 @@ public:
   /// Reports that every kernel of step `n` has finished: blocks and slots given up while step n (or an
   /// earlier one) was scheduled become reusable, end-of-turn snapshots captured in it become restorable,
   /// and snapshots idle past the TTL are evicted. The current epoch becomes at least n + 1. Completing a
-  /// step completes every earlier one; completing an old step again changes nothing.
+  /// step completes every earlier one; completing an old step again changes nothing. With
+  /// `share_in_step`, advancing the current epoch ends its sharing: blocks not committed in it are offered
+  /// no more, and their sharers can no longer commit.
   ///
   /// Errors: `out_of_range` (n > `max_epoch`: the step after it could not be numbered).
   /// Complexity: amortized O(1) per node that becomes reusable, plus O(evicted snapshots).

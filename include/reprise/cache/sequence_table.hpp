@@ -140,6 +140,12 @@ public:
     return std::find(released_.begin(), filled, s) != filled;
   }
 
+  /// The record's index in [0, capacity()): stable while it is live, so side tables can be indexed by it.
+  std::uint32_t index_of(const sequence_record& r) const noexcept {
+    return static_cast<std::uint32_t>(&r - records_.data());
+  }
+  std::uint32_t capacity() const noexcept { return static_cast<std::uint32_t>(records_.size()); }
+
   std::size_t size() const noexcept { return set_.size(); }
   auto begin() const noexcept { return set_.begin(); }
   auto end() const noexcept { return set_.end(); }

@@ -65,6 +65,35 @@ struct cache_options {
   /// Hasher seed. Empty: a random per-cache seed (the default for `xxh3_hasher`). Set it for reproducible
   /// keys, e.g. with `sha256_hasher` across processes.
   std::optional<std::uint64_t> hasher_seed{};
+  /// Share full blocks between prompts admitted in the same step (`policy::block_sharing` only, i.e.
+  /// attention-only models; with any other policy `create` returns `unsupported_config`: a recurrent
+  /// state's prefill cannot be skipped without a snapshot).
+  ///
+  /// Off, a prompt shares only published blocks: two prompts admitted in one step that share a prefix both
+  /// compute it. On, `admit` continues the verified lookup (same key, parent, tokens, class and extra keys
+  /// as for a published block; at most floor((L - 1) / B) blocks) into the full prompt blocks that
+  /// sequences admitted while the current step is scheduled will compute and have not committed yet, their
+  /// *writers*. Such a block is shared like a published one: it is in the first `shared_blocks` of the
+  /// table, `kv_matched_tokens` and `usable_tokens` include it, and its prefill is skipped.
+  ///
+  /// Precondition, the engine's: a sharer reads a shared block only after its writer's KV for it has
+  /// landed. It does when both run in the same forward pass of the step, in which every layer writes the
+  /// KV of the whole batch before its attention reads (vLLM's and SGLang's execution model), or the writer
+  /// runs in an earlier pass of the step; it does not when the sharer runs in an earlier pass, or the
+  /// writer's chunked prefill stops before the block. The step's commits come before its `step_complete`
+  /// (the documented flow).
+  ///
+  /// What the cache enforces: a block counts as written when its writer's first commit covers it and comes
+  /// in the step the writer was admitted in. Until every block a sharer shares is written, the sharer's
+  /// `commit` returns `unwritten_blocks` and changes nothing (commit in admission order: writers first).
+  /// When a shared block is left unwritten, because its writer's first commit stops short of it (a chunked
+  /// prefill), the writer is released or finished before committing, or the step completes first, each of
+  /// its sharers keeps failing to commit and must be released: its KV was computed from a block nobody
+  /// wrote, so an engine uses a sharer's output only once its commit succeeded. No block shared this way is
+  /// published, and no sharer commits KV computed from it, unless its writer wrote it; once a writer's window
+  /// closes (at its first commit, its release, or the end of the step), its blocks left unwritten, and those
+  /// of its broken sharers, are offered to no later prompt.
+  bool share_in_step = false;
   /// `policy::decode_checkpoints`: during decode, a snapshot every this many tokens (at absolute multiples
   /// of it; a multiple of the alignment unit). 0: none.
   std::uint32_t decode_checkpoint_interval = 0;
@@ -149,6 +178,7 @@ struct cache_metrics {
   std::uint64_t tokens_lost_to_missing_snapshot = 0;
   std::uint64_t blocks_shared = 0;       ///< block references taken on already cached blocks
   std::uint64_t bytes_saved = 0;         ///< blocks_shared * bytes per KV block
+  std::uint64_t blocks_shared_in_step = 0; ///< of blocks_shared, not yet written when shared (`share_in_step`)
   // --- publication and eviction ---
   std::uint64_t blocks_published = 0;
   std::uint64_t duplicate_blocks = 0;    ///< full blocks not published because an equal block was cached first
