@@ -97,3 +97,34 @@ TEST_CASE("a runtime-configured cache under nvcc: built from a model_config, res
   CHECK(p->copy_src != no_block);
   CHECK(c.check_invariants().has_value());
 }
+
+TEST_CASE("the chat and strict presets under nvcc: branch blocks, decode checkpoints, prefill-exact restores") {
+  CHECK(repeat_skip<prefix_cache<presets::nemotron_h_8b, policy::strict>>(600) == 512);
+  auto config = model_config::make({{kv_shape{.kv_heads = 8, .head_dim = 128, .block_size = 32}, 4},
+                                    {mamba2_shape{.heads = 128, .head_dim = 64, .state_dim = 128, .groups = 8}, 24}});
+  REQUIRE(config.has_value());
+  auto made = runtime_prefix_cache<policy::chat>::create(*config, {.kv_blocks = 64,
+                                                                   .snapshot_budget_bytes = 4 * config->bytes_per_snapshot(),
+                                                                   .hasher_seed = 3,
+                                                                   .decode_checkpoint_interval = 256});
+  REQUIRE(made.has_value());
+  auto& c = *made;
+  REQUIRE(c.admit(1, tokens(100)).has_value());
+  REQUIRE(c.commit(1, 100).has_value());
+  auto e = c.extend(1, tokens(156)); // to 256: a decode checkpoint
+  REQUIRE(e.has_value());
+  REQUIRE(e->captures.size() == 1);
+  CHECK(e->captures[0].position == 256);
+  REQUIRE(c.commit(1, 256, std::vector<std::uint32_t>{256}).has_value());
+  REQUIRE(c.release(1).has_value());
+  REQUIRE(c.step_complete(c.current_epoch()).has_value());
+  // A prompt sharing the first 80 tokens branches there: a capture at 64 (the last shared block), off the grid.
+  std::vector<token_id> other = tokens(80);
+  for (token_id t = 0; t < 40; ++t) other.push_back(5000 + t);
+  auto p = c.admit(2, other);
+  REQUIRE(p.has_value());
+  REQUIRE(p->captures.size() == 1);
+  CHECK(p->captures[0].position == 64);
+  CHECK(p->restore_exactness == exactness::decode_continuation);
+  CHECK(c.check_invariants().has_value());
+}
