@@ -32,7 +32,7 @@ public:
   virtual result<admit_plan> admit(seq_id s, std::span<const token_id> prompt, const extra_keys& keys) = 0;
   virtual result<void> commit(seq_id s, std::uint32_t n, std::span<const std::uint32_t> written) = 0;
   virtual result<extend_plan> extend(seq_id s, std::span<const token_id> tokens) = 0;
-  virtual result<finish_plan> finish(seq_id s) = 0;
+  virtual result<finish_plan> finish(seq_id s, finish_options o) = 0;
   virtual result<void> release(seq_id s) = 0;
   virtual result<fork_plan> fork(seq_id src, seq_id dst) = 0;
   virtual result<void> step_complete(epoch_t n) = 0;
@@ -59,7 +59,7 @@ public:
     return c_.commit(s, n, w);
   }
   result<extend_plan> extend(seq_id s, std::span<const token_id> t) override { return c_.extend(s, t); }
-  result<finish_plan> finish(seq_id s) override { return c_.finish(s); }
+  result<finish_plan> finish(seq_id s, finish_options o) override { return c_.finish(s, o); }
   result<void> release(seq_id s) override { return c_.release(s); }
   result<fork_plan> fork(seq_id a, seq_id b) override { return c_.fork(a, b); }
   result<void> step_complete(epoch_t n) override { return c_.step_complete(n); }
@@ -228,8 +228,8 @@ public:
     return {owned_array(p.new_blocks), p.first_new_block, capture_array(p.captures)};
   }
 
-  py_finish_plan finish(seq_id s) {
-    const finish_plan p = value_or_raise(impl_->finish(s), "finish");
+  py_finish_plan finish(seq_id s, bool last_turn) {
+    const finish_plan p = value_or_raise(impl_->finish(s, {.last_turn = last_turn}), "finish");
     return {p.capture.position, p.capture.slot};
   }
 
@@ -418,9 +418,12 @@ void bind_cache(nb::module_& m) {
            nb::sig("def extend(self, seq_id: int, tokens: numpy.typing.ArrayLike) -> ExtendPlan"),
            "Appends decode tokens; returns an ExtendPlan with the blocks they need. Raises UnknownSequence, "
            "PoolExhausted, OutOfRange.")
-      .def("finish", &py_cache::finish, nb::arg("seq_id"),
+      .def("finish", &py_cache::finish, nb::arg("seq_id"), nb::kw_only(), nb::arg("last_turn") = false,
            "Ends a turn: plans an end-of-turn capture when the policy has end_of_turn, then releases the "
-           "sequence. Returns a FinishPlan. Raises as release.")
+           "sequence. Returns a FinishPlan. `last_turn=True`: the conversation ends here, nothing is captured and "
+           "the snapshots it continued from go first when slots are short. Raises as release, and "
+           "InvalidArgument when a turn end would be captured while the live state is not at the committed "
+           "position (prompt never committed whole, or more than the last sampled token uncommitted).")
       .def("release", &py_cache::release, nb::arg("seq_id"),
            "Drops the sequence's references; its blocks stay cached. Raises DoubleRelease, UnknownSequence.")
       .def("fork", &py_cache::fork, nb::arg("src"), nb::arg("dst"),

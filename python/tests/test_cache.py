@@ -299,3 +299,13 @@ def test_chat_rejects_bad_checkpoint_options():
     with pytest.raises(reprise.InvalidArgument):
         reprise.PrefixCache(config, "chat", kv_blocks=64, snapshot_budget_bytes=budget, decode_checkpoint_interval=64,
                             decode_checkpoints_per_sequence=0)
+
+
+def test_finish_last_turn_captures_nothing():
+    cache = make("chat")
+    tokens = np.arange(1, 41, dtype=np.int32)
+    cache.admit(1, tokens)
+    cache.commit(1, 40)
+    cache.step_complete(cache.current_epoch())
+    assert cache.finish(1, last_turn=True).capture_slot == -1
+    assert cache.metrics()["snapshots_held"] == 0

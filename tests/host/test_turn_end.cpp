@@ -513,3 +513,32 @@ TEST_CASE("a planned partial-block copy keeps its source until the copy has run,
   CHECK(std::find(taken.begin(), taken.end(), src) == taken.end());
   CHECK(c.check_invariants().has_value());
 }
+
+TEST_CASE("finish with last_turn captures nothing and lets the conversation's snapshots go first") {
+  auto c = make<chat>(256, 2); // two slots
+  std::vector<token_id> a = iota_tokens(40, 1), b = iota_tokens(40, 5000), d = iota_tokens(40, 9000);
+  const finish_plan a1 = run_turn(c, 1, a, iota_tokens(5, 70000));
+  const finish_plan b1 = run_turn(c, 2, b, iota_tokens(5, 71000));
+  REQUIRE(a1.capture.slot != no_slot);
+  REQUIRE(b1.capture.slot != no_slot);
+  // a's second turn is its last: it restores a1, captures nothing, and a1 goes first.
+  a.insert(a.end(), {11, 12, 13});
+  auto p = c.admit(3, a);
+  REQUIRE(p.has_value());
+  CHECK(p->restore_slot == a1.capture.slot);
+  REQUIRE(c.commit(3, static_cast<std::uint32_t>(a.size())).has_value());
+  REQUIRE(c.step_complete(c.current_epoch()).has_value());
+  auto last = c.finish(3, {.last_turn = true});
+  REQUIRE(last.has_value());
+  CHECK(last->capture.slot == no_slot);
+  CHECK(c.metrics().snapshots_held == 2);
+  REQUIRE(c.step_complete(c.current_epoch()).has_value());
+  // A new conversation's turn end takes a1's slot, not b1's (b1 is older in the LRU queue).
+  const finish_plan d1 = run_turn(c, 4, d, iota_tokens(5, 73000));
+  CHECK(d1.capture.slot == a1.capture.slot);
+  b.insert(b.end(), {21, 22});
+  auto b2 = c.admit(5, b);
+  REQUIRE(b2.has_value());
+  CHECK(b2->restore_slot == b1.capture.slot);
+  CHECK(c.check_invariants().has_value());
+}

@@ -540,12 +540,16 @@ struct cache_core {
     return plan;
   }
 
-  result<finish_plan> finish(seq_id s) {
+  result<finish_plan> finish(seq_id s, finish_options o) {
     sequence_record* r = sequences.find(s);
     if (r == nullptr) return sequences.recently_released(s) ? errc::double_release : errc::unknown_sequence;
     finish_plan plan;
     if constexpr (restores) {
-      if constexpr (traits::capture::at_turn_end) {
+      if (o.last_turn) {
+        // Nothing of this conversation will be continued: its decode-time snapshots go first.
+        for (const auto& [slot, block] : r->checkpoints) slots.demote(slot, block);
+        if (r->turn_restore != no_slot) slots.demote(r->turn_restore, r->turn_restore_block);
+      } else if constexpr (traits::capture::at_turn_end) {
         // The capture copies the live state, which must have folded in exactly the committed tokens.
         if (r->computed < r->prompt || r->tokens - r->computed > 1) return errc::invalid_argument;
         finish_capture(*r, plan);

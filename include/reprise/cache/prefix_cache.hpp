@@ -206,10 +206,12 @@ public:
   /// Errors: as `release`; with `policy::end_of_turn`, `invalid_argument` when the live state is not known
   /// to be at p: the prompt was never committed whole (its restore, copy or prefill may not have run), or
   /// more than one extended token is uncommitted (the last sampled token, never fed, is the one allowed).
-  /// Call `release` to end such a sequence. Complexity: as `release`.
-  result<finish_plan> finish(seq_id s) {
+  /// Call `release` to end such a sequence. With `o.last_turn` nothing is captured (and nothing refused):
+  /// the turn end this turn restored from and its decode checkpoints go first when a slot is needed.
+  /// Complexity: as `release`.
+  result<finish_plan> finish(seq_id s, finish_options o = {}) {
     if (!st_) return errc::unknown_sequence;
-    return st_->finish(s);
+    return st_->finish(s, o);
   }
 
   /// Drops the sequence's references. Its blocks stay cached (unreferenced ones join the LRU queue);

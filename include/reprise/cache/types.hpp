@@ -147,6 +147,16 @@ struct extend_plan {
   std::span<const capture_point> captures{};
 };
 
+/// What the engine knows about the turn `finish` ends.
+struct finish_options {
+  /// The conversation ends with this turn (the client closed it, a one-shot request): no turn-end capture is
+  /// taken, and the snapshots this turn restored from or wrote while decoding go first when a slot is
+  /// needed. Without this hint a finished conversation's last turn end holds its slot until it is the
+  /// least recently used, which at about one slot per live conversation evicts live conversations' turn
+  /// ends instead (docs/chat.md).
+  bool last_turn = false;
+};
+
 /// What `finish` decided before releasing the sequence.
 struct finish_plan {
   /// End-of-turn capture (`policy::end_of_turn`): copy the sequence's live recurrent state (which has

@@ -69,6 +69,12 @@ void run(const trace& t, const replay_config& c, std::uint32_t kv_blocks, replay
   std::vector<std::uint32_t> written;
   std::deque<std::uint32_t> in_flight;
   std::vector<std::uint8_t> live(t.requests.size(), 0);
+  // Requests a later one continues (`from` segments): the others are their conversation's last turn.
+  std::vector<std::uint8_t> continued(t.requests.size(), 0);
+  if (c.last_turn_hints)
+    for (const request& r : t.requests)
+      for (const segment& s : t.segments_of(r))
+        if (s.kind == segment_kind::from) continued[s.ref] = 1;
   clock_type::duration in_cache{};
   double kv_sum = 0, snap_sum = 0;
   std::uint64_t samples = 0;
@@ -82,7 +88,7 @@ void run(const trace& t, const replay_config& c, std::uint32_t kv_blocks, replay
   };
   auto finish = [&](std::uint32_t index) {
     const auto t0 = clock_type::now();
-    auto done = cache.finish(index);
+    auto done = cache.finish(index, {.last_turn = c.last_turn_hints && continued[index] == 0});
     in_cache += clock_type::now() - t0;
     if (!done) misuse("finish", done.error(), index);
     live[index] = 0;

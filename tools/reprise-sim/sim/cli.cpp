@@ -155,6 +155,9 @@ cli_parse parse_command_line(int argc, const char* const* argv) {
     c->add_option("--max-cache-memory", o.limits.max_cache_bytes,
                   "host memory the cache's KV block bookkeeping may take (default 4GiB); a larger pool is an error")
         ->transform(bytes_in(std::uint64_t{1} << 20, L::max_bytes));
+    c->add_flag("--last-turn-hints", o.cache.last_turn_hints,
+                "finish a conversation's last turn (no later request continues it) with finish_options::last_turn, "
+                "as an engine that knows when a chat ends");
     c->add_option("--policy", policy, "all, or a comma-separated list of: " + policy_names());
     c->add_flag("--no-progress", no_progress, "no progress bar (it is drawn only when stderr is a terminal)");
   };

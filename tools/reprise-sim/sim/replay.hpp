@@ -65,6 +65,9 @@ struct replay_config {
   std::uint32_t max_snapshots_per_path = 0;
   std::uint64_t hasher_seed = 0x5eed; ///< fixed, so runs are reproducible
   bool check_invariants = false;      ///< call `check_invariants()` after every request (tests)
+  /// Finish requests that no later request continues with `finish_options::last_turn` (an engine that knows
+  /// when a conversation ends).
+  bool last_turn_hints = false;
 };
 
 /// The interval a config actually uses.
