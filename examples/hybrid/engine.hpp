@@ -43,6 +43,7 @@ struct request {
   std::vector<token> prompt;
   std::uint32_t max_new_tokens = 1;
   std::optional<token> first_token{}; ///< decode this instead of the greedy choice (tests of forks)
+  bool last_turn = false;             ///< the conversation ends with this turn (`finish_options::last_turn`)
 };
 
 /// A finished request: the decoded tokens and the logits that chose the last one.
@@ -168,6 +169,7 @@ private:
     std::uint32_t max_new_tokens;
     std::vector<token> generated;
     std::vector<float> logits;
+    bool last_turn = false;
   };
 
   slot_id take_live() {
@@ -215,7 +217,7 @@ private:
       }
       const auto length = static_cast<std::uint32_t>(r.prompt.size());
       sequence& s = running_.emplace_back(sequence{r.id, std::move(r.prompt), length, {}, take_live(),
-                                                   r.max_new_tokens, {}, {}});
+                                                   r.max_new_tokens, {}, {}, r.last_turn});
       if (r.first_token) s.generated.push_back(*r.first_token);
       waiting_.pop_front();
       s.blocks.assign(plan->block_table.begin(), plan->block_table.end());
@@ -362,7 +364,8 @@ private:
         ++it;
         continue;
       }
-      auto plan = cache_.finish(it->id);
+      // A conversation's last turn captures nothing: no later turn would restore it.
+      auto plan = cache_.finish(it->id, {.last_turn = it->last_turn});
       if (!plan) fail("finish", plan.error());
       if (plan->capture.slot != no_slot) // end-of-turn snapshot of the live state (decode_continuation)
         copy_slot(it->live_slot, plan->capture.slot);

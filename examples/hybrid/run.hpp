@@ -54,7 +54,7 @@ workload_result run_workload(const decoder& model, Cache& cache, const workload&
   auto submit = [&](std::uint32_t conv, std::vector<token> prompt) {
     const auto turn = static_cast<std::uint32_t>(out.prompts[conv].size());
     out.prompts[conv].push_back(prompt);
-    e.submit({request_id(conv, turn, c.turns), std::move(prompt), w.reply_lengths[conv][turn], {}});
+    e.submit({request_id(conv, turn, c.turns), std::move(prompt), w.reply_lengths[conv][turn], {}, turn + 1 == c.turns});
   };
   const auto start = std::chrono::steady_clock::now();
   for (std::uint32_t conv = 0; conv < c.conversations; ++conv) {

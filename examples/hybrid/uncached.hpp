@@ -56,7 +56,7 @@ public:
     return extend_plan{std::span<const block_id>(r.table).subspan(have), have};
   }
 
-  result<finish_plan> finish(seq_id s) {
+  result<finish_plan> finish(seq_id s, finish_options = {}) {
     auto it = live_.find(s);
     if (it == live_.end()) return errc::unknown_sequence;
     for (block_id b : it->second.table) free_.push_back(b);
