@@ -1,7 +1,8 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
 // Randomized model-based test: thousands of random admit / commit / extend / release / finish / fork /
 // step_complete operations (evictions follow from the small pools), each checked against the oracle in
-// fuzz/cache_op_driver.hpp and check_invariants().
+// fuzz/cache_op_driver.hpp and check_invariants(), for six policies (policy::chat with decode checkpoints
+// among them), each on a typed and a runtime-configured cache.
 #include "fuzz/cache_fuzz_entry.hpp"
 
 #include <doctest/doctest.h>
@@ -32,7 +33,8 @@ TEST_CASE("random operation streams keep every oracle check and invariant") {
       std::vector<std::uint8_t> bytes(10000);
       bytes[0] = config;
       for (std::size_t i = 1; i < bytes.size(); ++i) bytes[i] = static_cast<std::uint8_t>(rng());
-      CAPTURE(names[policy]);
+      const std::string policy_name = names[policy]; // (a char pointer would be logged as an address)
+      CAPTURE(policy_name);
       CAPTURE(config);
       CAPTURE(seed);
       const stream_outcome out = run_cache_operation_stream(bytes.data(), bytes.size());
