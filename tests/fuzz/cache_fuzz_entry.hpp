@@ -16,6 +16,7 @@ namespace reprise::testing {
 struct stream_outcome {
   std::string failure; ///< the first failed check, empty if none
   cache_metrics metrics;
+  driver_stats stats; ///< what the oracle saw exercised
 };
 
 /// A cache of type `Cache` with options `o`: typed, or built from `config` at run time.
@@ -31,9 +32,9 @@ Cache make_cache(const cache_options& o, const model_config& config) {
 
 template <class Cache>
 stream_outcome run_driver(byte_source& in, const cache_options& o, const model_config& config) {
-  cache_op_driver<Cache> d(make_cache<Cache>(o, config));
+  cache_op_driver<Cache> d(make_cache<Cache>(o, config), o);
   d.run(in, 4096);
-  return {d.failure, d.cache().metrics()};
+  return {d.failure, d.cache().metrics(), d.stats};
 }
 
 /// The runtime-configured models the streams also run on: block sizes other than the typed ones' 16.
@@ -48,17 +49,22 @@ inline const model_config& runtime_hybrid_b8() {
   return m;
 }
 
-/// Runs the stream against the cache configuration its first byte selects: byte % 5 picks the policy,
-/// (byte / 5) % 2 picks the typed cache over the test models (B = 16) or a runtime-configured cache
-/// (`dynamic_model`) over a model of another block size.
+/// The number of policies the first byte chooses from.
+inline constexpr std::uint8_t stream_policies = 6;
+
+/// Runs the stream against the cache configuration its first byte selects: byte % 6 picks the policy
+/// (0 block_sharing, 1 block_sharing with a colliding hasher, 2 memory_only, 3 snapshot_restore with every
+/// placement, 4 prefill-exact snapshots with a TTL, 5 policy::chat with decode checkpoints), (byte / 6) % 2
+/// picks the typed cache over the test models (B = 16) or a runtime-configured cache (`dynamic_model`)
+/// over a model of another block size. First bytes 0..4 select what they did when there were 5 policies.
 inline stream_outcome run_cache_operation_stream(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return {};
   byte_source in(data + 1, size - 1);
-  const bool runtime = (data[0] / 5) % 2 == 1;
+  const bool runtime = (data[0] / stream_policies) % 2 == 1;
   const model_config& attention = runtime ? runtime_attention_b32() : model_config::of<attn_model>();
   const model_config& hybrid = runtime ? runtime_hybrid_b8() : model_config::of<small_hybrid>();
   // Pools of 384 tokens whatever the block size, so every configuration evicts about as often.
-  const bool recurrent = data[0] % 5 >= 2;
+  const bool recurrent = data[0] % stream_policies >= 2;
   const std::uint32_t block_size = recurrent ? hybrid.block_size() : attention.block_size();
   const cache_options small{.kv_blocks = 384 / block_size, .max_sequences = 6, .hasher_seed = 3};
   using every_path = policy::snapshot_restore<
@@ -71,7 +77,7 @@ inline stream_outcome run_cache_operation_stream(const std::uint8_t* data, std::
     if (runtime) return run_driver<prefix_cache<dynamic_model, Policy, Hasher>>(in, o, config);
     return run_driver<prefix_cache<Model, Policy, Hasher>>(in, o, config);
   };
-  switch (data[0] % 5) {
+  switch (data[0] % stream_policies) {
   case 0: return run.template operator()<attn_model, policy::block_sharing>(small, attention);
   case 1: return run.template operator()<attn_model, policy::block_sharing, constant_hasher>(small, attention);
   case 2: return run.template operator()<small_hybrid, policy::memory_only>(small, hybrid);
@@ -81,11 +87,20 @@ inline stream_outcome run_cache_operation_stream(const std::uint8_t* data, std::
     o.max_snapshots_per_path = 3;
     return run.template operator()<small_hybrid, every_path>(o, hybrid);
   }
-  default: {
+  case 4: {
     cache_options o = small;
     o.snapshot_budget_bytes = 3 * hybrid.bytes_per_snapshot();
     o.snapshot_ttl_steps = 3;
     return run.template operator()<small_hybrid, exact_only>(o, hybrid);
+  }
+  default: {
+    // Branch snapshots off the alignment grid, turn ends, and decode checkpoints at every alignment unit
+    // (64 on both hybrid models), 1 or 2 kept per sequence (the stream's next byte), competing for 5 slots.
+    cache_options o = small;
+    o.snapshot_budget_bytes = 5 * hybrid.bytes_per_snapshot();
+    o.decode_checkpoint_interval = hybrid.alignment();
+    o.decode_checkpoints_per_sequence = 1 + in.below(2);
+    return run.template operator()<small_hybrid, policy::chat>(o, hybrid);
   }
   }
 }

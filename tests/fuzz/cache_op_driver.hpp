@@ -10,7 +10,12 @@
 //   - the hit rule holds (usable <= KV match <= L - 1, per policy) and check_invariants() passes;
 //   - with cache_options::share_in_step, a block shared before its writer committed is one the writer will
 //     write with the sharer's prefix, and a sharer's commit succeeds exactly when every such block was
-//     written by its writer's first commit in the step it was admitted in.
+//     written by its writer's first commit in the step it was admitted in;
+//   - every restore comes from a slot written since it was last handed out, ready (its step completed),
+//     not dropped as a sequence's surplus decode checkpoint, and of the exactness class it was written as;
+//   - captures sit on the alignment grid, or on the block grid as a prefill split (`off_grid` placements,
+//     whose split makes the rest of the prompt decode_continuation), and decode checkpoints sit at the
+//     sequence's new length, a multiple of the interval.
 // The same driver serves the randomized model-based test, the libFuzzer target and its corpus replay.
 
 #include <reprise/reprise.hpp>
@@ -41,12 +46,48 @@ private:
   std::size_t pos_ = 0;
 };
 
+/// What the driver exercised, beyond the cache's own metrics (the oracle's view).
+struct driver_stats {
+  std::uint64_t off_grid_captures_written = 0; ///< captures off the alignment grid the engine wrote
+  std::uint64_t checkpoints_planned = 0;       ///< decode checkpoints `extend` planned
+  std::uint64_t checkpoints_written = 0;       ///< decode checkpoints the engine wrote (listed in `written`)
+  std::uint64_t checkpoints_published = 0;     ///< of those, published (known from the commit's captures_written)
+  std::uint64_t checkpoints_dropped = 0;       ///< a sequence's oldest checkpoint dropped for a newer one
+  std::uint64_t restores_off_grid = 0;         ///< restores of a snapshot written at an off-grid capture
+  std::uint64_t restores_checkpoint = 0;       ///< restores of a decode checkpoint
+  std::uint64_t restores_turn_end = 0;         ///< restores of a turn end
+};
+
 template <class Cache>
 class cache_op_driver {
   using model = typename Cache::model_type;
   using policy_type = typename Cache::policy_type;
   static constexpr bool restores = policy::policy_traits<policy_type>::restores_snapshots;
+  /// The policy's capture placements may sit off the alignment grid (on the block grid): `branch_block`.
+  static constexpr bool off_grid = [] {
+    if constexpr (restores) return policy::policy_traits<policy_type>::capture::off_grid;
+    else return false;
+  }();
+  /// `extend` may plan decode checkpoints (`decode_checkpoints`).
+  static constexpr bool at_decode = [] {
+    if constexpr (restores) return policy::policy_traits<policy_type>::capture::at_decode;
+    else return false;
+  }();
   using content = std::vector<token_id>; // tenant first, then the token prefix
+
+  /// What wrote a slot's content last.
+  enum class origin : std::uint8_t { none, prefill, off_grid, checkpoint, turn_end };
+
+  struct pending_capture {
+    capture_point point;
+    bool checkpoint = false; // planned by `extend`
+  };
+  /// A decode checkpoint the cache published for a sequence, and the slot's hand-out count then: while it is
+  /// unchanged the slot still holds that snapshot.
+  struct published_checkpoint {
+    slot_id slot;
+    std::uint64_t generation;
+  };
 
   struct oracle_seq {
     std::vector<token_id> tokens;
@@ -55,8 +96,12 @@ class cache_op_driver {
     std::uint32_t computed = 0;
     std::uint32_t valid = 0;     // tokens whose KV the blocks hold (computed or shared)
     std::uint32_t own_from = 0;  // first block index this sequence writes
-    std::vector<capture_point> captures;
+    std::vector<pending_capture> captures;
     slot_id restore = no_slot;
+    // The sequence's published decode checkpoints, oldest first, as the cache keeps them (while `known`: a
+    // commit whose published captures cannot be told apart from its refused ones makes it unknown).
+    std::vector<published_checkpoint> checkpoints;
+    bool checkpoints_known = true;
     // Positions from here on were computed from decoded tokens or decode_continuation state.
     std::uint32_t exact_until = std::numeric_limits<std::uint32_t>::max();
     // share_in_step: the blocks it shared while they were pending (not yet written) and the full prompt
@@ -68,11 +113,17 @@ class cache_op_driver {
 public:
   std::string failure; // empty while every check passed
   std::uint64_t unwritten_refusals = 0; // sharer commits refused as the oracle predicted (share_in_step)
+  driver_stats stats;
 
   /// Drives `cache`, typed or runtime-configured (the block size and alignment are read from it), created
-  /// with `cache_options::share_in_step` = `share_in_step`.
-  explicit cache_op_driver(Cache cache, bool share_in_step = false)
-      : cache_(std::move(cache)), B(cache_.block_size()), A(cache_.alignment()), share_in_step_(share_in_step) {
+  /// with `options` (share_in_step, the decode checkpoint interval and per-sequence bound, and the TTL are
+  /// read from it).
+  explicit cache_op_driver(Cache cache, const cache_options& options = {})
+      : cache_(std::move(cache)), B(cache_.block_size()), A(cache_.alignment()),
+        share_in_step_(options.share_in_step), interval_(at_decode ? options.decode_checkpoint_interval : 0),
+        per_sequence_(options.decode_checkpoints_per_sequence),
+        // A TTL can drop a checkpoint unseen: then the oracle does not model the per-sequence bound.
+        model_checkpoint_bound_(options.snapshot_ttl_steps == 0) {
     blocks_.resize(cache_.kv_blocks());
     planned_.resize(cache_.kv_blocks());
     pending_.assign(cache_.kv_blocks(), 0);
@@ -82,6 +133,10 @@ public:
     block_touched_.assign(cache_.kv_blocks(), -1);
     slots_.resize(cache_.snapshot_slots());
     slot_touched_.assign(cache_.snapshot_slots(), -1);
+    slot_published_.assign(cache_.snapshot_slots(), 0);
+    slot_ready_.assign(cache_.snapshot_slots(), -1);
+    slot_generation_.assign(cache_.snapshot_slots(), 0);
+    slot_origin_.assign(cache_.snapshot_slots(), origin::none);
     for (int i = 0; i < 4; ++i) {
       std::vector<token_id> base(48 + 40 * static_cast<std::size_t>(i));
       for (std::size_t k = 0; k < base.size(); ++k) base[k] = static_cast<token_id>(k < 32 ? k : 1000 * i + k);
@@ -141,10 +196,21 @@ private:
   bool slot_held(slot_id slot) const {
     for (const auto& [id, s] : seqs_) {
       if (s.restore == slot) return true;
-      for (const capture_point& c : s.captures)
-        if (c.slot == slot) return true;
+      for (const pending_capture& c : s.captures)
+        if (c.point.slot == slot) return true;
     }
     return false;
+  }
+  bool slot_restoring(slot_id slot) const {
+    for (const auto& [id, s] : seqs_)
+      if (s.restore == slot) return true;
+    return false;
+  }
+  /// The cache handed `slot` out for a capture: whatever it held is gone (evicted, or it was free).
+  void hand_out(slot_id slot) {
+    slot_published_[slot] = 0;
+    ++slot_generation_[slot];
+    slot_touched_[slot] = static_cast<std::int64_t>(cache_.current_epoch());
   }
   bool reusable(std::int64_t touched) const {
     return touched < 0 || static_cast<epoch_t>(touched) < safe_before_;
@@ -171,6 +237,15 @@ private:
     return o;
   }
 
+  /// Cuts `tokens` just past one of its last two multiples of the checkpoint interval (where a checkpoint
+  /// may sit), keeping at least one token after it.
+  void depart(byte_source& in, std::vector<token_id>& tokens) const {
+    const auto size = static_cast<std::uint32_t>(tokens.size());
+    std::uint32_t at = (size - 1) / interval_ * interval_; // the last multiple below the end
+    if (at >= interval_ && in.below(2) == 0) at -= interval_;
+    tokens.resize(at + 1 + in.below(size - at));
+  }
+
   void admit(byte_source& in) {
     oracle_seq s;
     s.tenant = static_cast<token_id>(in.below(2));
@@ -179,6 +254,17 @@ private:
       const oracle_seq& earlier = history_[in.below(static_cast<std::uint32_t>(history_.size()))];
       s.tenant = earlier.tenant;
       s.tokens = earlier.tokens;
+      // With decode checkpoints, sometimes a prompt that departs from the reply (an edited or regenerated
+      // message): the previous turn's tokens only up to a point. (Other policies read no byte here, so
+      // their streams, and the corpus, replay as before.)
+      if (interval_ != 0 && in.below(2) == 0) depart(in, s.tokens);
+    } else if (interval_ != 0 && !seqs_.empty() && in.below(3) == 0) {
+      // A prompt that departs from a live sequence's reply (a regenerated message, another branch of it),
+      // where its decode checkpoints are still kept.
+      const oracle_seq& live = seqs_.at(pick(in));
+      s.tenant = live.tenant;
+      s.tokens = live.tokens;
+      depart(in, s.tokens);
     } else {
       const auto& base = bases_[in.below(static_cast<std::uint32_t>(bases_.size()))];
       const std::uint32_t keep = 1 + in.below(static_cast<std::uint32_t>(base.size()));
@@ -243,6 +329,16 @@ private:
         if (plan->restore_slot != no_slot) {
           expect(holds(slots_[plan->restore_slot], s, plan->usable_tokens),
                  "admit: RESTORE of a slot holding another prefix");
+          expect(slot_published_[plan->restore_slot] != 0,
+                 "admit: RESTORE of a slot not written since it was handed out, or dropped (a sequence's "
+                 "surplus decode checkpoint)");
+          expect(reusable(slot_ready_[plan->restore_slot]), "admit: RESTORE of a turn end before its step completed");
+          switch (slot_origin_[plan->restore_slot]) {
+          case origin::off_grid: ++stats.restores_off_grid; break;
+          case origin::checkpoint: ++stats.restores_checkpoint; break;
+          case origin::turn_end: ++stats.restores_turn_end; break;
+          default: break;
+          }
           if (slot_continuation_[plan->restore_slot]) {
             expect(accepts_continuation, "admit: a decode_continuation snapshot restored under a prefill-exact policy");
             s.exact_until = std::min(s.exact_until, plan->usable_tokens);
@@ -257,15 +353,33 @@ private:
       }
       std::uint32_t last = plan->usable_tokens;
       for (const capture_point& c : plan->captures) {
-        expect(c.position > last && c.position <= L && c.position % A == 0, "admit: capture position");
+        expect(c.position > last && c.position <= L, "admit: capture position outside (usable, L] or out of order");
+        // Off the alignment grid only a placement that splits the prefill there (`branch_block`) may
+        // capture, and only on the block grid.
+        expect(c.position % A == 0 || (off_grid && c.position % B == 0), "admit: capture position off the grid");
         last = c.position;
         expect(!slot_held(c.slot) && reusable(slot_touched_[c.slot]), "admit: capture slot still in use");
         for (const capture_point& d : plan->captures)
           expect(&c == &d || c.slot != d.slot, "admit: capture slots not distinct");
       }
-      s.captures.assign(plan->captures.begin(), plan->captures.end());
+      if constexpr (std::is_same_v<policy_type, policy::chat>) {
+        // chat's only placement `admit` serves is branch_block: the end of the last shared KV block.
+        expect(plan->captures.size() <= 1, "admit: chat plans at most the branch_block capture");
+        for (const capture_point& c : plan->captures)
+          expect(c.position == plan->kv_matched_tokens && !copies, "admit: chat's capture is not at the shared blocks' end");
+      }
+      // The engine ends a prefill piece at an off-grid capture: what it computes after the first one
+      // continues that split session rather than equal a cold prefill.
+      for (const capture_point& c : plan->captures)
+        if (c.position % A != 0) {
+          s.exact_until = std::min(s.exact_until, static_cast<std::uint32_t>(c.position));
+          break;
+        }
+      for (const capture_point& c : plan->captures) {
+        s.captures.push_back({c, false});
+        hand_out(c.slot);
+      }
       s.restore = plan->restore_slot;
-      for (const capture_point& c : s.captures) slot_touched_[c.slot] = static_cast<std::int64_t>(cache_.current_epoch());
       if (s.restore != no_slot) slot_touched_[s.restore] = static_cast<std::int64_t>(cache_.current_epoch());
     }
     if (copies) { // the engine's copy kernel, before the prefill
@@ -275,7 +389,8 @@ private:
       block_touched_[plan->copy_src] = static_cast<std::int64_t>(cache_.current_epoch());
     }
     // The prompt's outputs continue a session as soon as anything decode_continuation feeds them: a restored
-    // snapshot, a copied or shared decode-filled block (even past the restore: its KV is not recomputed).
+    // snapshot, a copied or shared decode-filled block (even past the restore: its KV is not recomputed), or
+    // a prefill split at an off-grid capture.
     expect((plan->restore_exactness == exactness::decode_continuation) == (s.exact_until < L),
            "admit: restore_exactness disagrees with what was reused");
     s.computed = plan->usable_tokens;
@@ -291,16 +406,27 @@ private:
     const seq_id id = pick(in);
     oracle_seq& s = seqs_[id];
     const auto L = static_cast<std::uint32_t>(s.tokens.size());
-    const std::uint32_t n = s.computed + in.below(L - s.computed + 1);
+    std::uint32_t n = s.computed + in.below(L - s.computed + 1);
+    // With decode checkpoints, often the whole sequence, as a decode step commits. (Other policies read no
+    // byte here.)
+    if (interval_ != 0 && in.below(2) == 0) n = L;
+    commit_to(in, id, n);
+  }
+
+  /// Commits sequence `id` up to `n` (>= its computed tokens), writing a random subset of the due captures.
+  void commit_to(byte_source& in, seq_id id, std::uint32_t n) {
+    oracle_seq& s = seqs_[id];
+    // Prefill captures and decode checkpoints alike: the engine writes some, not others.
     std::vector<std::uint32_t> written;
-    for (const capture_point& c : s.captures)
-      if (c.position <= n && in.below(4) != 0) written.push_back(c.position);
+    for (const pending_capture& c : s.captures)
+      if (c.point.position <= n && in.below(4) != 0) written.push_back(static_cast<std::uint32_t>(c.point.position));
     // The engine computed [computed, n): it writes KV of its own blocks and the captured states.
     const auto table = std::vector<block_id>(cache_.block_table(id).begin(), cache_.block_table(id).end());
     // A sharer commits once what it shares is written by its writer's first commit within the step.
     const bool unwritten = std::any_of(s.shared_pending.begin(), s.shared_pending.end(),
                                        [&](block_id b) { return !written_in_step_[b]; });
     const observed before = observe();
+    const std::uint64_t published_before = cache_.metrics().captures_written;
     auto r = cache_.commit(id, n, written);
     if (unwritten) {
       expect(!r.has_value() && r.error() == errc::unwritten_blocks, "commit: a sharer committed an unwritten block");
@@ -321,17 +447,49 @@ private:
       blocks_[table[i]] = prefix(s, std::min(n, (i + 1) * B));
       block_continuation_[table[i]] = std::min(n, (i + 1) * B) > s.exact_until;
     }
-    for (std::uint32_t p : written)
-      for (const capture_point& c : s.captures)
-        if (c.position == p) {
-          slots_[c.slot] = prefix(s, p);
-          slot_continuation_[c.slot] = p > s.exact_until;
-        }
-    std::erase_if(s.captures, [&](const capture_point& c) {
-      if (c.position > n) return false;
+    // The cache publishes a written capture unless its block already holds a snapshot as good; the oracle
+    // tells which from the count published: all, none, or (some of several refused) unknown.
+    const std::uint64_t published = cache_.metrics().captures_written - published_before;
+    expect(published <= written.size(), "commit: more captures published than written");
+    const bool all = published == written.size(), none = published == 0;
+    if (!all && !none) s.checkpoints_known = false;
+    // In position order, as the cache resolves them (a checkpoint publishes after every earlier capture).
+    for (const pending_capture& pc : s.captures) {
+      const capture_point& c = pc.point;
+      if (c.position > n) continue;
+      const auto p = static_cast<std::uint32_t>(c.position);
       slot_touched_[c.slot] = static_cast<std::int64_t>(cache_.current_epoch());
-      return true;
-    });
+      if (std::find(written.begin(), written.end(), p) == written.end()) {
+        slot_published_[c.slot] = 0; // freed
+        continue;
+      }
+      slots_[c.slot] = prefix(s, p);
+      // Off the alignment grid the prefill was split there; a checkpoint holds decoded tokens.
+      slot_continuation_[c.slot] = pc.checkpoint || p % A != 0 || p > s.exact_until;
+      slot_origin_[c.slot] = pc.checkpoint ? origin::checkpoint : p % A != 0 ? origin::off_grid : origin::prefill;
+      slot_ready_[c.slot] = -1; // written by the steps this commit reports
+      slot_published_[c.slot] = none ? 0 : 1;
+      if (!pc.checkpoint) {
+        stats.off_grid_captures_written += p % A != 0;
+        continue;
+      }
+      ++stats.checkpoints_written;
+      if (!all) continue;
+      ++stats.checkpoints_published;
+      // The sequence keeps its newest `decode_checkpoints_per_sequence`: publishing one more drops the
+      // oldest, unless it is no longer that snapshot (evicted, its slot handed out since) or a sequence is
+      // restoring it now.
+      if (!model_checkpoint_bound_ || !s.checkpoints_known) continue;
+      s.checkpoints.push_back({c.slot, slot_generation_[c.slot]});
+      if (s.checkpoints.size() <= per_sequence_) continue;
+      const published_checkpoint oldest = s.checkpoints.front();
+      s.checkpoints.erase(s.checkpoints.begin());
+      if (slot_generation_[oldest.slot] == oldest.generation && !slot_restoring(oldest.slot)) {
+        slot_published_[oldest.slot] = 0;
+        ++stats.checkpoints_dropped;
+      }
+    }
+    std::erase_if(s.captures, [&](const pending_capture& c) { return c.point.position <= n; });
     if (s.restore != no_slot) {
       slot_touched_[s.restore] = static_cast<std::int64_t>(cache_.current_epoch());
       s.restore = no_slot;
@@ -344,8 +502,17 @@ private:
     if (seqs_.empty()) return;
     const seq_id id = pick(in);
     oracle_seq& s = seqs_[id];
-    std::vector<token_id> more(1 + in.below(20));
-    for (auto& t : more) t = static_cast<token_id>(60000 + in.below(3));
+    std::vector<token_id> more;
+    if (interval_ != 0 && in.below(2) == 0) {
+      // With decode checkpoints, often decode exactly up to the next multiple of the interval; one byte
+      // picks the tokens (one of three patterns). Other policies read no byte here.
+      const std::uint32_t pattern = in.below(3);
+      more.resize(interval_ - s.tokens.size() % interval_);
+      for (std::size_t k = 0; k < more.size(); ++k) more[k] = static_cast<token_id>(60000 + (pattern + k) % 3);
+    } else {
+      more.resize(1 + in.below(20));
+      for (auto& t : more) t = static_cast<token_id>(60000 + in.below(3));
+    }
     const observed before = observe();
     auto plan = cache_.extend(id, more);
     if (!plan.has_value()) {
@@ -369,6 +536,18 @@ private:
     if (cache_.geometry().has_recurrent)
       s.exact_until = std::min(s.exact_until, static_cast<std::uint32_t>(s.tokens.size()));
     s.tokens.insert(s.tokens.end(), more.begin(), more.end());
+    const auto length = static_cast<std::uint32_t>(s.tokens.size());
+    // A decode checkpoint: at most one, at the new length, a multiple of the interval, past what is
+    // computed, in a slot no sequence holds and no unfinished step touched.
+    expect(plan->captures.size() <= (interval_ != 0 ? 1u : 0u), "extend: a capture without decode checkpoints, or several");
+    for (const capture_point& c : plan->captures) {
+      expect(c.position == length && length % interval_ == 0 && c.position > s.computed,
+             "extend: decode checkpoint position");
+      expect(!slot_held(c.slot) && reusable(slot_touched_[c.slot]), "extend: checkpoint slot still in use");
+      s.captures.push_back({c, true});
+      hand_out(c.slot);
+      ++stats.checkpoints_planned;
+    }
   }
 
   void end(byte_source& in, bool finish) {
@@ -383,7 +562,13 @@ private:
       if constexpr (restores) return policy::policy_traits<policy_type>::capture::at_turn_end;
       else return false;
     }();
-    if (finish && captures_turn_end && (s.computed < s.prompt || s.tokens.size() - s.computed > 1)) {
+    auto off_committed = [&] { return s.computed < s.prompt || s.tokens.size() - s.computed > 1; };
+    // Usually the engine commits what it fed before ending the turn (all but the last sampled token).
+    if (finish && captures_turn_end && off_committed() && in.below(2) == 0) {
+      commit_to(in, id, std::max<std::uint32_t>(s.prompt, static_cast<std::uint32_t>(s.tokens.size()) - 1));
+      if (!failure.empty() || seqs_.count(id) == 0) return;
+    }
+    if (finish && captures_turn_end && off_committed()) {
       const observed before = observe();
       auto refused = cache_.finish(id);
       expect(!refused.has_value() && refused.error() == errc::invalid_argument,
@@ -396,16 +581,25 @@ private:
       expect(plan.has_value(), "finish failed");
       if (plan.has_value() && plan->capture.slot != no_slot) {
         expect(plan->capture.position == s.computed, "finish: capture position");
+        // Before taking its slot the cache demotes the turn end this sequence restored from and its decode
+        // checkpoints (LRU order, not modelled): whichever slot it takes must be idle since a completed step.
         expect(reusable(slot_touched_[plan->capture.slot]) && !slot_held(plan->capture.slot),
                "finish: slot still in use");
-        slots_[plan->capture.slot] = prefix(s, plan->capture.position); // the engine copies its live state
-        slot_continuation_[plan->capture.slot] = 1;
-        slot_touched_[plan->capture.slot] = static_cast<std::int64_t>(now);
+        const slot_id slot = plan->capture.slot;
+        hand_out(slot);
+        slots_[slot] = prefix(s, plan->capture.position); // the engine copies its live state
+        slot_continuation_[slot] = 1;
+        slot_origin_[slot] = origin::turn_end;
+        slot_published_[slot] = 1;
+        slot_ready_[slot] = static_cast<std::int64_t>(now); // written in this step: restorable once it completes
       }
     } else {
       expect(cache_.release(id).has_value(), "release failed");
     }
-    for (const capture_point& c : s.captures) slot_touched_[c.slot] = static_cast<std::int64_t>(now);
+    for (const pending_capture& c : s.captures) { // freed
+      slot_touched_[c.point.slot] = static_cast<std::int64_t>(now);
+      slot_published_[c.point.slot] = 0;
+    }
     if (s.restore != no_slot) slot_touched_[s.restore] = static_cast<std::int64_t>(now);
     for (block_id b : s.own_pending) pending_[b] = 0; // its window closes with nothing written
     s.own_pending.clear();
@@ -436,6 +630,8 @@ private:
     d.restore = no_slot;
     d.shared_pending.clear(); // a fork source has committed: nothing it shares is pending, its window closed
     d.own_pending.clear();
+    d.checkpoints.clear(); // the fork publishes its own
+    d.checkpoints_known = true;
     d.own_from = static_cast<std::uint32_t>(s.tokens.size() / B);
     if (plan->copy_dst != no_block) {
       expect(reusable(block_touched_[plan->copy_dst]), "fork: copy block reused before its step completed");
@@ -482,6 +678,9 @@ private:
   const std::uint32_t B; // block size
   const std::uint32_t A; // alignment unit
   const bool share_in_step_;
+  const std::uint32_t interval_;     // decode checkpoint interval (0: none)
+  const std::uint32_t per_sequence_; // decode checkpoints a sequence keeps
+  const bool model_checkpoint_bound_;
   std::vector<content> blocks_, slots_;
   // share_in_step: what a pending block will hold, whether it is pending (its writer admitted in this step
   // and not committed), and whether its writer's first commit in the step wrote it.
@@ -489,6 +688,13 @@ private:
   std::vector<std::uint8_t> pending_, written_in_step_;
   std::vector<std::uint8_t> block_continuation_, slot_continuation_; // what the engine wrote is decode_continuation
   std::vector<std::int64_t> block_touched_, slot_touched_;
+  // Per slot: whether it may hold a published snapshot (written and committed or finished since it was
+  // last handed out, not known to be dropped); the step that wrote a turn end (restorable once it
+  // completes); how often it was handed out; what wrote it.
+  std::vector<std::uint8_t> slot_published_;
+  std::vector<std::int64_t> slot_ready_;
+  std::vector<std::uint64_t> slot_generation_;
+  std::vector<origin> slot_origin_;
   std::map<seq_id, oracle_seq> seqs_;
   std::vector<std::vector<token_id>> bases_;
   std::vector<oracle_seq> history_; // recently ended sequences, whose tokens later prompts may continue

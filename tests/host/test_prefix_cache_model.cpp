@@ -1,12 +1,15 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
 // Randomized model-based test: thousands of random admit / commit / extend / release / finish / fork /
 // step_complete operations (evictions follow from the small pools), each checked against the oracle in
-// fuzz/cache_op_driver.hpp and check_invariants().
+// fuzz/cache_op_driver.hpp and check_invariants(), for six policies (policy::chat with decode checkpoints
+// among them), each on a typed and a runtime-configured cache.
 #include "fuzz/cache_fuzz_entry.hpp"
 
 #include <doctest/doctest.h>
 
+#include <iterator>
 #include <random>
+#include <string>
 #include <vector>
 
 using namespace reprise::testing;
@@ -14,17 +17,24 @@ using namespace reprise::testing;
 TEST_CASE("random operation streams keep every oracle check and invariant") {
   const char* names[] = {"block_sharing", "block_sharing, constant hasher", "memory_only",
                          "snapshot_restore<every, last_aligned, branch_point, end_of_turn; accept_any>",
-                         "snapshot_restore<last_aligned, end_of_turn; accept_prefill_exact>, TTL"};
-  // 0..4: the typed caches (B = 16); 5..9: the same policies on runtime-configured caches (B = 32 / B = 8).
-  for (std::uint8_t config = 0; config < 10; ++config) {
-    const std::uint8_t policy = config % 5;
+                         "snapshot_restore<last_aligned, end_of_turn; accept_prefill_exact>, TTL",
+                         "chat (branch_block, end_of_turn, decode_checkpoints; accept_any)"};
+  static_assert(std::size(names) == stream_policies);
+  // 0..5: the typed caches (B = 16); 6..11: the same policies on runtime-configured caches (B = 32 / B = 8).
+  for (std::uint8_t config = 0; config < 2 * stream_policies; ++config) {
+    const std::uint8_t policy = config % stream_policies;
+    const bool runtime = config >= stream_policies;
     reprise::cache_metrics total{};
+    driver_stats stats{};
     for (std::uint32_t seed = 1; seed <= 6; ++seed) {
-      std::mt19937 rng(seed * 7919 + config);
+      // The streams of the first five policies are those they had before chat was added (numbered 0..9).
+      const unsigned stream = policy < 5 ? policy + (runtime ? 5u : 0u) : 10u + (runtime ? 1u : 0u);
+      std::mt19937 rng(seed * 7919 + stream);
       std::vector<std::uint8_t> bytes(10000);
       bytes[0] = config;
       for (std::size_t i = 1; i < bytes.size(); ++i) bytes[i] = static_cast<std::uint8_t>(rng());
-      CAPTURE(names[policy]);
+      const std::string policy_name = names[policy]; // (a char pointer would be logged as an address)
+      CAPTURE(policy_name);
       CAPTURE(config);
       CAPTURE(seed);
       const stream_outcome out = run_cache_operation_stream(bytes.data(), bytes.size());
@@ -40,14 +50,26 @@ TEST_CASE("random operation streams keep every oracle check and invariant") {
       total.snapshot_evictions_invalidated += out.metrics.snapshot_evictions_invalidated;
       total.snapshot_evictions_ttl += out.metrics.snapshot_evictions_ttl;
       total.duplicate_blocks += out.metrics.duplicate_blocks;
+      stats.off_grid_captures_written += out.stats.off_grid_captures_written;
+      stats.checkpoints_planned += out.stats.checkpoints_planned;
+      stats.checkpoints_written += out.stats.checkpoints_written;
+      stats.checkpoints_published += out.stats.checkpoints_published;
+      stats.checkpoints_dropped += out.stats.checkpoints_dropped;
+      stats.restores_off_grid += out.stats.restores_off_grid;
+      stats.restores_checkpoint += out.stats.restores_checkpoint;
+      stats.restores_turn_end += out.stats.restores_turn_end;
     }
-    const std::string label = std::string(names[policy]) + (config >= 5 ? " (runtime)" : " (typed)");
+    const std::string label = std::string(names[policy]) + (runtime ? " (runtime)" : " (typed)");
     MESSAGE(label, ": lookups ", total.lookups, ", blocks shared ", total.blocks_shared, ", KV evictions ",
             total.kv_evictions, ", skipped ", total.usable_tokens, ", snapshot hits ", total.snapshot_hits,
             ", captures ", total.captures_written, ", partial blocks copied ", total.partial_blocks_copied, ", snapshot LRU/invalidated evictions ",
             total.snapshot_evictions_lru, "/", total.snapshot_evictions_invalidated, ", TTL evictions ",
             total.snapshot_evictions_ttl, ", duplicates ",
-            total.duplicate_blocks);
+            total.duplicate_blocks, "; off-grid captures written ", stats.off_grid_captures_written,
+            ", decode checkpoints planned/written/published/dropped ", stats.checkpoints_planned, "/",
+            stats.checkpoints_written, "/", stats.checkpoints_published, "/", stats.checkpoints_dropped,
+            ", restores of off-grid/checkpoint/turn-end snapshots ", stats.restores_off_grid, "/",
+            stats.restores_checkpoint, "/", stats.restores_turn_end);
     // The streams must exercise what they claim to test.
     CHECK(total.lookups > 500);
     CHECK(total.blocks_shared > 100);
@@ -59,7 +81,18 @@ TEST_CASE("random operation streams keep every oracle check and invariant") {
       CHECK(total.snapshot_evictions_invalidated + total.snapshot_evictions_lru > 0);
     }
     if (policy == 4) CHECK(total.snapshot_evictions_ttl > 0);
-    if (policy == 3) CHECK(total.partial_blocks_copied > 10); // turn ends off block boundaries, restored
+    if (policy == 3 || policy == 5) CHECK(total.partial_blocks_copied > 10); // turn ends off block boundaries, restored
+    if (policy == 5) {
+      CHECK(stats.off_grid_captures_written > 10); // branch_block
+      CHECK(stats.restores_off_grid > 10);
+      CHECK(stats.checkpoints_written > 10);
+      CHECK(stats.checkpoints_dropped > 0); // the per-sequence bound, modelled
+      CHECK(stats.restores_checkpoint > 0);
+      CHECK(stats.restores_turn_end > 10);
+    } else {
+      CHECK(stats.off_grid_captures_written == 0);
+      CHECK(stats.checkpoints_planned == 0);
+    }
   }
 }
 
@@ -84,7 +117,7 @@ TEST_CASE("random operation streams with share_in_step keep every oracle check a
       CAPTURE(names[config]);
       CAPTURE(seed);
       auto run = [&]<class Cache>(Cache c) {
-        cache_op_driver<Cache> d(std::move(c), true);
+        cache_op_driver<Cache> d(std::move(c), o);
         d.run(in, 4096);
         CHECK_MESSAGE(d.failure.empty(), d.failure);
         shared_in_step += d.cache().metrics().blocks_shared_in_step;
