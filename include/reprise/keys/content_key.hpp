@@ -19,7 +19,7 @@
 /// way the cache does on every hit.
 ///
 /// Every function is a pure function of its arguments: no call keeps state, so any thread may call any of
-/// them at any time. Each creates one OpenSSL EVP digest context for the duration of the call.
+/// them at any time. Each creates its own OpenSSL EVP digest contexts for the duration of the call.
 ///
 /// Opt-in: link `reprise::sha256` (CMake component `sha256`, pkg-config `reprise-sha256`), which adds OpenSSL
 /// libcrypto; the umbrella header <reprise/reprise.hpp> does not include this one.
@@ -295,6 +295,9 @@ inline result<content_key> root_key(const content_key_context& context, const ex
 
 /// The keys of the full blocks of `tokens`: key_0 .. key_{n-1} for n = floor(size / block_size). A partial
 /// last block has no key. The keys of a prefix's blocks are a prefix of these.
+///
+/// A block key names the prefill-exact KV of its prefix (what a cold chunked prefill computes): a block whose
+/// KV is `decode_continuation` may differ in its bits and is not to be published under its chain key.
 ///
 /// Errors: those of `root_key`; `invalid_argument` when `block_size` is not the fingerprint's (the engine
 /// cuts its blocks differently from the model it fingerprinted). Nothing is returned on failure.
