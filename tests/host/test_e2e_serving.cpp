@@ -473,3 +473,87 @@ TEST_CASE("KV read through a block table with shared blocks equals the cold run'
       CHECK(gather(warm, 2, layer, values) == gather(cold, 1, layer, values));
     }
 }
+
+namespace {
+/// Serves `first` (decoding `replies` tokens) and then `second` through one engine; returns both completions.
+template <class Cache>
+std::pair<completion, completion> serve_two(const decoder& model, Cache& cache, std::vector<token> first,
+                                            std::uint32_t replies, std::vector<token> second,
+                                            std::uint32_t second_replies) {
+  engine<Cache> e(model, cache, {.max_running = 2});
+  std::vector<completion> done;
+  e.submit({1, std::move(first), replies, {}});
+  while (!e.idle())
+    for (completion& c : e.step()) done.push_back(std::move(c));
+  e.submit({2, std::move(second), second_replies, {}});
+  while (!e.idle())
+    for (completion& c : e.step()) done.push_back(std::move(c));
+  REQUIRE(done.size() == 2);
+  return {done[0], done[1]};
+}
+
+/// A session that prefills `prompt`, feeds `fed` one decode step each, then prefills `rest` and decodes
+/// `replies` tokens greedily: what a prompt restoring the state at prompt + fed and computing `rest` must equal.
+completion session(const decoder& model, const std::vector<token>& prompt, std::span<const token> fed,
+                   const std::vector<token>& rest, std::uint32_t replies) {
+  const decoder_config& cfg = model.config();
+  const auto blocks = static_cast<std::uint32_t>((prompt.size() + fed.size() + rest.size() + replies) /
+                                                     cfg.attention.block_size + 2);
+  kv_memory kv(cfg, blocks);
+  state_memory states(cfg, 1);
+  states.zero(0);
+  std::vector<block_id> table(blocks);
+  for (std::uint32_t i = 0; i < blocks; ++i) table[i] = static_cast<block_id>(i);
+  std::vector<float> logits(cfg.vocab);
+  std::uint32_t position = 0;
+  auto run = [&](pass p, std::span<const token> t) {
+    const sequence_step step{position, static_cast<std::uint32_t>(t.size()), table, 0, {}, position};
+    model.forward(p, t, {&step, 1}, kv, states, logits);
+    position += static_cast<std::uint32_t>(t.size());
+  };
+  run(pass::prefill, prompt);
+  for (const token t : fed) run(pass::decode, {&t, 1});
+  run(pass::prefill, rest);
+  completion out{2, {static_cast<token>(math::argmax(logits))}, {}};
+  while (out.generated.size() < replies) {
+    run(pass::decode, {&out.generated.back(), 1});
+    out.generated.push_back(static_cast<token>(math::argmax(logits)));
+  }
+  out.last_logits = logits;
+  return out;
+}
+} // namespace
+
+TEST_CASE("a prompt that departs from a reply restores a decode checkpoint, bitwise the session continuing there") {
+  // A 40-token prompt decodes 100 tokens: checkpoints at 64 and 128 (interval 64), turn end at 139. The next
+  // prompt keeps the conversation only up to 100 and continues differently (an edited reply): it restores
+  // the checkpoint at 64 and must equal the session that decoded to 64 and was then fed the rest.
+  const decoder& model = model_of(tiny_hybrid::config());
+  cache_options o{.kv_blocks = 256, .max_sequences = 8,
+                  .snapshot_budget_bytes = 16 * tiny_hybrid::cache_model::bytes_per_snapshot, .hasher_seed = 1,
+                  .decode_checkpoint_interval = tiny_hybrid::cache_model::alignment};
+  auto made = prefix_cache<tiny_hybrid::cache_model, policy::chat>::create(o);
+  REQUIRE(made.has_value());
+  auto cache = std::move(*made);
+  std::vector<token> prompt(40);
+  for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<token>(1 + (i * 7) % 60);
+  // The engine feeds every decoded token but the last; the reply's first 60 tokens are the same whatever
+  // follows, so run the first request once to learn them.
+  auto [a, unused] = serve_two(model, cache, prompt, 100, prompt, 1);
+  std::vector<token> conversation = prompt;
+  conversation.insert(conversation.end(), a.generated.begin(), a.generated.end());
+  std::vector<token> edited(conversation.begin(), conversation.begin() + 100);
+  for (token t = 0; t < 9; ++t) edited.push_back(static_cast<token>(3 + t));
+
+  auto fresh = prefix_cache<tiny_hybrid::cache_model, policy::chat>::create(o);
+  REQUIRE(fresh.has_value());
+  auto [first, second] = serve_two(model, *fresh, prompt, 100, edited, 5);
+  CHECK(first.generated == a.generated);
+  CHECK(fresh->metrics().snapshot_hits == 1);
+  const std::vector<token> rest(edited.begin() + 64, edited.end());
+  const completion want =
+      session(model, prompt, std::span<const token>(conversation).subspan(40, 24), rest, 5);
+  CHECK(second.generated == want.generated);
+  REQUIRE(second.last_logits.size() == want.last_logits.size());
+  CHECK(std::memcmp(second.last_logits.data(), want.last_logits.data(), want.last_logits.size() * sizeof(float)) == 0);
+}

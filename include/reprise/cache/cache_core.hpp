@@ -142,9 +142,13 @@ struct cache_core {
       r.extras = stored_extra_keys::from(keys);
       const std::uint32_t published = lookup<B>(r, prompt);
       // Past the published blocks, those that sequences admitted in this step compute (share_in_step).
-      const std::uint32_t matched =
+      std::uint32_t matched =
           share_in_step() ? in_step.template lookup<B>(r, prompt, blocks, hasher) : published;
       const restore_choice choice = choose_restore<B>(r, matched, prompt);
+      if constexpr (restores && accepts_continuation) {
+        matched = shareable<B>(r, matched, choice);
+        r.blocks.resize(matched);
+      }
       const std::uint32_t total = (length - 1) / B + 1;
       const block_id held_tail[] = {choice.tail};
       if (blocks.available_excluding(r.blocks, choice.tail != no_block ? std::span(held_tail) : std::span<const block_id>{}) <
@@ -227,6 +231,21 @@ struct cache_core {
       }
     }
     return {};
+  }
+
+  /// How many of the `matched` blocks a prompt restoring `choice` may share. Past the restore point, cached
+  /// KV is reusable only if it was computed the way this prompt computes those positions: from the restored
+  /// state by a prefill. After a decode_continuation restore nothing past it is (decode steps, or a cold
+  /// prefill that never held that state, wrote it); after a prefill-exact restore, or none, prefill-exact
+  /// blocks are (a cold prefill on the chunk grid), up to the first decode-filled one. Changes nothing.
+  template <std::uint32_t B>
+  std::uint32_t shareable(const sequence_record& r, std::uint32_t matched, const restore_choice& choice) const noexcept {
+    if (choice.tail != no_block) return matched; // the restore point is past every matched block
+    const std::uint32_t restored = choice.usable / B; // a block end
+    if (choice.slot != no_slot && slots.node(choice.slot).kind == exactness::decode_continuation) return restored;
+    for (std::uint32_t i = restored; i < matched; ++i)
+      if (blocks.node(r.blocks[i]).kind != exactness::prefill_exact) return i;
+    return matched;
   }
 
   /// From here on the call succeeds: references the shared blocks, takes fresh ones, makes the sequence
