@@ -228,11 +228,15 @@ TEST_CASE_TEMPLATE("multi-turn: turn 2 restores the end of turn 1 only if decode
   CHECK(f->capture.position == 239);
   CHECK(c.metrics().tail_blocks == 1);
 
-  // Again, committing the last token too: position 240 is a block boundary.
+  // Another reply to the same prompt (sampled differently), committing the last token too: position 240 is a
+  // block boundary. (The same reply again would find its decode-filled blocks already published by
+  // sequence 1, and no turn end is published over another session's decode_continuation blocks.)
+  std::vector<token_id> reply2 = reply;
+  for (token_id& t : reply2) t += 5000;
   auto p2 = c.admit(2, turn1);
   REQUIRE(p2.has_value());
   REQUIRE(c.commit(2, 200).has_value());
-  REQUIRE(c.extend(2, reply).has_value());
+  REQUIRE(c.extend(2, reply2).has_value());
   REQUIRE(c.commit(2, 240).has_value());
   const epoch_t turn_epoch = c.current_epoch();
   auto f2 = c.finish(2);
@@ -241,7 +245,7 @@ TEST_CASE_TEMPLATE("multi-turn: turn 2 restores the end of turn 1 only if decode
   CHECK(f2->capture.position == 240);
   CHECK(c.check_invariants().has_value());
 
-  const auto turn2 = concat(concat(turn1, reply), iota_tokens(30, 80000));
+  const auto turn2 = concat(concat(turn1, reply2), iota_tokens(30, 80000));
   // Before the step that copies the end-of-turn state completes, the snapshot is not restorable.
   auto early = c.admit(3, turn2);
   REQUIRE(early.has_value());

@@ -544,3 +544,33 @@ TEST_CASE("finish with last_turn captures nothing and lets the conversation's sn
   CHECK(b2->restore_slot == b1.capture.slot);
   CHECK(c.check_invariants().has_value());
 }
+
+TEST_CASE("no snapshot is published over a decode_continuation chain another session computed") {
+  // Sequence 1 decodes [40, 100): blocks [48, 96) hold decode-step KV; a checkpoint sits at 64. Sequence 2
+  // continues the same tokens: it restores the checkpoint, recomputes [64, 120) by prefill and finds its
+  // blocks [64, 96) already published (the same tokens, computed by decode steps: other bits). The cached
+  // chain it ends on is sequence 1's, so its turn end must not be published there: a later restore would
+  // pair sequence 2's state with sequence 1's KV.
+  auto c = make_checkpointing(2);
+  std::vector<token_id> tokens = iota_tokens(40, 1);
+  REQUIRE(c.admit(1, tokens).has_value());
+  REQUIRE(c.commit(1, 40).has_value());
+  REQUIRE(c.step_complete(c.current_epoch()).has_value());
+  CHECK(decode_with_checkpoints(c, 1, tokens, iota_tokens(60, 5000)) == std::vector<std::int64_t>{64});
+  REQUIRE(c.release(1).has_value());
+  REQUIRE(c.step_complete(c.current_epoch()).has_value());
+
+  const std::vector<token_id> next = concat(tokens, iota_tokens(20, 9000));
+  auto p = c.admit(2, next);
+  REQUIRE(p.has_value());
+  REQUIRE(p->usable_tokens == 64);
+  REQUIRE(p->restore_exactness == exactness::decode_continuation);
+  REQUIRE(c.commit(2, 120).has_value());
+  CHECK(c.metrics().duplicate_blocks >= 2); // [64, 80) and [80, 96)
+  const std::uint64_t refused = c.metrics().captures_refused;
+  auto f = c.finish(2);
+  REQUIRE(f.has_value());
+  CHECK(f->capture.slot == no_slot);
+  CHECK(c.metrics().captures_refused == refused + 1);
+  CHECK(c.check_invariants().has_value());
+}

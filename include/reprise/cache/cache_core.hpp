@@ -403,7 +403,7 @@ struct cache_core {
       const std::uint32_t i = p / B - 1;
       const exactness kind = capture_kind(r, p, geometry.alignment);
       block_node* b = i < r.chain.size() ? &blocks.node(r.chain[i]) : nullptr;
-      if (r.written[k] != 0 && b != nullptr && b->snapshot[static_cast<int>(kind)] == no_slot &&
+      if (r.written[k] != 0 && b != nullptr && p <= r.foreign_from && b->snapshot[static_cast<int>(kind)] == no_slot &&
           b->snapshot[static_cast<int>(exactness::prefill_exact)] == no_slot) {
         const bool checkpoint = p > r.prompt; // planned by `extend`
         slots.attach(slot, *b, kind, 0, checkpoint);
@@ -449,9 +449,11 @@ struct cache_core {
       } else {
         // An equal block published first (two equal prompts in flight) is referenced and continues the
         // chain; ours stays private (the engine's table points at it).
-        parent = blocks.publish(
-            b, {key, parent, pool.template tokens_of<B>(b), &r.extras, r.kv_kind(std::uint64_t{i + 1} * B)}, i,
-            r.extras);
+        const exactness kind = r.kv_kind(std::uint64_t{i + 1} * B);
+        parent = blocks.publish(b, {key, parent, pool.template tokens_of<B>(b), &r.extras, kind}, i, r.extras);
+        // A prefill-exact duplicate holds the same bits; a decode_continuation one may have been computed
+        // along another path (decode steps against a prefill, say).
+        if (parent != b && kind == exactness::decode_continuation) r.foreign_from = std::min(r.foreign_from, i * B);
       }
       r.chain.push_back(parent);
       key = next;
@@ -552,6 +554,7 @@ struct cache_core {
     b.computed = a->computed;
     b.exact_until = a->exact_until;
     b.prompt = a->prompt;
+    b.foreign_from = a->foreign_from;
     sequences.insert(b);
     ++metrics.live_sequences;
     plan.block_table = b.blocks;
@@ -588,6 +591,10 @@ struct cache_core {
     const std::uint32_t p = r.computed;
     const std::uint32_t k = p / B, fill = p % B;
     if (p == 0 || k > r.chain.size()) return;
+    if (p > r.foreign_from) { // the chain's KV is not all this session's: a restore would mix the two
+      ++metrics.captures_refused;
+      return;
+    }
     block_node* target = nullptr;
     if (fill == 0) {
       target = &blocks.node(r.chain[k - 1]);

@@ -14,6 +14,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -44,6 +45,10 @@ struct sequence_record {
   /// through prefill-exact KV); the KV of later positions, and states past it, are `decode_continuation`.
   std::uint32_t exact_until = 0;
   std::uint32_t prompt = 0;              ///< the admitted prompt's length: later captures are checkpoints
+  /// The first position covered by a decode_continuation block of the cached chain that another sequence
+  /// published first (this sequence computed the same tokens, maybe along another path: its bits may
+  /// differ). No snapshot past it is published: a restore would pair this state with the other's KV.
+  std::uint32_t foreign_from = std::numeric_limits<std::uint32_t>::max();
   /// The decode checkpoints this sequence published (slot, block), oldest first.
   std::vector<std::pair<slot_id, block_id>> checkpoints;
 
@@ -66,6 +71,7 @@ struct sequence_record {
     turn_restore_block = no_block;
     exact_until = 0;
     prompt = 0;
+    foreign_from = std::numeric_limits<std::uint32_t>::max();
     checkpoints.clear();
   }
 };
