@@ -232,9 +232,8 @@ private:
       stats_.skipped_tokens += u;
       stats_.kv_matched_tokens += plan->kv_matched_tokens;
       stats_.lost_tokens += plan->tokens_lost_to_missing_snapshot;
-      const auto off_grid = std::find_if(plan->captures.begin(), plan->captures.end(), [&](const capture_point& c) {
-        return static_cast<std::uint64_t>(c.position) % alignment_ != 0;
-      });
+      const auto off_grid = std::find_if(plan->captures.begin(), plan->captures.end(),
+                                         [&](const capture_point& c) { return splits_prefill(c); });
       admissions_.push_back({s.id, length, u, plan->kv_matched_tokens, plan->tokens_lost_to_missing_snapshot,
                              off_grid == plan->captures.end() ? 0u : static_cast<std::uint32_t>(off_grid->position)});
       if (plan->restore_slot != no_slot && opt_.before_restore) opt_.before_restore(states_, plan->restore_slot);
@@ -267,7 +266,7 @@ private:
     std::vector<std::vector<capture_point>> on_grid(admitted.size());
     for (std::size_t i = 0; i < admitted.size(); ++i) {
       for (const capture_point& c : captures[i]) {
-        if (static_cast<std::uint64_t>(c.position) % alignment_ != 0) ends[i].push_back(static_cast<std::uint32_t>(c.position));
+        if (splits_prefill(c)) ends[i].push_back(static_cast<std::uint32_t>(c.position));
         else on_grid[i].push_back(c);
       }
       ends[i].push_back(admitted[i]->prompt_length);
@@ -309,6 +308,11 @@ private:
         }
       }
     }
+  }
+
+  /// A capture off the alignment grid is no chunk boundary: the prefill ends a piece there.
+  bool splits_prefill(const capture_point& c) const noexcept {
+    return static_cast<std::uint64_t>(c.position) % alignment_ != 0;
   }
 
   void take_logits(sequence& s, std::span<const float> logits) {

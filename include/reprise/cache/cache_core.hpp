@@ -499,12 +499,7 @@ struct cache_core {
     const std::uint32_t p = r.tokens;
     if (interval == 0 || p % interval != 0 || p <= r.computed) return;
     if (options.max_snapshots_per_path != 0) {
-      std::uint32_t existing = 0;
-      for (const block_id id : r.chain) {
-        const block_node& b = blocks.node(id);
-        existing += (b.snapshot[0] != no_slot || b.snapshot[1] != no_slot) ? 1 : 0;
-      }
-      if (existing >= options.max_snapshots_per_path) {
+      if (snapshots_on_chain(r, blocks) >= options.max_snapshots_per_path) {
         ++metrics.captures_refused;
         return;
       }
@@ -568,9 +563,7 @@ struct cache_core {
     finish_plan plan;
     if constexpr (restores) {
       if (o.last_turn) {
-        // Nothing of this conversation will be continued: its decode-time snapshots go first.
-        for (const auto& [slot, block] : r->checkpoints) slots.demote(slot, block);
-        if (r->turn_restore != no_slot) slots.demote(r->turn_restore, r->turn_restore_block);
+        supersede_decode_snapshots(*r); // nothing of this conversation will be continued
       } else if constexpr (traits::capture::at_turn_end) {
         // The capture copies the live state, which must have folded in exactly the committed tokens.
         if (r->computed < r->prompt || r->tokens - r->computed > 1) return errc::invalid_argument;
@@ -611,9 +604,7 @@ struct cache_core {
     // The turn end this turn started from is superseded by this one (only a regeneration of this turn would
     // use it again): it goes first when a slot is needed, ahead of other conversations' turn ends, and
     // before this capture takes its slot, so a full pool reuses it rather than evict another chat's.
-    // This turn's decode checkpoints now only serve a departure from its reply: they go next.
-    for (const auto& [s, b] : r.checkpoints) slots.demote(s, b);
-    if (r.turn_restore != no_slot) slots.demote(r.turn_restore, r.turn_restore_block);
+    supersede_decode_snapshots(r);
     slot_node* n = slots.take();
     if (n == nullptr) {
       ++metrics.captures_refused;
@@ -630,6 +621,14 @@ struct cache_core {
     plan.capture = {.sequence = 0, .position = p, .slot = slots.id_of(*n)};
     ++metrics.captures_planned;
     ++metrics.captures_written;
+  }
+
+  /// Moves the snapshots `r`'s conversation took while decoding to the front of the LRU queue: its decode
+  /// checkpoints, then (at the very front) the turn end it restored from. Called when this turn's own end
+  /// supersedes them, or when the conversation ends.
+  void supersede_decode_snapshots(const sequence_record& r) noexcept {
+    for (const auto& [s, b] : r.checkpoints) slots.demote(s, b);
+    if (r.turn_restore != no_slot) slots.demote(r.turn_restore, r.turn_restore_block);
   }
 
   result<void> release(seq_id s) {

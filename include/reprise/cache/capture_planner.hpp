@@ -27,6 +27,17 @@ inline exactness capture_kind(const sequence_record& r, std::uint64_t p, std::ui
   return p % alignment != 0 ? exactness::decode_continuation : r.kv_kind(p);
 }
 
+/// Snapshots already published along `r`'s cached chain (at most one counted per block), for the per-path
+/// cap. Complexity: O(chain length).
+inline std::uint32_t snapshots_on_chain(const sequence_record& r, const block_ledger& blocks) noexcept {
+  std::uint32_t n = 0;
+  for (const block_id id : r.chain) {
+    const block_node& b = blocks.node(id);
+    n += (b.snapshot[0] != no_slot || b.snapshot[1] != no_slot) ? 1 : 0;
+  }
+  return n;
+}
+
 /// Fills `r.captures` (sorted by position, each with a pending slot) for the prompt described by `c`.
 /// Counts refused captures (path cap, no reusable slot) and planned ones in `m`. A planned capture off the
 /// alignment grid splits the prefill there: `r.exact_until` drops to it.
@@ -56,11 +67,7 @@ void plan_captures(sequence_record& r, const policy::capture_context& c, std::ui
 
   std::size_t keep_from = 0;
   if (max_per_path != 0) {
-    std::uint32_t existing = 0;
-    for (const block_id id : r.chain) {
-      const block_node& b = blocks.node(id);
-      existing += (b.snapshot[0] != no_slot || b.snapshot[1] != no_slot) ? 1 : 0;
-    }
+    const std::uint32_t existing = snapshots_on_chain(r, blocks);
     const std::size_t room = max_per_path > existing ? max_per_path - existing : 0;
     if (out.size() > room) keep_from = out.size() - room; // keep the deepest
   }
