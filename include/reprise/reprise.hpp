@@ -27,7 +27,9 @@
 #include <reprise/cache/block_ledger.hpp>
 #include <reprise/cache/snapshot_ledger.hpp>
 #include <reprise/cache/capture_planner.hpp>
+#include <reprise/cache/host_ledger.hpp>
 #include <reprise/cache/cache_core.hpp>
 #include <reprise/cache/invariants.hpp>
 #include <reprise/cache/prefix_cache.hpp>
 #include <reprise/policy/policies.hpp>
+#include <reprise/policy/tiers.hpp>

@@ -50,13 +50,14 @@ inline const model_config& runtime_hybrid_b8() {
 }
 
 /// The number of policies the first byte chooses from.
-inline constexpr std::uint8_t stream_policies = 6;
+inline constexpr std::uint8_t stream_policies = 8;
 
-/// Runs the stream against the cache configuration its first byte selects: byte % 6 picks the policy
+/// Runs the stream against the cache configuration its first byte selects: byte % 8 picks the policy
 /// (0 block_sharing, 1 block_sharing with a colliding hasher, 2 memory_only, 3 snapshot_restore with every
-/// placement, 4 prefill-exact snapshots with a TTL, 5 policy::chat with decode checkpoints), (byte / 6) % 2
-/// picks the typed cache over the test models (B = 16) or a runtime-configured cache (`dynamic_model`)
-/// over a model of another block size. First bytes 0..4 select what they did when there were 5 policies.
+/// placement, 4 prefill-exact snapshots with a TTL, 5 policy::chat with decode checkpoints, 6 block_sharing
+/// with a host tier, 7 policy::chat with a host tier for blocks and snapshots and a colliding hasher), (byte / 8) % 2 picks the
+/// typed cache over the test models (B = 16) or a runtime-configured cache (`dynamic_model`) over a model
+/// of another block size. First bytes 0..5 select what they did when there were 6 policies.
 inline stream_outcome run_cache_operation_stream(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return {};
   byte_source in(data + 1, size - 1);
@@ -64,7 +65,7 @@ inline stream_outcome run_cache_operation_stream(const std::uint8_t* data, std::
   const model_config& attention = runtime ? runtime_attention_b32() : model_config::of<attn_model>();
   const model_config& hybrid = runtime ? runtime_hybrid_b8() : model_config::of<small_hybrid>();
   // Pools of 384 tokens whatever the block size, so every configuration evicts about as often.
-  const bool recurrent = data[0] % stream_policies >= 2;
+  const bool recurrent = data[0] % stream_policies >= 2 && data[0] % stream_policies != 6;
   const std::uint32_t block_size = recurrent ? hybrid.block_size() : attention.block_size();
   const cache_options small{.kv_blocks = 384 / block_size, .max_sequences = 6, .hasher_seed = 3};
   using every_path = policy::snapshot_restore<
@@ -72,11 +73,12 @@ inline stream_outcome run_cache_operation_stream(const std::uint8_t* data, std::
       policy::accept_any>;
   using exact_only = policy::snapshot_restore<policy::capture<policy::last_aligned, policy::end_of_turn>,
                                               policy::accept_prefill_exact>;
-  auto run = [&]<class Model, class Policy, class Hasher = xxh3_hasher>(const cache_options& o,
-                                                                      const model_config& config) {
-    if (runtime) return run_driver<prefix_cache<dynamic_model, Policy, Hasher>>(in, o, config);
-    return run_driver<prefix_cache<Model, Policy, Hasher>>(in, o, config);
+  auto run = [&]<class Model, class Policy, class Hasher = xxh3_hasher, class Tiers = policy::tiers<>>(
+                 const cache_options& o, const model_config& config) {
+    if (runtime) return run_driver<prefix_cache<dynamic_model, Policy, Hasher, Tiers>>(in, o, config);
+    return run_driver<prefix_cache<Model, Policy, Hasher, Tiers>>(in, o, config);
   };
+  using host_tiers = policy::tiers<policy::host_tier>;
   switch (data[0] % stream_policies) {
   case 0: return run.template operator()<attn_model, policy::block_sharing>(small, attention);
   case 1: return run.template operator()<attn_model, policy::block_sharing, constant_hasher>(small, attention);
@@ -93,7 +95,7 @@ inline stream_outcome run_cache_operation_stream(const std::uint8_t* data, std::
     o.snapshot_ttl_steps = 3;
     return run.template operator()<small_hybrid, exact_only>(o, hybrid);
   }
-  default: {
+  case 5: {
     // Branch snapshots off the alignment grid, turn ends, and decode checkpoints at every alignment unit
     // (64 on both hybrid models), 1 or 2 kept per sequence (the stream's next byte), competing for 5 slots.
     cache_options o = small;
@@ -101,6 +103,24 @@ inline stream_outcome run_cache_operation_stream(const std::uint8_t* data, std::
     o.decode_checkpoint_interval = hybrid.alignment();
     o.decode_checkpoints_per_sequence = 1 + in.below(2);
     return run.template operator()<small_hybrid, policy::chat>(o, hybrid);
+  }
+  case 6: {
+    // A host tier of 256 tokens' blocks under the 384-token GPU pool: offloads, onboards and host evictions.
+    cache_options o = small;
+    o.host_kv_budget_bytes = 256 / block_size * attention.bytes_per_kv_block();
+    return run.template operator()<attn_model, policy::block_sharing, xxh3_hasher, host_tiers>(o, attention);
+  }
+  default: {
+    // chat as in case 5 with 3 GPU slots, and a host tier of 256 tokens' blocks and 4 snapshots.
+    cache_options o = small;
+    o.snapshot_budget_bytes = 3 * hybrid.bytes_per_snapshot();
+    o.decode_checkpoint_interval = hybrid.alignment();
+    o.decode_checkpoints_per_sequence = 1 + in.below(2);
+    o.host_kv_budget_bytes = 256 / block_size * hybrid.bytes_per_kv_block();
+    o.host_snapshot_budget_bytes = 4 * hybrid.bytes_per_snapshot();
+    // Every key collides: a host block is told apart from an equal-token block under another parent (decode
+    // checkpoints' repeated token patterns make many) by its parent's serial alone.
+    return run.template operator()<small_hybrid, policy::chat, constant_hasher, host_tiers>(o, hybrid);
   }
   }
 }

@@ -15,7 +15,12 @@
 //     not dropped as a sequence's surplus decode checkpoint, and of the exactness class it was written as;
 //   - captures sit on the alignment grid, or on the block grid as a prefill split (`off_grid` placements,
 //     whose split makes the rest of the prompt decode_continuation), and decode checkpoints sit at the
-//     sequence's new length, a multiple of the interval.
+//     sequence's new length, a multiple of the interval;
+//   - with policy::host_tier, the driver also keeps what every host unit holds, moving contents exactly as
+//     the engine runs `take_transfers` (offloads, then onboards) after every call: a block onboarded, a
+//     partial block copied from the host or a snapshot restored from it holds the prompt's own prefix, an
+//     offloaded snapshot was a published one, and no host unit is overwritten while a sequence still holds
+//     it or before the step that last read it completed.
 // The same driver serves the randomized model-based test, the libFuzzer target and its corpus replay.
 
 #include <reprise/reprise.hpp>
@@ -56,6 +61,9 @@ struct driver_stats {
   std::uint64_t restores_off_grid = 0;         ///< restores of a snapshot written at an off-grid capture
   std::uint64_t restores_checkpoint = 0;       ///< restores of a decode checkpoint
   std::uint64_t restores_turn_end = 0;         ///< restores of a turn end
+  std::uint64_t restores_from_host = 0;        ///< restores of a snapshot in the host tier
+  std::uint64_t host_offloads = 0;             ///< KV blocks moved to the host tier
+  std::uint64_t host_onboards = 0;             ///< KV blocks (full or partial) moved back
 };
 
 template <class Cache>
@@ -107,8 +115,13 @@ class cache_op_driver {
     // share_in_step: the blocks it shared while they were pending (not yet written) and the full prompt
     // blocks it computes, offered to later admissions of its step until its first commit.
     std::vector<block_id> shared_pending, own_pending;
+    // policy::host_tier: the host snapshot restored and the host unit of a partial block copied, held until
+    // the first commit.
+    std::uint32_t host_restore = no_unit, host_copy = no_unit;
   };
+  static constexpr std::uint32_t no_unit = std::numeric_limits<std::uint32_t>::max();
   static constexpr bool accepts_continuation = policy::policy_traits<policy_type>::accepts_decode_continuation;
+  static constexpr bool host_tier = policy::tier_traits<typename Cache::tiers_type>::host;
 
 public:
   std::string failure; // empty while every check passed
@@ -137,6 +150,13 @@ public:
     slot_ready_.assign(cache_.snapshot_slots(), -1);
     slot_generation_.assign(cache_.snapshot_slots(), 0);
     slot_origin_.assign(cache_.snapshot_slots(), origin::none);
+    host_blocks_.resize(cache_.host_kv_units());
+    host_block_continuation_.assign(cache_.host_kv_units(), 0);
+    host_block_read_.assign(cache_.host_kv_units(), -1);
+    host_slots_.resize(cache_.host_snapshot_units());
+    host_slot_continuation_.assign(cache_.host_snapshot_units(), 0);
+    host_slot_valid_.assign(cache_.host_snapshot_units(), 0);
+    host_slot_read_.assign(cache_.host_snapshot_units(), -1);
     for (int i = 0; i < 4; ++i) {
       std::vector<token_id> base(48 + 40 * static_cast<std::size_t>(i));
       for (std::size_t k = 0; k < base.size(); ++k) base[k] = static_cast<token_id>(k < 32 ? k : 1000 * i + k);
@@ -165,6 +185,9 @@ public:
       std::fill(pending_.begin(), pending_.end(), 0); // the step's windows close
       break;
     case 8: bad_call(in); break;
+    }
+    if constexpr (host_tier) {
+      if (failure.empty() && !cache_.take_transfers().empty()) fail("transfers planned by a call the driver did not expect to move anything");
     }
     if (failure.empty() && !cache_.check_invariants().has_value()) fail("check_invariants");
     if (failure.empty()) check_live_contents();
@@ -282,14 +305,25 @@ private:
     }
     const auto L = static_cast<std::uint32_t>(s.tokens.size());
     expect(plan->block_table.size() == (L + B - 1) / B, "admit: table size");
-    const bool copies = plan->copy_src != no_block; // a partial block kept at a turn's end, copied
+    // policy::host_tier: a partial block onboarded from the host instead of copied on the GPU.
+    const std::uint32_t host_copy = apply_transfers(plan->copy_src == no_block && plan->kv_matched_tokens % B != 0
+                                                        ? plan->block_table[plan->shared_blocks]
+                                                        : no_block);
+    if (host_copy != no_unit) s.host_copy = host_copy;
+    const bool copies = plan->copy_src != no_block || host_copy != no_unit; // a turn end's partial block, copied
     if (copies) {
       expect(plan->kv_matched_tokens > plan->shared_blocks * B && plan->kv_matched_tokens < (plan->shared_blocks + 1) * B,
              "admit: a copied partial block must extend the match by 1 .. B - 1 tokens");
       expect(plan->kv_matched_tokens == plan->usable_tokens, "admit: a copied partial block comes with its snapshot");
-      expect(plan->copy_dst == plan->block_table[plan->shared_blocks], "admit: copy into the first own block");
-      expect(holds(blocks_[plan->copy_src], s, plan->kv_matched_tokens), "admit: FALSE HIT, copied block holds another prefix");
-      expect(!held_by_live(plan->copy_src), "admit: copied block is a live sequence's block");
+      if (host_copy == no_unit) {
+        expect(plan->copy_dst == plan->block_table[plan->shared_blocks], "admit: copy into the first own block");
+        expect(holds(blocks_[plan->copy_src], s, plan->kv_matched_tokens), "admit: FALSE HIT, copied block holds another prefix");
+        expect(!held_by_live(plan->copy_src), "admit: copied block is a live sequence's block");
+      } else {
+        expect(holds(blocks_[plan->block_table[plan->shared_blocks]], s, plan->kv_matched_tokens),
+               "admit: FALSE HIT, partial block onboarded from the host holds another prefix");
+        if (host_block_continuation_[host_copy]) s.exact_until = std::min(s.exact_until, plan->shared_blocks * B);
+      }
     } else {
       expect(plan->kv_matched_tokens == plan->shared_blocks * B, "admit: kv_matched != shared blocks");
     }
@@ -324,7 +358,24 @@ private:
       }
     }
     if constexpr (restores) {
-      if (plan->usable_tokens != 0) {
+      if (plan->usable_tokens != 0 && plan->restore_from_host) {
+        expect(host_tier, "admit: a restore from the host without a host tier");
+        const auto u = static_cast<std::uint32_t>(plan->restore_slot);
+        expect(u < host_slots_.size(), "admit: host restore unit out of range");
+        if (u < host_slots_.size()) {
+          expect(holds(host_slots_[u], s, plan->usable_tokens), "admit: RESTORE from a host unit holding another prefix");
+          expect(host_slot_valid_[u] != 0, "admit: RESTORE from a host unit no published snapshot was offloaded into");
+          if (host_slot_continuation_[u]) {
+            expect(accepts_continuation, "admit: a decode_continuation snapshot restored under a prefill-exact policy");
+            s.exact_until = std::min(s.exact_until, plan->usable_tokens);
+          }
+          if (plan->restore_exactness == exactness::prefill_exact)
+            expect(plan->usable_tokens % A == 0, "admit: prefill-exact restore off the alignment grid");
+          s.host_restore = u;
+          host_slot_read_[u] = static_cast<std::int64_t>(cache_.current_epoch());
+          ++stats.restores_from_host;
+        }
+      } else if (plan->usable_tokens != 0) {
         expect(plan->restore_slot != no_slot, "admit: skip without restore slot");
         if (plan->restore_slot != no_slot) {
           expect(holds(slots_[plan->restore_slot], s, plan->usable_tokens),
@@ -349,7 +400,7 @@ private:
             expect(plan->usable_tokens % A == 0, "admit: prefill-exact restore off the alignment grid");
         }
       } else {
-        expect(plan->restore_slot == no_slot, "admit: restore slot without skip");
+        expect(plan->restore_slot == no_slot && !plan->restore_from_host, "admit: restore slot without skip");
       }
       std::uint32_t last = plan->usable_tokens;
       for (const capture_point& c : plan->captures) {
@@ -379,10 +430,10 @@ private:
         s.captures.push_back({c, false});
         hand_out(c.slot);
       }
-      s.restore = plan->restore_slot;
+      s.restore = plan->restore_from_host ? no_slot : plan->restore_slot;
       if (s.restore != no_slot) slot_touched_[s.restore] = static_cast<std::int64_t>(cache_.current_epoch());
     }
-    if (copies) { // the engine's copy kernel, before the prefill
+    if (copies && host_copy == no_unit) { // the engine's copy kernel, before the prefill
       blocks_[plan->copy_dst] = blocks_[plan->copy_src];
       block_continuation_[plan->copy_dst] = block_continuation_[plan->copy_src];
       if (block_continuation_[plan->copy_src]) s.exact_until = std::min(s.exact_until, plan->shared_blocks * B);
@@ -494,6 +545,7 @@ private:
       slot_touched_[s.restore] = static_cast<std::int64_t>(cache_.current_epoch());
       s.restore = no_slot;
     }
+    release_host_holds(s);
     s.computed = n;
     s.valid = std::max(s.valid, n);
   }
@@ -520,6 +572,7 @@ private:
       expect(observe() == before, "extend: failed call changed the cache");
       return;
     }
+    apply_transfers();
     for (block_id b : plan->new_blocks) {
       expect(reusable(block_touched_[b]), "extend: block reused before its step completed");
       expect(std::count(cache_.block_table(id).begin(), cache_.block_table(id).end(), b) == 1 &&
@@ -579,6 +632,7 @@ private:
     if (finish) {
       auto plan = cache_.finish(id);
       expect(plan.has_value(), "finish failed");
+      apply_transfers();
       if (plan.has_value() && plan->capture.slot != no_slot) {
         expect(plan->capture.position == s.computed, "finish: capture position");
         // Before taking its slot the cache demotes the turn end this sequence restored from and its decode
@@ -601,6 +655,7 @@ private:
       slot_published_[c.point.slot] = 0;
     }
     if (s.restore != no_slot) slot_touched_[s.restore] = static_cast<std::int64_t>(now);
+    release_host_holds(s);
     for (block_id b : s.own_pending) pending_[b] = 0; // its window closes with nothing written
     s.own_pending.clear();
     if (s.tokens.size() < 400) {
@@ -625,9 +680,11 @@ private:
       expect(observe() == before, "fork: failed call changed the cache");
       return;
     }
+    apply_transfers();
     oracle_seq d = s;
     d.captures.clear();
     d.restore = no_slot;
+    d.host_restore = d.host_copy = no_unit;
     d.shared_pending.clear(); // a fork source has committed: nothing it shares is pending, its window closed
     d.own_pending.clear();
     d.checkpoints.clear(); // the fork publishes its own
@@ -659,6 +716,65 @@ private:
     case 3: expect(cache_.extend(unknown, bases_[0]).error() == errc::unknown_sequence, "bad extend"); break;
     }
     expect(observe() == before, "bad call changed the cache");
+  }
+
+  /// policy::host_tier: runs the transfers the last call planned as the engine does, offloads first, checking
+  /// each. `tail_dst`: the block a partial block may be onboarded into by this admit; returns the host unit
+  /// it came from (`no_unit` if none). Without a host tier, checks that nothing is planned.
+  std::uint32_t apply_transfers(block_id tail_dst = no_block) {
+    const transfer_plan t = cache_.take_transfers();
+    if constexpr (!host_tier) {
+      expect(t.empty(), "transfers without a host tier");
+      return no_unit;
+    }
+    const auto now = static_cast<std::int64_t>(cache_.current_epoch());
+    auto host_held = [&](std::uint32_t u, bool snapshot) {
+      for (const auto& [id, q] : seqs_)
+        if ((snapshot ? q.host_restore : q.host_copy) == u) return true;
+      return false;
+    };
+    for (const unit_move& m : t.kv_offload) {
+      expect(m.src < blocks_.size() && m.dst < host_blocks_.size(), "offload: unit out of range");
+      if (!failure.empty()) return no_unit;
+      expect(!host_held(m.dst, false), "offload: OVERWRITES a host unit a sequence still holds");
+      expect(reusable(host_block_read_[m.dst]), "offload: OVERWRITES a host unit before the step that read it completed");
+      expect(blocks_[m.src].size() > 1, "offload: a block that holds nothing");
+      host_blocks_[m.dst] = blocks_[m.src];
+      host_block_continuation_[m.dst] = block_continuation_[m.src];
+      ++stats.host_offloads;
+    }
+    for (const unit_move& m : t.snapshot_offload) {
+      expect(m.src < slots_.size() && m.dst < host_slots_.size(), "offload: snapshot unit out of range");
+      if (!failure.empty()) return no_unit;
+      expect(slot_published_[m.src] != 0 && reusable(slot_ready_[m.src]),
+             "offload: a slot that holds no published, restorable snapshot");
+      expect(!host_held(m.dst, true), "offload: OVERWRITES a host snapshot a sequence still holds");
+      expect(reusable(host_slot_read_[m.dst]), "offload: OVERWRITES a host snapshot before the step that read it completed");
+      host_slots_[m.dst] = slots_[m.src];
+      host_slot_continuation_[m.dst] = slot_continuation_[m.src];
+      host_slot_valid_[m.dst] = 1;
+    }
+    std::uint32_t tail_src = no_unit;
+    for (const unit_move& m : t.kv_onboard) {
+      expect(m.dst < blocks_.size() && m.src < host_blocks_.size(), "onboard: unit out of range");
+      if (!failure.empty()) return no_unit;
+      const auto b = static_cast<block_id>(m.dst);
+      expect(reusable(block_touched_[b]), "onboard: into a block reused before its step completed");
+      blocks_[b] = host_blocks_[m.src];
+      block_continuation_[b] = host_block_continuation_[m.src];
+      host_block_read_[m.src] = now;
+      if (b == tail_dst) tail_src = m.src;
+      ++stats.host_onboards;
+    }
+    return tail_src;
+  }
+
+  /// The first commit, or the end, of a sequence: what it held in the host tier was read in this step.
+  void release_host_holds(oracle_seq& s) {
+    const auto now = static_cast<std::int64_t>(cache_.current_epoch());
+    if (s.host_restore != no_unit) host_slot_read_[s.host_restore] = now;
+    if (s.host_copy != no_unit) host_block_read_[s.host_copy] = now;
+    s.host_restore = s.host_copy = no_unit;
   }
 
   /// Every live sequence's blocks still hold its own prefix over the range its KV is valid.
@@ -695,6 +811,12 @@ private:
   std::vector<std::int64_t> slot_ready_;
   std::vector<std::uint64_t> slot_generation_;
   std::vector<origin> slot_origin_;
+  // policy::host_tier, per host unit: what it holds, whether that is decode_continuation, the step that
+  // last read it (onboard, restore), and for snapshot units whether a published snapshot was offloaded
+  // into it.
+  std::vector<content> host_blocks_, host_slots_;
+  std::vector<std::uint8_t> host_block_continuation_, host_slot_continuation_, host_slot_valid_;
+  std::vector<std::int64_t> host_block_read_, host_slot_read_;
   std::map<seq_id, oracle_seq> seqs_;
   std::vector<std::vector<token_id>> bases_;
   std::vector<oracle_seq> history_; // recently ended sequences, whose tokens later prompts may continue

@@ -18,7 +18,8 @@ TEST_CASE("random operation streams keep every oracle check and invariant") {
   const char* names[] = {"block_sharing", "block_sharing, constant hasher", "memory_only",
                          "snapshot_restore<every, last_aligned, branch_point, end_of_turn; accept_any>",
                          "snapshot_restore<last_aligned, end_of_turn; accept_prefill_exact>, TTL",
-                         "chat (branch_block, end_of_turn, decode_checkpoints; accept_any)"};
+                         "chat (branch_block, end_of_turn, decode_checkpoints; accept_any)",
+                         "block_sharing, host tier", "chat, host tier, constant hasher"};
   static_assert(std::size(names) == stream_policies);
   // 0..5: the typed caches (B = 16); 6..11: the same policies on runtime-configured caches (B = 32 / B = 8).
   for (std::uint8_t config = 0; config < 2 * stream_policies; ++config) {
@@ -28,7 +29,9 @@ TEST_CASE("random operation streams keep every oracle check and invariant") {
     driver_stats stats{};
     for (std::uint32_t seed = 1; seed <= 6; ++seed) {
       // The streams of the first five policies are those they had before chat was added (numbered 0..9).
-      const unsigned stream = policy < 5 ? policy + (runtime ? 5u : 0u) : 10u + (runtime ? 1u : 0u);
+      const unsigned stream = policy < 5    ? policy + (runtime ? 5u : 0u)
+                              : policy == 5 ? 10u + (runtime ? 1u : 0u)
+                                            : 12u + 2u * (policy - 6u) + (runtime ? 1u : 0u);
       std::mt19937 rng(seed * 7919 + stream);
       std::vector<std::uint8_t> bytes(10000);
       bytes[0] = config;
@@ -58,6 +61,9 @@ TEST_CASE("random operation streams keep every oracle check and invariant") {
       stats.restores_off_grid += out.stats.restores_off_grid;
       stats.restores_checkpoint += out.stats.restores_checkpoint;
       stats.restores_turn_end += out.stats.restores_turn_end;
+      stats.restores_from_host += out.stats.restores_from_host;
+      stats.host_offloads += out.stats.host_offloads;
+      stats.host_onboards += out.stats.host_onboards;
     }
     const std::string label = std::string(names[policy]) + (runtime ? " (runtime)" : " (typed)");
     MESSAGE(label, ": lookups ", total.lookups, ", blocks shared ", total.blocks_shared, ", KV evictions ",
@@ -69,20 +75,29 @@ TEST_CASE("random operation streams keep every oracle check and invariant") {
             ", decode checkpoints planned/written/published/dropped ", stats.checkpoints_planned, "/",
             stats.checkpoints_written, "/", stats.checkpoints_published, "/", stats.checkpoints_dropped,
             ", restores of off-grid/checkpoint/turn-end snapshots ", stats.restores_off_grid, "/",
-            stats.restores_checkpoint, "/", stats.restores_turn_end);
+            stats.restores_checkpoint, "/", stats.restores_turn_end, "; host tier: blocks offloaded/onboarded ",
+            stats.host_offloads, "/", stats.host_onboards, ", restores from the host ", stats.restores_from_host);
     // The streams must exercise what they claim to test.
     CHECK(total.lookups > 500);
     CHECK(total.blocks_shared > 100);
     CHECK(total.kv_evictions > 50);
     if (policy != 2) CHECK(total.usable_tokens > 0);
-    if (policy >= 3) {
+    if (policy >= 3 && policy != 6) {
       CHECK(total.snapshot_hits > 10);
       CHECK(total.captures_written > 10);
       CHECK(total.snapshot_evictions_invalidated + total.snapshot_evictions_lru > 0);
     }
     if (policy == 4) CHECK(total.snapshot_evictions_ttl > 0);
-    if (policy == 3 || policy == 5) CHECK(total.partial_blocks_copied > 10); // turn ends off block boundaries, restored
-    if (policy == 5) {
+    if (policy == 3 || policy == 5 || policy == 7) CHECK(total.partial_blocks_copied > 10); // turn ends off block boundaries, restored
+    const bool chat = policy == 5 || policy == 7;
+    if (policy >= 6) {
+      CHECK(stats.host_offloads > 100);
+      CHECK(stats.host_onboards > 50);
+      if (policy == 7) CHECK(stats.restores_from_host > 10);
+    } else {
+      CHECK(stats.host_offloads + stats.host_onboards + stats.restores_from_host == 0);
+    }
+    if (chat) {
       CHECK(stats.off_grid_captures_written > 10); // branch_block
       CHECK(stats.restores_off_grid > 10);
       CHECK(stats.checkpoints_written > 10);

@@ -1,9 +1,10 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file
-/// `cache_core<Policy, Hasher>`: the state and operations behind `prefix_cache`, configured at run time by a
+/// `cache_core<Policy, Hasher, Tiers>`: the state and operations behind `prefix_cache`, configured at run time by a
 /// `cache_geometry` (block size, alignment, byte sizes). It composes the block ledger, the snapshot ledger,
-/// the capture planner and the sequence table; the façade in prefix_cache.hpp only forwards.
+/// the capture planner, the sequence table and, with `policy::host_tier`, the host ledger; the façade in
+/// prefix_cache.hpp only forwards.
 ///
 /// The hot loops (hashing, verifying and copying full blocks) are instantiated for every supported block
 /// size with B as a compile-time constant, and each call dispatches once on the runtime block size.
@@ -11,6 +12,7 @@
 #include <reprise/cache/block_index.hpp>
 #include <reprise/cache/block_ledger.hpp>
 #include <reprise/cache/capture_planner.hpp>
+#include <reprise/cache/host_ledger.hpp>
 #include <reprise/cache/in_step_sharing.hpp>
 #include <reprise/cache/sequence_table.hpp>
 #include <reprise/cache/snapshot_ledger.hpp>
@@ -19,6 +21,7 @@
 #include <reprise/ids.hpp>
 #include <reprise/keys/block_key.hpp>
 #include <reprise/policy/policies.hpp>
+#include <reprise/policy/tiers.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -28,13 +31,15 @@
 #include <memory>
 #include <span>
 #include <type_traits>
+#include <utility>
 
 namespace reprise::detail {
 
-template <class Policy, class Hasher>
+template <class Policy, class Hasher, class Tiers = policy::tiers<>>
 struct cache_core {
   using traits = policy::policy_traits<Policy>;
   static constexpr bool restores = traits::restores_snapshots;
+  static constexpr bool has_host = policy::tier_traits<Tiers>::host;
   static constexpr bool accepts_continuation = traits::accepts_decode_continuation;
   /// `cache_options::share_in_step` applies to attention-only models only (`validate`).
   static constexpr bool can_share_in_step = std::is_same_v<Policy, policy::block_sharing>;
@@ -62,7 +67,23 @@ struct cache_core {
         if (o.decode_checkpoints_per_sequence == 0) return errc::invalid_argument;
       }
     }
+    if constexpr (has_host) {
+      // memory_only skips no prefill: a block brought back from the host would save nothing.
+      if (std::is_same_v<Policy, policy::memory_only> || o.share_in_step) return errc::unsupported_config;
+      if (g.bytes_per_kv_block == 0) return errc::invalid_argument;
+      if (o.host_kv_budget_bytes / g.bytes_per_kv_block == 0) return errc::budget_too_small;
+      if (o.host_snapshot_budget_bytes != 0) {
+        if (!restores) return errc::unsupported_config;
+        if (o.host_snapshot_budget_bytes / g.bytes_per_snapshot == 0) return errc::budget_too_small;
+      }
+    } else {
+      if (o.host_kv_budget_bytes != 0 || o.host_snapshot_budget_bytes != 0) return errc::unsupported_config;
+    }
     return errc{};
+  }
+
+  static std::uint32_t units_in(std::size_t budget, std::size_t unit_bytes) noexcept {
+    return unit_bytes == 0 ? 0 : static_cast<std::uint32_t>(std::min<std::size_t>(budget / unit_bytes, max_pool_ids));
   }
 
   static std::uint32_t slot_count(const cache_geometry& g, const cache_options& o) noexcept {
@@ -75,7 +96,14 @@ struct cache_core {
   cache_core(const cache_geometry& g, const cache_options& o, std::uint64_t hasher_seed)
       : options(o), geometry(g), seed(hasher_seed), hasher(hasher_seed), blocks(o.kv_blocks, g.block_size, clock, metrics),
         slots(slot_count(g, o), g.bytes_per_snapshot, blocks.pool(), clock, metrics), sequences(o.max_sequences),
-        in_step(can_share_in_step && o.share_in_step, blocks.pool(), o.max_sequences) {}
+        in_step(can_share_in_step && o.share_in_step, blocks.pool(), o.max_sequences) {
+    if constexpr (has_host) {
+      host = std::make_unique<host_tier_state>(o.kv_blocks, units_in(o.host_kv_budget_bytes, g.bytes_per_kv_block),
+                                               units_in(o.host_snapshot_budget_bytes, g.bytes_per_snapshot),
+                                               g.block_size, g.bytes_per_kv_block, g.bytes_per_snapshot, clock, metrics);
+      slots.set_evict_hook(&snapshot_evicted, this);
+    }
+  }
 
   bool share_in_step() const noexcept {
     if constexpr (can_share_in_step) return options.share_in_step;
@@ -99,10 +127,111 @@ struct cache_core {
   }
   static_assert(std::size(supported_block_sizes) == 6, "with_block_size: one case per supported block size");
 
-  /// Evicting a block drops its snapshots first.
+  /// Evicting a block drops its snapshots first; with a host tier both are offloaded first.
   auto on_evict() noexcept {
-    if constexpr (restores) return [this](block_node& n) { slots.invalidate(n); };
-    else return [](block_node&) {};
+    if constexpr (restores || has_host) {
+      return [this](block_node& n) {
+        if constexpr (has_host) offload_block(n);
+        if constexpr (restores) slots.invalidate(n);
+      };
+    } else {
+      return [](block_node&) {};
+    }
+  }
+
+  // ------------------------------------------------------------------------------------------------------
+  // host tier: offload on eviction (write-back), serials, transfers
+
+  /// Copies cached block `n`, which the GPU pool is evicting, into the host tier with its snapshots, unless
+  /// its host copy (it was onboarded from) is still there. Complexity: O(B).
+  void offload_block(const block_node& n) noexcept {
+    host_tier_state& h = *host;
+    const block_id b = blocks.id_of(n);
+    const std::uint64_t serial = h.serial[static_cast<std::size_t>(b)];
+    const std::uint64_t parent_serial = n.parent == no_block ? 0 : h.serial[static_cast<std::size_t>(n.parent)];
+    h.serial[static_cast<std::size_t>(b)] = 0;
+    const host_unit twin = std::exchange(h.twin[static_cast<std::size_t>(b)], no_host_unit);
+    // A block without a serial (2^64 drawn), or under one without, is never offloaded: its parent could not
+    // be verified on the way back.
+    if (serial == 0 || (n.parent != no_block && parent_serial == 0)) return;
+    const host_block_node* copy = twin != no_host_unit ? &h.ledger.block(twin) : nullptr;
+    if (copy != nullptr && copy->state == host_state::cached && copy->serial == serial) {
+      h.ledger.touch_block(twin);
+    } else {
+      const std::uint32_t fill = n.state == block_state::tail ? n.fill : geometry.block_size;
+      const host_block_desc d{.key = n.key,
+                              .serial = serial,
+                              .parent_serial = parent_serial,
+                              .depth = n.depth,
+                              .fill = fill,
+                              .kind = n.kind,
+                              .tokens = blocks.pool().tokens(b).first(fill),
+                              .extras = n.parent == no_block ? &blocks.pool().root_extras(b) : nullptr};
+      if (const host_unit u = h.ledger.store_block(d); u != no_host_unit)
+        h.kv_offload.push_back({static_cast<std::uint32_t>(b), u});
+    }
+    if constexpr (restores) {
+      for (const slot_id s : n.snapshot)
+        if (s != no_slot) offload_snapshot(slots.node(s), serial);
+    }
+  }
+
+  /// Copies published snapshot `n` (its block has serial `serial`) into the host tier, if it is restorable
+  /// and the host holds none of that block and class.
+  void offload_snapshot(const slot_node& n, std::uint64_t serial) noexcept {
+    if constexpr (restores) {
+      const slot_id s = slots.id_of(n);
+      if (serial == 0 || !slots.ready(s)) return;
+      if (const host_unit u = host->ledger.store_snapshot(serial, n.kind); u != no_host_unit)
+        host->snapshot_offload.push_back({static_cast<std::uint32_t>(s), u});
+    }
+  }
+
+  static void snapshot_evicted(void* self, const slot_node& n) noexcept {
+    auto& c = *static_cast<cache_core*>(self);
+    c.offload_snapshot(n, c.host->serial[static_cast<std::size_t>(n.block)]);
+  }
+
+  /// A freshly published block (or kept tail) `b` gets its serial.
+  void published(block_id b) noexcept {
+    if constexpr (has_host) {
+      host->serial[static_cast<std::size_t>(b)] = host->draw_serial();
+      host->twin[static_cast<std::size_t>(b)] = no_host_unit;
+    }
+  }
+
+  /// The moves planned since the previous call; the spans stay valid until the next call.
+  transfer_plan take_transfers() noexcept {
+    if constexpr (has_host) {
+      host_tier_state& h = *host;
+      h.taken_kv_offload.swap(h.kv_offload);
+      h.taken_snapshot_offload.swap(h.snapshot_offload);
+      h.taken_kv_onboard.swap(h.kv_onboard);
+      h.kv_offload.clear();
+      h.snapshot_offload.clear();
+      h.kv_onboard.clear();
+      return {h.taken_kv_offload, h.taken_snapshot_offload, h.taken_kv_onboard};
+    } else {
+      return {};
+    }
+  }
+
+  /// Matched position i of a prompt being admitted: GPU block r.blocks[i], then the host hits.
+  exactness matched_kind(const sequence_record& r, std::uint32_t i) const noexcept {
+    if (i < r.blocks.size()) return blocks.node(r.blocks[i]).kind;
+    if constexpr (has_host) return host->ledger.block(host->hits[i - r.blocks.size()]).kind;
+    return exactness::prefill_exact;
+  }
+  std::uint64_t matched_serial(const sequence_record& r, std::uint32_t i) const noexcept {
+    if constexpr (has_host) {
+      if (i < r.blocks.size()) return host->serial[static_cast<std::size_t>(r.blocks[i])];
+      return host->ledger.block(host->hits[i - r.blocks.size()]).serial;
+    }
+    return 0;
+  }
+  std::uint32_t host_hits() const noexcept {
+    if constexpr (has_host) return static_cast<std::uint32_t>(host->hits.size());
+    return 0;
   }
 
   // ------------------------------------------------------------------------------------------------------
@@ -115,6 +244,7 @@ struct cache_core {
     clock.current = std::max(clock.current, n + 1);
     if (share_in_step() && clock.current != scheduled) in_step.step_completed(blocks, sequences);
     blocks.advance(clock.safe_before);
+    if constexpr (has_host) host->ledger.advance(clock.safe_before);
     if constexpr (restores) {
       slots.advance(clock.safe_before);
       slots.expire(options.snapshot_ttl_steps);
@@ -141,18 +271,25 @@ struct cache_core {
       r.root = hasher.root(keys);
       r.extras = stored_extra_keys::from(keys);
       const std::uint32_t published = lookup<B>(r, prompt);
-      // Past the published blocks, those that sequences admitted in this step compute (share_in_step).
+      // Past the published blocks, those that sequences admitted in this step compute (share_in_step), or
+      // those the host tier holds (`policy::host_tier`; the two never combine).
       std::uint32_t matched =
-          share_in_step() ? in_step.template lookup<B>(r, prompt, blocks, hasher) : published;
+          share_in_step() ? in_step.template lookup<B>(r, prompt, blocks, hasher) : published + host_hits();
       const restore_choice choice = choose_restore<B>(r, matched, prompt);
-      if constexpr (restores && accepts_continuation) {
-        matched = shareable<B>(r, matched, choice);
-        r.blocks.resize(matched);
+      if constexpr (restores && accepts_continuation) matched = shareable<B>(r, matched, choice);
+      if constexpr (has_host && restores) {
+        // Past the restore point the prompt recomputes its tokens: bringing their KV back moves bytes for
+        // nothing, so host blocks are onboarded only up to it.
+        if (!choice.has_tail()) matched = std::min(matched, std::max(published, choice.usable / B));
+      }
+      if constexpr (has_host) host->hits.resize(matched > published ? matched - published : 0);
+      if constexpr ((restores && accepts_continuation) || has_host) {
+        r.blocks.resize(std::min(matched, published));
       }
       const std::uint32_t total = (length - 1) / B + 1;
       const block_id held_tail[] = {choice.tail};
       if (blocks.available_excluding(r.blocks, choice.tail != no_block ? std::span(held_tail) : std::span<const block_id>{}) <
-          total - matched)
+          total - static_cast<std::uint32_t>(r.blocks.size()))
         return errc::pool_exhausted;
       admit_plan plan = apply<B>(r, prompt, matched, choice, offsets);
       if (share_in_step()) in_step.template admitted<B>(r, published, matched, blocks, hasher, sequences, metrics);
@@ -165,6 +302,7 @@ struct cache_core {
   /// that accepts it) decode-filled ones. Changes nothing.
   template <std::uint32_t B>
   std::uint32_t lookup(sequence_record& r, std::span<const token_id> prompt) noexcept {
+    if constexpr (has_host) host->hits.clear();
     const auto limit = static_cast<std::uint32_t>((prompt.size() - 1) / B);
     auto prompt_block = [&](std::uint32_t i) { return prompt.subspan(std::size_t{i} * B).template first<B>(); };
     block_id parent = no_block;
@@ -178,12 +316,16 @@ struct cache_core {
         blocks.prefetch(next);
       }
       block_node* hit = blocks.find({key, parent, prompt_block(i), &r.extras, want});
+      [[maybe_unused]] const exactness wanted = want; // the host tier is searched from the same class
       if (hit == nullptr && accepts_continuation && want == exactness::prefill_exact) {
         // Past the prefill-computed prefix, a decode-filled continuation (whose descendants are all so).
         want = exactness::decode_continuation;
         hit = blocks.find({key, parent, prompt_block(i), &r.extras, want});
       }
-      if (hit == nullptr) break;
+      if (hit == nullptr) {
+        if constexpr (has_host) lookup_host<B>(r, prompt, i, key, wanted);
+        break;
+      }
       parent = blocks.id_of(*hit);
       r.blocks.push_back(parent);
       key = next;
@@ -191,43 +333,116 @@ struct cache_core {
     return static_cast<std::uint32_t>(r.blocks.size());
   }
 
+  /// `policy::host_tier`: continues a lookup that stopped at block `i` (key `key`) in GPU memory into the
+  /// host tier, verified like a GPU hit with the parent's serial for its id (host_ledger.hpp), into
+  /// `host->hits`. Changes nothing.
+  template <std::uint32_t B>
+  void lookup_host(const sequence_record& r, std::span<const token_id> prompt, std::uint32_t i, block_key key,
+                   exactness want) noexcept {
+    host_tier_state& h = *host;
+    const auto limit = static_cast<std::uint32_t>((prompt.size() - 1) / B);
+    std::uint64_t parent_serial = i == 0 ? 0 : h.serial[static_cast<std::size_t>(r.blocks[i - 1])];
+    if (i != 0 && parent_serial == 0) return;
+    for (; i < limit; ++i) {
+      const auto tokens = prompt.subspan(std::size_t{i} * B).template first<B>();
+      host_unit u = h.ledger.find_block(key, parent_serial, tokens, r.extras, want);
+      if (u == no_host_unit && accepts_continuation && want == exactness::prefill_exact) {
+        want = exactness::decode_continuation;
+        u = h.ledger.find_block(key, parent_serial, tokens, r.extras, want);
+      }
+      if (u == no_host_unit) return;
+      h.hits.push_back(u);
+      parent_serial = h.ledger.block(u).serial;
+      if (i + 1 < limit) key = hasher.chain(key, prompt.subspan(std::size_t{i + 1} * B).template first<B>());
+    }
+  }
+
   struct restore_choice {
     std::uint32_t usable = 0;
-    slot_id slot = no_slot;
+    slot_id slot = no_slot;   ///< a GPU snapshot slot, or a host snapshot unit when `slot_on_host`
+    bool slot_on_host = false;
+    exactness kind = exactness::prefill_exact; ///< of the snapshot restored
     block_id tail = no_block; ///< a kept partial block to copy (its snapshot sits at `usable`)
+    std::uint32_t host_tail = no_host_unit; ///< or one to onboard from the host tier
+    bool has_tail() const noexcept { return tail != no_block || host_tail != no_host_unit; }
   };
 
   /// The usable skip: the largest u <= KV match with a snapshot at exactly u the accept policy allows
   /// (`snapshot_restore`), the whole match (`block_sharing`), or nothing (`memory_only`). Under a policy
   /// that accepts decode continuations, a partial block kept at a turn's end under the last matched block
-  /// extends the match when the prompt continues its tokens: its snapshot is the deepest. Changes nothing.
+  /// extends the match when the prompt continues its tokens: its snapshot is the deepest. With a host tier
+  /// the match runs on through the host hits, and a snapshot or partial block may come from either tier
+  /// (the GPU's first at equal depth). Changes nothing.
   template <std::uint32_t B>
   restore_choice choose_restore(const sequence_record& r, std::uint32_t matched,
                                 std::span<const token_id> prompt) noexcept {
     if constexpr (std::is_same_v<Policy, policy::block_sharing>) {
-      return {matched * B, no_slot, no_block};
+      return {.usable = matched * B};
     } else if constexpr (restores) {
+      const auto on_gpu = static_cast<std::uint32_t>(r.blocks.size());
       if constexpr (accepts_continuation && traits::capture::at_turn_end) {
         const std::size_t begin = std::size_t{matched} * B;
         const std::size_t room = std::min<std::size_t>(B - 1, prompt.size() - 1 - begin); // keep one token
         if (room != 0) {
-          const block_id parent = matched == 0 ? no_block : r.blocks[matched - 1];
-          const block_key& start = matched == 0 ? r.root : blocks.node(parent).key;
+          const auto tail_tokens = prompt.subspan(begin, room);
           restore_choice best{};
-          blocks.for_each_tail(start, parent, r.extras, prompt.subspan(begin, room), [&](block_node& n) {
-            const slot_id s = slots.usable(n, true);
-            if (s != no_slot && n.fill > best.usable) best = {n.fill, s, blocks.id_of(n)};
-          });
-          if (best.slot != no_slot) return {static_cast<std::uint32_t>(begin) + best.usable, best.slot, best.tail};
+          if (matched <= on_gpu) {
+            const block_id parent = matched == 0 ? no_block : r.blocks[matched - 1];
+            const block_key& start = matched == 0 ? r.root : blocks.node(parent).key;
+            blocks.for_each_tail(start, parent, r.extras, tail_tokens, [&](block_node& n) {
+              if (n.fill <= best.usable) return;
+              if (const slot_id s = slots.usable(n, true); s != no_slot) {
+                best = {.usable = n.fill, .slot = s, .kind = slots.node(s).kind, .tail = blocks.id_of(n)};
+              } else if constexpr (has_host) {
+                const host_unit u = host->ledger.find_snapshot(host->serial[static_cast<std::size_t>(blocks.id_of(n))], exactness::decode_continuation);
+                if (u != no_host_unit)
+                  best = {.usable = n.fill, .slot = static_cast<slot_id>(u), .slot_on_host = true, .kind = exactness::decode_continuation,
+                          .tail = blocks.id_of(n)};
+              }
+            });
+          }
+          if constexpr (has_host) {
+            const std::uint64_t parent_serial = matched == 0 ? 0 : matched_serial(r, matched - 1);
+            const block_key start = matched == 0 ? r.root
+                                    : matched <= on_gpu ? blocks.node(r.blocks[matched - 1]).key
+                                                        : host->ledger.block(host->hits[matched - 1 - on_gpu]).key;
+            if (matched == 0 || parent_serial != 0) {
+              host->ledger.for_each_tail(start, parent_serial, r.extras, tail_tokens, [&](host_unit t) {
+                const host_block_node& n = host->ledger.block(t);
+                if (n.fill <= best.usable) return;
+                const host_unit u = host->ledger.find_snapshot(n.serial, exactness::decode_continuation);
+                if (u != no_host_unit)
+                  best = {.usable = n.fill, .slot = static_cast<slot_id>(u), .slot_on_host = true, .kind = exactness::decode_continuation,
+                          .host_tail = t};
+              });
+            }
+          }
+          if (best.has_tail()) {
+            best.usable += static_cast<std::uint32_t>(begin);
+            return best;
+          }
         }
       }
       for (std::uint32_t i = matched; i-- > 0;) {
-        const block_node& n = blocks.node(r.blocks[i]);
-        // Off the alignment grid only an end-of-turn (decode_continuation) snapshot can sit.
-        if ((i + 1) * B % geometry.alignment != 0 &&
-            n.snapshot[static_cast<int>(exactness::decode_continuation)] == no_slot)
-          continue;
-        if (const slot_id s = slots.usable(n, accepts_continuation); s != no_slot) return {(i + 1) * B, s};
+        const bool on_grid = (i + 1) * B % geometry.alignment == 0;
+        if (i < on_gpu) {
+          const block_node& n = blocks.node(r.blocks[i]);
+          // Off the alignment grid only an end-of-turn (decode_continuation) snapshot can sit.
+          if (on_grid || n.snapshot[static_cast<int>(exactness::decode_continuation)] != no_slot) {
+            if (const slot_id s = slots.usable(n, accepts_continuation); s != no_slot)
+              return {.usable = (i + 1) * B, .slot = s, .kind = slots.node(s).kind};
+          }
+        }
+        if constexpr (has_host) {
+          const std::uint64_t serial = matched_serial(r, i);
+          if (serial == 0) continue;
+          for (const exactness k : {exactness::prefill_exact, exactness::decode_continuation}) {
+            if (k == exactness::decode_continuation && !accepts_continuation) break;
+            if (k == exactness::prefill_exact && !on_grid) continue;
+            if (const host_unit u = host->ledger.find_snapshot(serial, k); u != no_host_unit)
+              return {.usable = (i + 1) * B, .slot = static_cast<slot_id>(u), .slot_on_host = true, .kind = k};
+          }
+        }
       }
     }
     return {};
@@ -240,11 +455,11 @@ struct cache_core {
   /// blocks are (a cold prefill on the chunk grid), up to the first decode-filled one. Changes nothing.
   template <std::uint32_t B>
   std::uint32_t shareable(const sequence_record& r, std::uint32_t matched, const restore_choice& choice) const noexcept {
-    if (choice.tail != no_block) return matched; // the restore point is past every matched block
+    if (choice.has_tail()) return matched; // the restore point is past every matched block
     const std::uint32_t restored = choice.usable / B; // a block end
-    if (choice.slot != no_slot && slots.node(choice.slot).kind == exactness::decode_continuation) return restored;
+    if (choice.slot != no_slot && choice.kind == exactness::decode_continuation) return restored;
     for (std::uint32_t i = restored; i < matched; ++i)
-      if (blocks.node(r.blocks[i]).kind != exactness::prefill_exact) return i;
+      if (matched_kind(r, i) != exactness::prefill_exact) return i;
     return matched;
   }
 
@@ -257,16 +472,20 @@ struct cache_core {
     const std::uint32_t total = (length - 1) / B + 1;
     const std::uint32_t full = length / B;
     r.exact_until = unbounded;
-    for (std::uint32_t i = 0; i < matched; ++i) {
-      block_node& n = blocks.node(r.blocks[i]);
-      blocks.reference(n);
-      if (n.kind != exactness::prefill_exact && r.exact_until == unbounded) r.exact_until = i * B;
-    }
+    const auto on_gpu = static_cast<std::uint32_t>(r.blocks.size());
+    for (std::uint32_t i = 0; i < on_gpu; ++i) blocks.reference(blocks.node(r.blocks[i]));
     if (choice.tail != no_block) { // held until the copy has run (first commit)
       block_node& tail = blocks.node(choice.tail);
       blocks.reference(tail);
       r.copy_src = choice.tail;
       if (tail.kind != exactness::prefill_exact) r.exact_until = std::min(r.exact_until, matched * B);
+    }
+    if constexpr (has_host) onboard<B>(r, matched, choice);
+    for (std::uint32_t i = 0; i < matched; ++i) {
+      if (blocks.node(r.blocks[i]).kind != exactness::prefill_exact) {
+        r.exact_until = std::min(r.exact_until, i * B);
+        break;
+      }
     }
     auto ahead = blocks.prefetch_victims();
     for (std::uint32_t i = matched; i < total; ++i) {
@@ -284,24 +503,38 @@ struct cache_core {
     r.chain.assign(r.blocks.begin(), r.blocks.begin() + matched);
     sequences.insert(r);
 
-    const std::uint32_t kv_matched = choice.tail != no_block ? choice.usable : matched * B;
+    const std::uint32_t kv_matched = choice.has_tail() ? choice.usable : matched * B;
     admit_plan plan;
     plan.kv_matched_tokens = kv_matched;
     if (choice.tail != no_block) {
       plan.copy_src = choice.tail;
       plan.copy_dst = r.blocks[matched];
       ++metrics.partial_blocks_copied;
+    } else if constexpr (has_host) {
+      if (choice.host_tail != no_host_unit) { // copied by the step's transfers, before the prefill
+        host->kv_onboard.push_back({choice.host_tail, static_cast<std::uint32_t>(r.blocks[matched])});
+        ++metrics.partial_blocks_copied;
+        ++metrics.host_tails_onboarded;
+        metrics.host_bytes_onboarded += geometry.bytes_per_kv_block;
+      }
     }
     plan.usable_tokens = choice.usable;
     plan.shared_blocks = matched;
     // Reusing a decode_continuation snapshot, or a decode_continuation block before the skip, makes what
     // follows a continuation of that session rather than a cold prefill.
-    const bool restores_continuation =
-        choice.slot != no_slot && slots.node(choice.slot).kind == exactness::decode_continuation;
+    const bool restores_continuation = choice.slot != no_slot && choice.kind == exactness::decode_continuation;
     if (restores_continuation) r.exact_until = std::min(r.exact_until, choice.usable);
     if constexpr (restores) {
       plan.tokens_lost_to_missing_snapshot = kv_matched - choice.usable;
-      if (choice.slot != no_slot) {
+      if (choice.slot_on_host) { // held since `onboard`
+        r.restore_slot = choice.slot;
+        r.restore_on_host = true;
+        plan.restore_slot = choice.slot;
+        plan.restore_from_host = true;
+        ++metrics.snapshot_hits;
+        ++metrics.host_snapshot_hits;
+        metrics.host_bytes_onboarded += geometry.bytes_per_snapshot;
+      } else if (choice.slot != no_slot) {
         slots.hold(choice.slot);
         r.restore_slot = choice.slot;
         plan.restore_slot = choice.slot;
@@ -331,9 +564,44 @@ struct cache_core {
     metrics.kv_matched_tokens += kv_matched;
     metrics.usable_tokens += choice.usable;
     metrics.tokens_lost_to_missing_snapshot += plan.tokens_lost_to_missing_snapshot;
-    metrics.blocks_shared += matched;
-    metrics.bytes_saved += std::uint64_t{matched} * geometry.bytes_per_kv_block;
+    metrics.blocks_shared += on_gpu;
+    metrics.bytes_saved += std::uint64_t{on_gpu} * geometry.bytes_per_kv_block;
     return plan;
+  }
+
+  /// `policy::host_tier`, in `apply`: holds what the prompt restores from the host tier (until its first
+  /// commit), then brings its host hits back: each gets a fresh GPU block, published at once under its
+  /// serial (the block table shares it like a cached one) and filled by the step's transfers. Taking the
+  /// fresh blocks may offload others into the host tier, which never reuses a held unit.
+  template <std::uint32_t B>
+  void onboard(sequence_record& r, std::uint32_t matched, const restore_choice& choice) noexcept {
+    host_tier_state& h = *host;
+    if (choice.slot_on_host) h.ledger.hold_snapshot(static_cast<host_unit>(choice.slot));
+    if (choice.host_tail != no_host_unit) {
+      h.ledger.hold_block(choice.host_tail);
+      r.host_copy_src = choice.host_tail;
+      if (h.ledger.block(choice.host_tail).kind != exactness::prefill_exact)
+        r.exact_until = std::min(r.exact_until, matched * B);
+    }
+    for (const host_unit u : h.hits) h.ledger.hold_block(u);
+    for (const host_unit u : h.hits) {
+      const host_block_node& n = h.ledger.block(u);
+      const auto i = static_cast<std::uint32_t>(r.blocks.size());
+      const block_id parent = i == 0 ? no_block : r.blocks[i - 1];
+      const block_id b = blocks.take(on_evict());
+      const auto tokens = blocks.pool().template tokens_of<B>(b);
+      std::copy_n(h.ledger.tokens(u).data(), B, tokens.data());
+      // The GPU lookup found no equal block and nothing was published since, so `b` itself is published.
+      blocks.publish(b, {n.key, parent, tokens, &r.extras, n.kind}, i, r.extras);
+      h.serial[static_cast<std::size_t>(b)] = n.serial;
+      h.twin[static_cast<std::size_t>(b)] = u;
+      h.kv_onboard.push_back({u, static_cast<std::uint32_t>(b)});
+      r.blocks.push_back(b);
+      ++metrics.host_blocks_onboarded;
+      metrics.host_bytes_onboarded += geometry.bytes_per_kv_block;
+    }
+    // Read by this step's transfers: reusable once the step completes.
+    for (const host_unit u : h.hits) h.ledger.unhold_block(u);
   }
 
   policy::capture_context context_for(std::uint32_t usable, std::uint32_t kv_matched, std::uint32_t length,
@@ -375,14 +643,7 @@ struct cache_core {
     with_block_size(geometry.block_size, [&](auto b) { publish_blocks<decltype(b)::value>(*r); });
     if constexpr (restores) {
       resolve_captures(*r, n);
-      if (r->restore_slot != no_slot) {
-        slots.unhold(r->restore_slot);
-        r->restore_slot = no_slot;
-      }
-      if (r->copy_src != no_block) {
-        blocks.unreference(blocks.node(r->copy_src));
-        r->copy_src = no_block;
-      }
+      unhold_restore(*r);
     }
     return {};
   }
@@ -451,6 +712,7 @@ struct cache_core {
         // chain; ours stays private (the engine's table points at it).
         const exactness kind = r.kv_kind(std::uint64_t{i + 1} * B);
         parent = blocks.publish(b, {key, parent, pool.template tokens_of<B>(b), &r.extras, kind}, i, r.extras);
+        if (parent == b) published(b);
         // A prefill-exact duplicate holds the same bits; a decode_continuation one may have been computed
         // along another path (decode steps against a prefill, say).
         if (parent != b && kind == exactness::decode_continuation) r.foreign_from = std::min(r.foreign_from, i * B);
@@ -614,6 +876,7 @@ struct cache_core {
       const block_id parent = k == 0 ? no_block : r.chain[k - 1];
       blocks.keep_tail(r.blocks[k], k == 0 ? r.root : blocks.node(parent).key, parent, k, fill, r.kv_kind(p),
                        r.extras);
+      published(r.blocks[k]);
       target = &blocks.node(r.blocks[k]);
     }
     // Written by the engine in the current step: restorable once that step completes.
@@ -631,6 +894,26 @@ struct cache_core {
     if (r.turn_restore != no_slot) slots.demote(r.turn_restore, r.turn_restore_block);
   }
 
+  /// Lets go of what a sequence held until its restore and copy had run (its first commit, or its end).
+  void unhold_restore(sequence_record& r) noexcept {
+    if (r.restore_slot != no_slot) {
+      if (!r.restore_on_host) slots.unhold(r.restore_slot);
+      else if constexpr (has_host) host->ledger.unhold_snapshot(static_cast<host_unit>(r.restore_slot));
+      r.restore_slot = no_slot;
+      r.restore_on_host = false;
+    }
+    if (r.copy_src != no_block) {
+      blocks.unreference(blocks.node(r.copy_src));
+      r.copy_src = no_block;
+    }
+    if constexpr (has_host) {
+      if (r.host_copy_src != no_host_unit) {
+        host->ledger.unhold_block(r.host_copy_src);
+        r.host_copy_src = no_host_unit;
+      }
+    }
+  }
+
   result<void> release(seq_id s) {
     sequence_record* r = sequences.find(s);
     if (r == nullptr) return sequences.recently_released(s) ? errc::double_release : errc::unknown_sequence;
@@ -641,9 +924,8 @@ struct cache_core {
   void end(sequence_record& r) noexcept {
     if (share_in_step()) in_step.ended(r, blocks, sequences);
     if constexpr (restores) {
-      if (r.restore_slot != no_slot) slots.unhold(r.restore_slot);
+      unhold_restore(r);
       for (const capture_point& c : r.captures) slots.release(slots.node(c.slot));
-      if (r.copy_src != no_block) blocks.unreference(blocks.node(r.copy_src));
     }
     // Deepest first, so in the LRU queue every block precedes its parent (leaf-first eviction).
     for (std::size_t i = r.blocks.size(); i-- > 0;) {
@@ -664,6 +946,7 @@ struct cache_core {
   snapshot_ledger slots;
   sequence_table sequences;
   in_step_sharing in_step;
+  std::unique_ptr<host_tier_state> host; ///< `policy::host_tier` only
 };
 
 } // namespace reprise::detail

@@ -111,15 +111,20 @@ struct typed_checks<Model, Policy> {
 };
 } // namespace detail
 
-template <cache_model Model, policy::cache_policy Policy, hasher Hasher = xxh3_hasher>
+template <cache_model Model, policy::cache_policy Policy, hasher Hasher = xxh3_hasher,
+          policy::tier_list Tiers = policy::tiers<>>
 class prefix_cache {
   static_assert(detail::typed_checks<Model, Policy>::ok);
-  using core = detail::cache_core<Policy, Hasher>;
+  static_assert(!policy::tier_traits<Tiers>::host || !std::is_same_v<Policy, policy::memory_only>,
+                "prefix_cache: policy::memory_only skips no prefill, so a block brought back from a lower tier "
+                "saves nothing; use policy::tiers<> with it");
+  using core = detail::cache_core<Policy, Hasher, Tiers>;
 
 public:
   using model_type = Model;
   using policy_type = Policy;
   using hasher_type = Hasher;
+  using tiers_type = Tiers;
 
   /// Creates a cache for the compile-time model `Model`. See the runtime overload for effects and errors
   /// (those the model type already rules out cannot occur).
@@ -252,6 +257,13 @@ public:
   }
 
   /// The step being scheduled now (starts at 0).
+  /// `policy::host_tier`: the moves between GPU and host memory that the calls since the previous
+  /// `take_transfers` planned (offloads of what the GPU pools evicted, onboards of host hits). Call it once
+  /// per step, after the step's admit / extend / fork / finish calls, and issue the moves before that step's
+  /// other work (types.hpp, `transfer_plan`). The spans stay valid until the next call. Empty without a
+  /// host tier.
+  transfer_plan take_transfers() noexcept { return st_ ? st_->take_transfers() : transfer_plan{}; }
+
   epoch_t current_epoch() const noexcept { return st_ ? st_->clock.current : 0; }
 
   const cache_metrics& metrics() const noexcept { return st_ ? st_->metrics : empty_metrics; }
@@ -264,6 +276,15 @@ public:
   /// Snapshot slots the engine must provide (0 unless `snapshot_restore`).
   std::uint32_t snapshot_slots() const noexcept { return st_ ? st_->slots.size() : 0; }
   std::uint32_t kv_blocks() const noexcept { return st_ ? st_->blocks.size() : 0; }
+  /// Units of the host tier's KV pool and snapshot pool (`policy::host_tier`; 0 without).
+  std::uint32_t host_kv_units() const noexcept {
+    if constexpr (policy::tier_traits<Tiers>::host) return st_ ? st_->host->ledger.blocks().size() : 0;
+    else return 0;
+  }
+  std::uint32_t host_snapshot_units() const noexcept {
+    if constexpr (policy::tier_traits<Tiers>::host) return st_ ? st_->host->ledger.snapshots().size() : 0;
+    else return 0;
+  }
   std::uint64_t hasher_seed() const noexcept { return st_ ? st_->seed : 0; }
 
   /// The block table of a live sequence (empty if unknown). Valid until the next non-const call.
@@ -300,7 +321,7 @@ private:
 };
 
 /// A cache whose model is known at run time: `runtime_prefix_cache<Policy>::create(model_config, options)`.
-template <policy::cache_policy Policy, hasher Hasher = xxh3_hasher>
-using runtime_prefix_cache = prefix_cache<dynamic_model, Policy, Hasher>;
+template <policy::cache_policy Policy, hasher Hasher = xxh3_hasher, policy::tier_list Tiers = policy::tiers<>>
+using runtime_prefix_cache = prefix_cache<dynamic_model, Policy, Hasher, Tiers>;
 
 } // namespace reprise

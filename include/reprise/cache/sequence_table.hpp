@@ -37,6 +37,9 @@ struct sequence_record {
   std::vector<block_id> chain;
   slot_id restore_slot = no_slot;        ///< held until the first commit (the restore copy has run)
   block_id copy_src = no_block;          ///< a kept partial block held until the first commit (copied)
+  bool restore_on_host = false;          ///< `restore_slot` is a host snapshot unit (`policy::host_tier`)
+  /// A turn end's partial block onboarded from the host tier, held until the first commit.
+  std::uint32_t host_copy_src = std::numeric_limits<std::uint32_t>::max();
   /// The turn-end snapshot this sequence restored from and the block it sits on: superseded once this
   /// sequence's own turn end is captured further along the same path.
   slot_id turn_restore = no_slot;
@@ -67,6 +70,8 @@ struct sequence_record {
     tokens = computed = 0;
     restore_slot = no_slot;
     copy_src = no_block;
+    restore_on_host = false;
+    host_copy_src = std::numeric_limits<std::uint32_t>::max();
     turn_restore = no_slot;
     turn_restore_block = no_block;
     exact_until = 0;

@@ -32,6 +32,13 @@ public:
   std::uint32_t size() const noexcept { return pool_.size(); }
   std::size_t bytes_per_snapshot() const noexcept { return bytes_per_snapshot_; }
 
+  /// Called with a published snapshot that LRU eviction is about to drop (a lower tier may copy it first).
+  using evict_hook = void (*)(void* context, const slot_node& n) noexcept;
+  void set_evict_hook(evict_hook f, void* context) noexcept {
+    evict_hook_ = f;
+    evict_context_ = context;
+  }
+
   /// A slot for a capture, now pending: a safe free one, else the LRU snapshot evicted. Null when neither
   /// is reusable. Complexity: O(1).
   slot_node* take() noexcept {
@@ -42,6 +49,7 @@ public:
       n = pool_.lru().front_safe();
       if (n == nullptr) return nullptr;
       ++metrics_->snapshot_evictions_lru;
+      if (evict_hook_ != nullptr) evict_hook_(evict_context_, *n);
       detach(*n);
       pool_.lru().erase(*n, clock_->safe_before);
     }
@@ -136,8 +144,10 @@ public:
 
   void advance(epoch_t safe_before) noexcept { pool_.advance(safe_before); }
 
-private:
+  /// Restorable now: its capture's step completed.
   bool ready(slot_id s) const noexcept { return pool_.node(s).ready_tag <= clock_->safe_before; }
+
+private:
 
   /// Still the idle from-decode snapshot of block `b` (not evicted and reused since).
   bool supersedable(slot_id s, block_id b) const noexcept {
@@ -161,6 +171,8 @@ private:
   }
 
   snapshot_pool pool_;
+  evict_hook evict_hook_ = nullptr;
+  void* evict_context_ = nullptr;
   std::size_t bytes_per_snapshot_;
   block_pool* blocks_;
   const epoch_clock* clock_;

@@ -100,6 +100,39 @@ struct cache_options {
   /// `policy::decode_checkpoints`: a sequence keeps its newest this many checkpoints (>= 1); publishing
   /// one more drops its oldest.
   std::uint32_t decode_checkpoints_per_sequence = 2;
+  /// `policy::host_tier`: pinned host memory the engine sets aside for KV blocks offloaded from the GPU pool;
+  /// the cache uses floor(budget / bytes per KV block) host slots, at most `max_pool_ids`. Below one block is
+  /// `budget_too_small`. Without a host tier a non-zero value is `unsupported_config`.
+  std::size_t host_kv_budget_bytes = 0;
+  /// `policy::host_tier`: host memory for offloaded snapshots, floor(budget / bytes per snapshot) slots; 0
+  /// keeps no snapshot on the host (models without recurrent layers need none). Without a host tier a
+  /// non-zero value is `unsupported_config`.
+  std::size_t host_snapshot_budget_bytes = 0;
+};
+
+/// One unit moved between tiers: unit `src` of the source pool into unit `dst` of the destination pool (a
+/// unit is one KV block, or one snapshot slot, across every layer's pool).
+struct unit_move {
+  std::uint32_t src = 0;
+  std::uint32_t dst = 0;
+  friend constexpr bool operator==(const unit_move&, const unit_move&) = default;
+};
+
+/// The bytes the engine moves between the GPU and the host tier for what the cache decided since the
+/// previous `take_transfers` (`policy::host_tier`). Issue them, in this order, before any other work those
+/// decisions planned (restores, copy-on-write, prefill, decode), on the stream that work runs on:
+///   1. `kv_offload` and `snapshot_offload` (device to host): what the GPU pools evicted; the GPU units are
+///      handed out again in the same decisions, so their old bytes must be read first;
+///   2. `kv_onboard` (host to device): cached blocks found in the host tier, copied into the GPU blocks the
+///      block tables name (and a turn end's partial block, into the `block_table[shared_blocks]` it
+///      continues in).
+/// Host slots read by an onboard or a restore are not reused before the step that read them completes, so
+/// transfers of later steps never overwrite bytes still to be read.
+struct transfer_plan {
+  std::span<const unit_move> kv_offload{};       ///< GPU KV block -> host KV slot
+  std::span<const unit_move> snapshot_offload{}; ///< GPU snapshot slot -> host snapshot slot
+  std::span<const unit_move> kv_onboard{};       ///< host KV slot -> GPU KV block
+  bool empty() const noexcept { return kv_offload.empty() && snapshot_offload.empty() && kv_onboard.empty(); }
 };
 
 /// What `admit` decided. Spans point into the cache and stay valid until the next non-const call.
@@ -127,6 +160,9 @@ struct admit_plan {
   /// With `snapshot_restore` and usable_tokens > 0: the slot to copy into the sequence's live recurrent
   /// state before prefill. `no_slot` otherwise (start from the zero state).
   slot_id restore_slot = no_slot;
+  /// `policy::host_tier`: `restore_slot` names a slot of the host snapshot pool; the engine copies it from
+  /// host memory into the live state (after the step's transfers).
+  bool restore_from_host = false;
   /// What restoring `restore_slot` and reusing the shared blocks is equivalent to: `prefill_exact` (a cold
   /// prefill, bitwise) unless a `decode_continuation` snapshot or block was reused (policies that accept it).
   exactness restore_exactness = exactness::prefill_exact;
@@ -211,6 +247,18 @@ struct cache_metrics {
   std::uint32_t tail_blocks = 0;         ///< partial blocks kept at turn ends with their snapshot
   std::uint32_t snapshots_held = 0;      ///< published snapshots
   std::uint64_t snapshot_bytes_held = 0;
+  // --- host tier (`policy::host_tier`) ---
+  std::uint64_t host_blocks_onboarded = 0;   ///< KV hits in the host tier: blocks copied back (of kv_matched_tokens)
+  std::uint64_t host_tails_onboarded = 0;    ///< partial blocks of turn ends copied back from the host tier
+  std::uint64_t host_snapshot_hits = 0;      ///< of snapshot_hits: restored from the host tier
+  std::uint64_t host_blocks_offloaded = 0;   ///< KV blocks (full or partial) copied to the host tier
+  std::uint64_t host_snapshots_offloaded = 0;
+  std::uint64_t host_bytes_offloaded = 0;    ///< device to host
+  std::uint64_t host_bytes_onboarded = 0;    ///< host to device, restores from the host included
+  std::uint64_t host_block_evictions = 0;
+  std::uint64_t host_snapshot_evictions = 0;
+  std::uint32_t host_blocks_held = 0;        ///< gauge
+  std::uint32_t host_snapshots_held = 0;     ///< gauge
 
   friend bool operator==(const cache_metrics&, const cache_metrics&) = default;
 };

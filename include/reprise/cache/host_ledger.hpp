@@ -1,0 +1,358 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// \file
+/// `host_ledger`: the host tier's bookkeeping (`policy::host_tier`). The engine owns two pools of pinned host
+/// memory, one of KV-block units and one of snapshot units; the ledger owns their ids: what each holds, an
+/// index to find it again, an LRU queue per pool and the epoch tags that keep a unit from being overwritten
+/// while a step may still read it.
+///
+/// Identity across tiers. In GPU memory a cached block is verified by its key, its parent *block id*, its
+/// tokens, its class and (first blocks) the extra keys, and leaf-first eviction keeps parents cached. A
+/// block that left the GPU has no block id, and its parent may have left too, so every published block
+/// carries a *serial*: a 64-bit number drawn once when it is published and never reused, which moves with
+/// it between tiers (an onboarded block keeps its serial). A host block is verified by its key, its parent's
+/// serial, its tokens, its class and (first blocks) the extra keys: equal parent serials mean the same
+/// published parent, so the verification stays inductive without any hash being trusted. A host snapshot
+/// is found by the serial of the block (or partial block) it sits at the end of and its class.
+///
+/// A unit read by an onboard or a restore in step n re-enters the LRU queue tagged n + 1, so no offload
+/// overwrites it before step n completes; units held by a sequence (a restore not yet run) are out of the
+/// queue altogether.
+
+#include <reprise/cache/block_ledger.hpp>
+#include <reprise/cache/block_pool.hpp>
+#include <reprise/cache/epoch_fifo.hpp>
+#include <reprise/cache/types.hpp>
+#include <reprise/ids.hpp>
+#include <reprise/keys/block_key.hpp>
+
+#include <boost/intrusive/unordered_set.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <span>
+#include <vector>
+
+namespace reprise::detail {
+
+/// A host unit id (KV or snapshot pool); `no_host_unit` when none.
+using host_unit = std::uint32_t;
+inline constexpr host_unit no_host_unit = std::numeric_limits<host_unit>::max();
+
+enum class host_state : std::uint8_t { free, cached };
+
+struct host_block_node {
+  index_hook index_link;
+  list_hook queue_link;            ///< free queue or LRU queue (out of both while held)
+  block_key key{};                 ///< full block: the chain key ending at it; partial: the one it starts from
+  std::uint64_t serial = 0;        ///< the published block's serial
+  std::uint64_t parent_serial = 0; ///< 0 for a chain's first block
+  epoch_t tag = 0;
+  std::uint32_t fill = 0;          ///< tokens held: B for a full block, 1 .. B - 1 for a turn end's tail
+  std::uint32_t depth = 0;         ///< index in its chain
+  std::uint32_t holds = 0;
+  exactness kind = exactness::prefill_exact;
+  host_state state = host_state::free;
+};
+
+struct host_snapshot_node {
+  index_hook index_link;
+  list_hook queue_link;
+  std::uint64_t serial = 0; ///< of the block the snapshot sits at the end of
+  epoch_t tag = 0;
+  std::uint32_t holds = 0;
+  exactness kind = exactness::prefill_exact;
+  host_state state = host_state::free;
+};
+
+/// The ids of one host pool: nodes, a free queue and an LRU queue, both epoch-tagged, and an index.
+template <class Node, class Hash, class Equal>
+class host_pool {
+public:
+  using queue = epoch_fifo<Node, &Node::queue_link, &Node::tag>;
+  using index_type = boost::intrusive::unordered_multiset<
+      Node, boost::intrusive::member_hook<Node, index_hook, &Node::index_link>, boost::intrusive::hash<Hash>,
+      boost::intrusive::equal<Equal>, boost::intrusive::power_2_buckets<true>,
+      boost::intrusive::constant_time_size<true>>;
+
+  explicit host_pool(std::uint32_t units)
+      : nodes_(units), buckets_(std::bit_ceil(std::max<std::size_t>(units, 2))),
+        index_(typename index_type::bucket_traits(buckets_.data(), buckets_.size())) {
+    for (Node& n : nodes_) free_.push_back(n, 0, 0);
+  }
+  host_pool(const host_pool&) = delete;
+  host_pool& operator=(const host_pool&) = delete;
+  ~host_pool() { index_.clear(); }
+
+  std::uint32_t size() const noexcept { return static_cast<std::uint32_t>(nodes_.size()); }
+  Node& node(host_unit u) noexcept { return nodes_[u]; }
+  const Node& node(host_unit u) const noexcept { return nodes_[u]; }
+  host_unit id_of(const Node& n) const noexcept { return static_cast<host_unit>(&n - nodes_.data()); }
+
+  queue& free() noexcept { return free_; }
+  queue& lru() noexcept { return lru_; }
+  const queue& free() const noexcept { return free_; }
+  const queue& lru() const noexcept { return lru_; }
+  index_type& index() noexcept { return index_; }
+  const index_type& index() const noexcept { return index_; }
+
+  void advance(epoch_t safe_before) noexcept {
+    free_.advance(safe_before);
+    lru_.advance(safe_before);
+  }
+
+private:
+  std::vector<Node> nodes_;
+  queue free_;
+  queue lru_;
+  std::vector<typename index_type::bucket_type> buckets_;
+  index_type index_;
+};
+
+struct host_block_hash {
+  std::size_t operator()(const host_block_node& n) const noexcept { return static_cast<std::size_t>(n.key.lo); }
+  std::size_t operator()(const block_key& k) const noexcept { return static_cast<std::size_t>(k.lo); }
+};
+struct host_block_equal {
+  bool operator()(const host_block_node& a, const host_block_node& b) const noexcept { return a.key == b.key; }
+  bool operator()(const block_key& k, const host_block_node& n) const noexcept { return k == n.key; }
+  bool operator()(const host_block_node& n, const block_key& k) const noexcept { return k == n.key; }
+};
+struct host_snapshot_hash {
+  static std::size_t mix(std::uint64_t s) noexcept { // splitmix64 finalizer: serials are dense
+    s = (s ^ (s >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    s = (s ^ (s >> 27)) * 0x94d049bb133111ebULL;
+    return static_cast<std::size_t>(s ^ (s >> 31));
+  }
+  std::size_t operator()(const host_snapshot_node& n) const noexcept { return mix(n.serial); }
+  std::size_t operator()(std::uint64_t s) const noexcept { return mix(s); }
+};
+struct host_snapshot_equal {
+  bool operator()(const host_snapshot_node& a, const host_snapshot_node& b) const noexcept { return a.serial == b.serial; }
+  bool operator()(std::uint64_t s, const host_snapshot_node& n) const noexcept { return s == n.serial; }
+  bool operator()(const host_snapshot_node& n, std::uint64_t s) const noexcept { return s == n.serial; }
+};
+
+/// What a stored host block is: the GPU block it was offloaded from, described tier-independently.
+struct host_block_desc {
+  block_key key{};
+  std::uint64_t serial = 0;
+  std::uint64_t parent_serial = 0;
+  std::uint32_t depth = 0;
+  std::uint32_t fill = 0;
+  exactness kind = exactness::prefill_exact;
+  std::span<const token_id> tokens{}; ///< `fill` tokens
+  const stored_extra_keys* extras = nullptr; ///< for a chain's first block
+};
+
+class host_ledger {
+public:
+  using block_pool_type = host_pool<host_block_node, host_block_hash, host_block_equal>;
+  using snapshot_pool_type = host_pool<host_snapshot_node, host_snapshot_hash, host_snapshot_equal>;
+
+  host_ledger(std::uint32_t kv_units, std::uint32_t snapshot_units, std::uint32_t block_size,
+              std::size_t bytes_per_block, std::size_t bytes_per_snapshot, const epoch_clock& clock,
+              cache_metrics& m)
+      : blocks_(kv_units), snapshots_(snapshot_units), tokens_(std::size_t{kv_units} * block_size),
+        root_extras_(kv_units), block_size_(block_size), bytes_per_block_(bytes_per_block),
+        bytes_per_snapshot_(bytes_per_snapshot), clock_(&clock), metrics_(&m) {}
+
+  const block_pool_type& blocks() const noexcept { return blocks_; }
+  const snapshot_pool_type& snapshots() const noexcept { return snapshots_; }
+  host_block_node& block(host_unit u) noexcept { return blocks_.node(u); }
+  const host_block_node& block(host_unit u) const noexcept { return blocks_.node(u); }
+  host_snapshot_node& snapshot(host_unit u) noexcept { return snapshots_.node(u); }
+  const host_snapshot_node& snapshot(host_unit u) const noexcept { return snapshots_.node(u); }
+  std::span<const token_id> tokens(host_unit u) const noexcept {
+    return {tokens_.data() + std::size_t{u} * block_size_, block_size_};
+  }
+  const stored_extra_keys& root_extras(host_unit u) const noexcept { return root_extras_[u]; }
+
+  // --- KV blocks ---
+
+  /// The host block equal to a GPU lookup's probe: key, parent serial, B tokens, class and (parent serial 0)
+  /// extra keys. Changes nothing. Complexity: O(1) expected plus one B-token compare per same-key candidate.
+  host_unit find_block(const block_key& key, std::uint64_t parent_serial, std::span<const token_id> tokens,
+                       const stored_extra_keys& extras, exactness kind) const noexcept {
+    auto [it, end] = blocks_.index().equal_range(key, host_block_hash{}, host_block_equal{});
+    for (; it != end; ++it)
+      if (it->fill == block_size_ && matches(*it, parent_serial, tokens, extras) && it->kind == kind)
+        return blocks_.id_of(*it);
+    return no_host_unit;
+  }
+
+  /// Calls `f(unit)` for every partial block starting from chain key `start` under the block of serial
+  /// `parent_serial` (0: at position 0, extra keys `extras`) holding at most `tokens.size()` tokens equal to
+  /// the first ones of `tokens`.
+  template <class F>
+  void for_each_tail(const block_key& start, std::uint64_t parent_serial, const stored_extra_keys& extras,
+                     std::span<const token_id> tokens, F&& f) const {
+    auto [it, end] = blocks_.index().equal_range(start, host_block_hash{}, host_block_equal{});
+    for (; it != end; ++it) {
+      if (it->fill >= block_size_ || it->fill > tokens.size()) continue;
+      if (matches(*it, parent_serial, tokens.first(it->fill), extras)) f(blocks_.id_of(*it));
+    }
+  }
+
+  /// Stores a copy of a block evicted from the GPU pool: a safe free unit, else the LRU one evicted. Returns
+  /// the unit the engine copies into, or `no_host_unit` when every unit is held or read in a step not yet
+  /// complete (the block is then dropped, as without a host tier). Complexity: O(1).
+  host_unit store_block(const host_block_desc& d) noexcept {
+    host_block_node* n = blocks_.free().front_safe();
+    if (n != nullptr) {
+      blocks_.free().erase(*n, clock_->safe_before);
+    } else {
+      n = blocks_.lru().front_safe();
+      if (n == nullptr) return no_host_unit;
+      blocks_.lru().erase(*n, clock_->safe_before);
+      blocks_.index().erase(blocks_.index().iterator_to(*n));
+      --metrics_->host_blocks_held;
+      ++metrics_->host_block_evictions;
+    }
+    const host_unit u = blocks_.id_of(*n);
+    n->key = d.key;
+    n->serial = d.serial;
+    n->parent_serial = d.parent_serial;
+    n->depth = d.depth;
+    n->fill = d.fill;
+    n->kind = d.kind;
+    n->holds = 0;
+    n->state = host_state::cached;
+    std::copy(d.tokens.begin(), d.tokens.end(), tokens_.begin() + static_cast<std::ptrdiff_t>(std::size_t{u} * block_size_));
+    root_extras_[u] = d.parent_serial == 0 && d.extras != nullptr ? *d.extras : stored_extra_keys{};
+    blocks_.index().insert(*n);
+    // Written by this step's transfers: an onboard in the same step is ordered after them.
+    blocks_.lru().push_back(*n, clock_->release_tag(), clock_->safe_before);
+    ++metrics_->host_blocks_held;
+    ++metrics_->host_blocks_offloaded;
+    metrics_->host_bytes_offloaded += bytes_per_block_;
+    return u;
+  }
+
+  /// Takes block unit `u` out of the LRU queue (an onboard or a kept copy is about to read it).
+  void hold_block(host_unit u) noexcept { hold(blocks_, u); }
+  /// Gives a held unit back; it is reusable once the current step completes.
+  void unhold_block(host_unit u) noexcept { unhold(blocks_, u); }
+  /// Marks `u` used now: most recently used, and not reusable before the current step completes.
+  void touch_block(host_unit u) noexcept { touch(blocks_, u); }
+
+  // --- snapshots ---
+
+  std::uint32_t snapshot_units() const noexcept { return snapshots_.size(); }
+
+  /// The host snapshot at the end of the block of serial `serial`, of class `kind`, or `no_host_unit`.
+  host_unit find_snapshot(std::uint64_t serial, exactness kind) const noexcept {
+    auto [it, end] = snapshots_.index().equal_range(serial, host_snapshot_hash{}, host_snapshot_equal{});
+    for (; it != end; ++it)
+      if (it->kind == kind) return snapshots_.id_of(*it);
+    return no_host_unit;
+  }
+
+  /// Stores a snapshot evicted from the GPU pool (as `store_block`). Nothing when one of that block and
+  /// class is already held (`no_host_unit`; it holds equivalent state) or no unit is reusable.
+  host_unit store_snapshot(std::uint64_t serial, exactness kind) noexcept {
+    if (snapshots_.size() == 0) return no_host_unit;
+    if (const host_unit u = find_snapshot(serial, kind); u != no_host_unit) {
+      touch(snapshots_, u);
+      return no_host_unit;
+    }
+    host_snapshot_node* n = snapshots_.free().front_safe();
+    if (n != nullptr) {
+      snapshots_.free().erase(*n, clock_->safe_before);
+    } else {
+      n = snapshots_.lru().front_safe();
+      if (n == nullptr) return no_host_unit;
+      snapshots_.lru().erase(*n, clock_->safe_before);
+      snapshots_.index().erase(snapshots_.index().iterator_to(*n));
+      --metrics_->host_snapshots_held;
+      ++metrics_->host_snapshot_evictions;
+    }
+    n->serial = serial;
+    n->kind = kind;
+    n->holds = 0;
+    n->state = host_state::cached;
+    snapshots_.index().insert(*n);
+    snapshots_.lru().push_back(*n, clock_->release_tag(), clock_->safe_before);
+    ++metrics_->host_snapshots_held;
+    ++metrics_->host_snapshots_offloaded;
+    metrics_->host_bytes_offloaded += bytes_per_snapshot_;
+    return snapshots_.id_of(*n);
+  }
+
+  void hold_snapshot(host_unit u) noexcept { hold(snapshots_, u); }
+  void unhold_snapshot(host_unit u) noexcept { unhold(snapshots_, u); }
+
+  void advance(epoch_t safe_before) noexcept {
+    blocks_.advance(safe_before);
+    snapshots_.advance(safe_before);
+  }
+
+  std::size_t bytes_per_block() const noexcept { return bytes_per_block_; }
+  std::size_t bytes_per_snapshot() const noexcept { return bytes_per_snapshot_; }
+
+private:
+  bool matches(const host_block_node& n, std::uint64_t parent_serial, std::span<const token_id> tokens,
+               const stored_extra_keys& extras) const noexcept {
+    if (n.parent_serial != parent_serial) return false;
+    const host_unit u = blocks_.id_of(n);
+    if (std::memcmp(tokens_.data() + std::size_t{u} * block_size_, tokens.data(), tokens.size_bytes()) != 0) return false;
+    return parent_serial != 0 || root_extras_[u] == extras;
+  }
+
+  template <class Pool>
+  void hold(Pool& p, host_unit u) noexcept {
+    auto& n = p.node(u);
+    if (n.holds++ == 0) p.lru().erase(n, clock_->safe_before);
+  }
+  template <class Pool>
+  void unhold(Pool& p, host_unit u) noexcept {
+    auto& n = p.node(u);
+    if (--n.holds == 0) p.lru().push_back(n, clock_->release_tag(), clock_->safe_before);
+  }
+  template <class Pool>
+  void touch(Pool& p, host_unit u) noexcept {
+    auto& n = p.node(u);
+    if (n.holds != 0) return;
+    p.lru().erase(n, clock_->safe_before);
+    p.lru().push_back(n, clock_->release_tag(), clock_->safe_before);
+  }
+
+  block_pool_type blocks_;
+  snapshot_pool_type snapshots_;
+  std::vector<token_id> tokens_;
+  std::vector<stored_extra_keys> root_extras_;
+  std::uint32_t block_size_;
+  std::size_t bytes_per_block_;
+  std::size_t bytes_per_snapshot_;
+  const epoch_clock* clock_;
+  cache_metrics* metrics_;
+};
+
+/// What a cache with a host tier keeps besides the host ledger: the serial of every GPU block, the host copy
+/// a GPU block was onboarded from (so evicting it again moves no bytes), the moves planned since the last
+/// `take_transfers` and the scratch of a lookup.
+struct host_tier_state {
+  host_tier_state(std::uint32_t gpu_blocks, std::uint32_t kv_units, std::uint32_t snapshot_units,
+                  std::uint32_t block_size, std::size_t bytes_per_block, std::size_t bytes_per_snapshot,
+                  const epoch_clock& clock, cache_metrics& m)
+      : ledger(kv_units, snapshot_units, block_size, bytes_per_block, bytes_per_snapshot, clock, m),
+        serial(gpu_blocks, 0), twin(gpu_blocks, no_host_unit) {}
+
+  /// A fresh serial, or 0 once 2^64 - 1 were drawn: a block without a serial is never offloaded (never a
+  /// wrap that could make two blocks one).
+  std::uint64_t draw_serial() noexcept { return next_serial == 0 ? 0 : next_serial++; }
+
+  host_ledger ledger;
+  std::vector<std::uint64_t> serial; ///< by GPU block id: the published block's serial (0: none)
+  std::vector<host_unit> twin;       ///< by GPU block id: the host copy it was onboarded from
+  std::uint64_t next_serial = 1;     ///< 0 after the last one
+  std::vector<unit_move> kv_offload, snapshot_offload, kv_onboard;       ///< planned, not yet taken
+  std::vector<unit_move> taken_kv_offload, taken_snapshot_offload, taken_kv_onboard; ///< the last taken
+  std::vector<host_unit> hits;       ///< lookup scratch: the host blocks continuing a prompt's GPU match
+};
+
+} // namespace reprise::detail
