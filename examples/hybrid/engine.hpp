@@ -15,6 +15,11 @@
 ///      end-of-turn capture when the policy plans one), free the live slot;
 ///   6. `cache.step_complete(epoch)`: this host engine runs synchronously, so step n is complete here.
 ///
+/// With a host tier (`policy::tiers<policy::host_tier>`) the engine also owns host pools shaped like its
+/// GPU pools and runs `cache.take_transfers()` after every cache call that can take units (extend, admit,
+/// fork, finish), before any copy or forward pass that call planned: offloads, then onboards. A restore
+/// from the host copies a host snapshot unit into the live slot.
+///
 /// `Cache` is `reprise::prefix_cache<Model, Policy>` for any of the three policies, or `uncached` (the
 /// caching-off baseline). The engine owns the memory (KV blocks, recurrent slots); Reprise owns the ids.
 
@@ -24,6 +29,7 @@
 #include <reprise/cache/prefix_cache.hpp>
 #include <reprise/cache/types.hpp>
 #include <reprise/policy/policies.hpp>
+#include <reprise/policy/tiers.hpp>
 #include <reprise/ops/state_copy.hpp>
 
 #include <algorithm>
@@ -83,14 +89,23 @@ struct engine_stats {
   std::abort();
 }
 
+/// Whether `Cache` is a `prefix_cache` with a host tier.
+template <class Cache>
+constexpr bool has_host_tier() {
+  if constexpr (requires { typename Cache::tiers_type; }) return policy::tier_traits<typename Cache::tiers_type>::host;
+  else return false;
+}
+
 template <class Cache>
 class engine {
+  static constexpr bool host_tier = has_host_tier<Cache>();
+
 public:
   struct options {
     std::uint32_t max_running = 8;        ///< live sequences at most (one live recurrent slot each)
     std::uint32_t max_admit_per_step = 1; ///< admissions per step: later ones then hit earlier ones' blocks
-    /// Called with the snapshot slot just before each restore copy. Tests use it to tamper with a snapshot
-    /// and prove that the equality checks can fail.
+    /// Called with the snapshot slot just before each restore copy (the host pools' for a restore from the
+    /// host tier). Tests use it to tamper with a snapshot and prove that the equality checks can fail.
     std::function<void(state_memory&, slot_id slot)> before_restore{};
   };
 
@@ -111,6 +126,10 @@ public:
     }
     for (std::uint32_t i = 0; i < opt_.max_running; ++i)
       free_live_.push_back(static_cast<slot_id>(cache.snapshot_slots() + i));
+    if constexpr (host_tier) {
+      host_kv_.emplace(model.config(), cache.host_kv_units());
+      if (cache.host_snapshot_units() != 0) host_states_.emplace(model.config(), cache.host_snapshot_units());
+    }
     if constexpr (requires { cache.alignment(); }) alignment_ = cache.alignment();
   }
 
@@ -147,6 +166,7 @@ public:
     if (free_live_.empty()) return errc::pool_exhausted;
     auto plan = cache_.fork(src, dst);
     if (!plan) return plan.error();
+    run_transfers();
     sequence copy = *it;
     copy.id = dst;
     copy.blocks.assign(plan->block_table.begin(), plan->block_table.end());
@@ -193,20 +213,56 @@ private:
   }
 
   void copy_kv_block(block_id src, block_id dst) {
-    std::vector<ops::pool_view> pools;
-    const std::size_t bytes = kv_.block_floats() * sizeof(float);
-    for (std::uint32_t l = 0; l < model_.config().count(layer_kind::attention); ++l) {
-      pools.push_back({kv_.keys(l, 0), bytes, kv_.blocks()});
-      pools.push_back({kv_.values(l, 0), bytes, kv_.blocks()});
-    }
     const ops::copy_pair pair{src, dst};
-    if (auto r = ops::copy_units_host(pools, {&pair, 1}); !r) fail("KV block copy", r.error());
+    if (auto r = ops::copy_units_host(kv_pools(kv_), {&pair, 1}); !r) fail("KV block copy", r.error());
+  }
+
+  /// The K and V pools of every attention layer of `m`, one unit per block.
+  std::vector<ops::pool_view> kv_pools(kv_memory& m) const {
+    std::vector<ops::pool_view> pools;
+    const std::size_t bytes = m.block_floats() * sizeof(float);
+    for (std::uint32_t l = 0; l < model_.config().count(layer_kind::attention); ++l) {
+      pools.push_back({m.keys(l, 0), bytes, m.blocks()});
+      pools.push_back({m.values(l, 0), bytes, m.blocks()});
+    }
+    return pools;
+  }
+  static std::vector<ops::pool_view> state_pools(state_memory& m) {
+    std::vector<ops::pool_view> pools;
+    m.for_each_pool([&](float* base, std::size_t bytes) { pools.push_back({base, bytes, static_cast<std::int64_t>(m.slots())}); });
+    return pools;
+  }
+
+  /// Units `moves[i].src` of `from` into units `moves[i].dst` of `to`, pool by pool (the two lists have the
+  /// same layers in the same order).
+  static void move_units(std::span<const ops::pool_view> from, std::span<const ops::pool_view> to,
+                         std::span<const unit_move> moves, const char* what) {
+    if (moves.empty()) return;
+    std::vector<ops::pool_pair_view> layers;
+    for (std::size_t i = 0; i < from.size(); ++i) layers.push_back({from[i], to[i]});
+    std::vector<ops::copy_pair> pairs;
+    for (const unit_move& m : moves) pairs.push_back({static_cast<std::int32_t>(m.src), static_cast<std::int32_t>(m.dst)});
+    if (auto r = ops::transfer_units_host(layers, pairs); !r) fail(what, r.error());
+  }
+
+  /// The host tier's moves planned by the cache calls since the last run: offloads (device to host) before
+  /// onboards (host to device), as `transfer_plan` orders them.
+  void run_transfers() {
+    if constexpr (host_tier) {
+      const transfer_plan t = cache_.take_transfers();
+      if (t.empty()) return;
+      const std::vector<ops::pool_view> gpu_kv = kv_pools(kv_), host_kv = kv_pools(*host_kv_);
+      move_units(gpu_kv, host_kv, t.kv_offload, "KV offload");
+      if (!t.snapshot_offload.empty()) move_units(state_pools(states_), state_pools(*host_states_), t.snapshot_offload, "snapshot offload");
+      move_units(host_kv, gpu_kv, t.kv_onboard, "KV onboard");
+    }
   }
 
   void admit_and_prefill() {
     std::vector<sequence*> admitted;
     std::vector<sequence_step> steps;
     std::vector<ops::copy_pair> restores;
+    std::vector<unit_move> host_restores; // host snapshot unit -> live slot
     std::vector<std::vector<capture_point>> captures;
     for (std::uint32_t n = 0; n < opt_.max_admit_per_step && !waiting_.empty() && !free_live_.empty(); ++n) {
       request& r = waiting_.front();
@@ -215,6 +271,7 @@ private:
         if (plan.error() == errc::pool_exhausted) break; // retry once running sequences finish
         fail("admit", plan.error());
       }
+      run_transfers(); // before the copies and the prefill below read or write the units it moved
       const auto length = static_cast<std::uint32_t>(r.prompt.size());
       sequence& s = running_.emplace_back(sequence{r.id, std::move(r.prompt), length, {}, take_live(),
                                                    r.max_new_tokens, {}, {}, r.last_turn});
@@ -222,7 +279,9 @@ private:
       waiting_.pop_front();
       s.blocks.assign(plan->block_table.begin(), plan->block_table.end());
       const std::uint32_t u = plan->usable_tokens;
-      if (plan->restore_slot != no_slot)
+      if (plan->restore_slot != no_slot && plan->restore_from_host)
+        host_restores.push_back({static_cast<std::uint32_t>(plan->restore_slot), static_cast<std::uint32_t>(s.live_slot)});
+      else if (plan->restore_slot != no_slot)
         restores.push_back({plan->restore_slot, s.live_slot});
       captures.emplace_back(plan->captures.begin(), plan->captures.end());
       steps.push_back(sequence_step{u, length - u, {}, s.live_slot, {}, plan->kv_matched_tokens});
@@ -236,13 +295,23 @@ private:
                                          [&](const capture_point& c) { return splits_prefill(c); });
       admissions_.push_back({s.id, length, u, plan->kv_matched_tokens, plan->tokens_lost_to_missing_snapshot,
                              off_grid == plan->captures.end() ? 0u : static_cast<std::uint32_t>(off_grid->position)});
-      if (plan->restore_slot != no_slot && opt_.before_restore) opt_.before_restore(states_, plan->restore_slot);
+      if (plan->restore_slot != no_slot && opt_.before_restore) {
+        if constexpr (host_tier) {
+          if (plan->restore_from_host) opt_.before_restore(*host_states_, plan->restore_slot);
+          else opt_.before_restore(states_, plan->restore_slot);
+        } else {
+          opt_.before_restore(states_, plan->restore_slot);
+        }
+      }
       // A turn end kept off a block boundary: its partial block is copied into the sequence's own (copy on
       // write) before the prefill appends to it.
       if (plan->copy_src != no_block) copy_kv_block(plan->copy_src, plan->copy_dst);
     }
     if (admitted.empty()) return;
     copy_slots(restores); // restore before any prefill reads the live slots
+    if constexpr (host_tier) {
+      if (!host_restores.empty()) move_units(state_pools(*host_states_), state_pools(states_), host_restores, "restore from the host");
+    }
     for (std::size_t i = 0; i < admitted.size(); ++i) steps[i].blocks = admitted[i]->blocks;
     const std::vector<float> logits = prefill(admitted, steps, captures);
     for (std::size_t i = 0; i < admitted.size(); ++i) {
@@ -331,6 +400,7 @@ private:
       const token next = s.generated.back();
       auto plan = cache_.extend(s.id, {&next, 1});
       if (!plan) fail("extend", plan.error());
+      run_transfers(); // a block it took may have been offloaded: before the forward pass writes it
       s.blocks.insert(s.blocks.end(), plan->new_blocks.begin(), plan->new_blocks.end());
       s.tokens.push_back(next);
       const auto pos = static_cast<std::uint32_t>(s.tokens.size() - 1);
@@ -371,6 +441,7 @@ private:
       // A conversation's last turn captures nothing: no later turn would restore it.
       auto plan = cache_.finish(it->id, {.last_turn = it->last_turn});
       if (!plan) fail("finish", plan.error());
+      run_transfers(); // the slot it took may have been offloaded: before the capture overwrites it
       if (plan->capture.slot != no_slot) // end-of-turn snapshot of the live state (decode_continuation)
         copy_slot(it->live_slot, plan->capture.slot);
       free_live_.push_back(it->live_slot);
@@ -391,6 +462,8 @@ private:
   options opt_;
   kv_memory kv_;
   state_memory states_;
+  std::optional<kv_memory> host_kv_;         ///< host tier: pinned host memory in a real engine
+  std::optional<state_memory> host_states_;
   std::deque<request> waiting_;
   std::deque<sequence> running_;
   std::vector<slot_id> free_live_;
