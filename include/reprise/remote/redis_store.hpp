@@ -226,8 +226,8 @@ public:
 
   redis_store_stats stats() const noexcept;
 
-  /// The key names of a value, as docs/remote-store.md defines them: the manifest key and the prefix of its
-  /// chunk keys (followed by the write id in hex, ":c" and the chunk index). For tools and tests.
+  /// The name of a value's manifest key, `<prefix>{<64 hex of key>}:m` (docs/remote-store.md); its chunk
+  /// keys replace the final `m` with the write id in hex, ":c" and the chunk index. For tools and tests.
   std::string manifest_key(const content_key& key) const;
 
   /// The implementation (src/remote/redis_store.cpp); named here only so that the store can own it.
