@@ -1,5 +1,6 @@
 # install() rules and the exported package config: find_package(reprise CONFIG) gives reprise::reprise,
-# reprise::sha256 (component `sha256`), reprise::state_ops when the CUDA toolkit's CCCL was found, and
+# reprise::sha256 (component `sha256`), reprise::redis (component `redis`, a static library) when hiredis was
+# found, reprise::state_ops when the CUDA toolkit's CCCL was found, and
 # reprise::kernels when the kernels were built. Also installs LICENSE and pkg-config files.
 include(CMakePackageConfigHelpers)
 
@@ -10,6 +11,12 @@ if(TARGET reprise_sha256)
   set(REPRISE_HAS_SHA256 ON)
 else()
   set(REPRISE_HAS_SHA256 OFF)
+endif()
+if(TARGET reprise_redis)
+  list(APPEND _reprise_targets reprise_redis)
+  set(REPRISE_HAS_REDIS ON)
+else()
+  set(REPRISE_HAS_REDIS OFF)
 endif()
 if(TARGET reprise_state_ops)
   list(APPEND _reprise_targets reprise_state_ops)
@@ -41,7 +48,7 @@ install(FILES
 # pkg-config, for builds without CMake: `reprise` (header-only host library; the compiler must be in C++20
 # mode) and `reprise-sha256` (adds libcrypto). Header-only, so they go to the architecture-independent
 # ${datadir}/pkgconfig, and locate the prefix relative to themselves (`cmake --install --prefix` works). The
-# kernels are not described: link them through CMake.
+# kernels and reprise::redis (compiled libraries) are not described: link them through CMake.
 foreach(_pc IN ITEMS reprise reprise-sha256)
   if(_pc STREQUAL "reprise-sha256" AND NOT REPRISE_HAS_SHA256)
     continue()

@@ -1,0 +1,774 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+// reprise::remote::redis_store against real redis-server processes that the test starts on free loopback
+// ports (a single server, one under maxmemory, one killed and restarted, a 3-node Redis Cluster). Without
+// redis-server on PATH the server cases exit 77, which CTest reports as skipped.
+#include <reprise/remote/redis_store.hpp>
+
+#include <hiredis/hiredis.h>
+
+#include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace reprise;
+using namespace reprise::remote;
+using namespace std::chrono_literals;
+
+namespace {
+
+using steady = std::chrono::steady_clock;
+
+bool redis_server_installed() {
+  return std::system("command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1") == 0;
+}
+
+/// Ends the test case as skipped (CTest: SKIP_RETURN_CODE 77) where no redis-server is installed.
+void require_redis_server() {
+  if (redis_server_installed()) return;
+  MESSAGE("redis-server / redis-cli not on PATH: skipped (Debian: redis-server redis-tools)");
+  std::fflush(nullptr);
+  std::_Exit(77);
+}
+
+/// A loopback port nothing listens on right now.
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  socklen_t len = sizeof addr;
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+bool port_is_free(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  ::close(fd);
+  return free;
+}
+
+/// A port for a cluster node: it and its cluster bus port (port + 10000) are free, so below the ephemeral
+/// range that free_port draws from.
+int free_cluster_port() {
+  static std::uint32_t next = 20000 + static_cast<std::uint32_t>(::getpid()) % 9000;
+  for (int tries = 0; tries < 1000; ++tries) {
+    const int port = static_cast<int>(next);
+    next = next >= 29999 ? 20000 : next + 1;
+    if (port_is_free(port) && port_is_free(port + 10000)) return port;
+  }
+  FAIL("no free port pair for a cluster node");
+  return 0;
+}
+
+struct context_deleter {
+  void operator()(redisContext* c) const noexcept { redisFree(c); }
+};
+using raw_connection = std::unique_ptr<redisContext, context_deleter>;
+struct reply_deleter {
+  void operator()(redisReply* r) const noexcept { freeReplyObject(r); }
+};
+using raw_reply = std::unique_ptr<redisReply, reply_deleter>;
+
+raw_connection raw_connect(int port) {
+  const timeval tv{0, 200000};
+  raw_connection c(redisConnectWithTimeout("127.0.0.1", port, tv));
+  if (!c || c->err != 0) return nullptr;
+  const timeval command_tv{5, 0};
+  redisSetTimeout(c.get(), command_tv);
+  return c;
+}
+
+/// One command through a raw hiredis connection; binary-safe arguments.
+raw_reply raw(redisContext* c, const std::vector<std::string>& args) {
+  std::vector<const char*> argv;
+  std::vector<std::size_t> lengths;
+  for (const std::string& a : args) {
+    argv.push_back(a.data());
+    lengths.push_back(a.size());
+  }
+  return raw_reply(static_cast<redisReply*>(
+      redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lengths.data())));
+}
+std::string raw_string(redisContext* c, const std::vector<std::string>& args) {
+  raw_reply r = raw(c, args);
+  if (!r || (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_STATUS)) return {};
+  return std::string(r->str, r->len);
+}
+
+/// A redis-server child process in a temporary directory of its own; killed by the destructor.
+class redis_server {
+public:
+  explicit redis_server(std::vector<std::string> extra = {}, int port = 0) : port_(port ? port : free_port()) {
+    char dir_template[] = "/tmp/reprise-redis-XXXXXX";
+    REQUIRE(::mkdtemp(dir_template) != nullptr);
+    dir_ = dir_template;
+    extra_ = std::move(extra);
+    start();
+  }
+  ~redis_server() {
+    kill();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  redis_server(const redis_server&) = delete;
+  redis_server& operator=(const redis_server&) = delete;
+
+  int port() const { return port_; }
+  std::string endpoint() const { return "127.0.0.1:" + std::to_string(port_); }
+
+  /// Starts the server (again, on the same port) and waits until it answers PING.
+  void start() {
+    std::vector<std::string> args{"redis-server", "--port", std::to_string(port_), "--bind", "127.0.0.1",
+                                  "--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", dir_,
+                                  "--logfile", "redis.log", "--protected-mode", "no"};
+    args.insert(args.end(), extra_.begin(), extra_.end());
+    pid_ = ::fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execvp("redis-server", argv.data());
+      std::_Exit(127);
+    }
+    const auto deadline = steady::now() + 10s;
+    while (steady::now() < deadline) {
+      if (raw_connection c = raw_connect(port_)) {
+        if (raw_string(c.get(), {"PING"}) == "PONG") return;
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    FAIL("redis-server on port " << port_ << " did not answer PING");
+  }
+  void kill() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGCONT);
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  void pause() { ::kill(pid_, SIGSTOP); }
+  void resume() { ::kill(pid_, SIGCONT); }
+  raw_connection connect() const { return raw_connect(port_); }
+
+private:
+  int port_;
+  std::string dir_;
+  std::vector<std::string> extra_;
+  pid_t pid_ = -1;
+};
+
+content_key key_of(std::uint64_t i) {
+  content_key k;
+  std::uint64_t x = i * 0x9E3779B97F4A7C15ull + 0x1234567ull;
+  for (std::size_t b = 0; b < k.bytes.size(); ++b) {
+    x ^= x >> 29;
+    x *= 0xBF58476D1CE4E5B9ull;
+    k.bytes[b] = static_cast<std::uint8_t>(x >> 56);
+  }
+  return k;
+}
+
+std::vector<std::byte> pattern(std::size_t n, std::uint64_t seed) {
+  std::vector<std::byte> v(n);
+  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    x += 0x9E3779B97F4A7C15ull;
+    std::uint64_t z = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z ^= z >> 27;
+    std::memcpy(v.data() + i, &z, 8);
+  }
+  for (; i < n; ++i) v[i] = static_cast<std::byte>(i * 31 + seed);
+  return v;
+}
+
+redis_store_options options_for(std::vector<std::string> endpoints) {
+  redis_store_options o;
+  o.endpoints = std::move(endpoints);
+  o.connect_timeout = 500ms;
+  o.command_timeout = 2000ms;
+  o.key_prefix = "test:";
+  return o;
+}
+
+std::unique_ptr<redis_store> make_store(redis_store_options o) {
+  auto made = redis_store::create(std::move(o));
+  REQUIRE(made.has_value());
+  return std::move(*made);
+}
+
+/// Waits for the completion of `id` (tests only; a scheduler polls).
+completion await(redis_store& store, request_id id, std::chrono::milliseconds limit = 10s) {
+  const auto deadline = steady::now() + limit;
+  completion c;
+  while (steady::now() < deadline) {
+    if (store.wait(std::span<completion>(&c, 1), 50ms) == 1) {
+      REQUIRE(c.id == id);
+      return c;
+    }
+  }
+  FAIL("request " << id << " did not complete");
+  return c;
+}
+
+store_status put_sync(redis_store& s, const content_key& k, std::span<const std::byte> header,
+                      std::span<const std::byte> payload) {
+  auto id = s.put(k, header, payload);
+  REQUIRE(id.has_value());
+  return await(s, *id).status;
+}
+completion get_sync(redis_store& s, const content_key& k) {
+  auto id = s.get(k);
+  REQUIRE(id.has_value());
+  return await(s, *id);
+}
+completion get_into(redis_store& s, const content_key& k, std::span<std::byte> destination) {
+  auto id = s.get(k, destination);
+  REQUIRE(id.has_value());
+  return await(s, *id);
+}
+
+bool same(std::span<const std::byte> a, std::span<const std::byte> b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size()) == 0);
+}
+
+/// The chunk keys of a value (KEYS over its hash tag; fine on a test server).
+std::vector<std::string> chunk_keys(redisContext* c, const std::string& manifest) {
+  const std::string pattern_text = manifest.substr(0, manifest.size() - 1) + "*:c*";
+  raw_reply r = raw(c, {"KEYS", pattern_text});
+  std::vector<std::string> keys;
+  if (r && r->type == REDIS_REPLY_ARRAY)
+    for (std::size_t i = 0; i < r->elements; ++i) keys.emplace_back(r->element[i]->str, r->element[i]->len);
+  std::sort(keys.begin(), keys.end(), [](const std::string& a, const std::string& b) {
+    return std::stoul(a.substr(a.rfind('c') + 1)) < std::stoul(b.substr(b.rfind('c') + 1));
+  });
+  return keys;
+}
+
+} // namespace
+
+TEST_CASE("cluster hash slots: CRC16/XMODEM and hash tags as Redis Cluster defines them") {
+  CHECK(crc16_xmodem("123456789") == 0x31C3); // the check value of CRC-16/XMODEM
+  CHECK(crc16_xmodem("") == 0);
+  static_assert(crc16_xmodem("123456789") == 0x31C3);
+  CHECK(cluster_slot("foo") == 12182); // CLUSTER KEYSLOT foo
+  CHECK(cluster_slot("bar") == 5061);
+  CHECK(cluster_slot("{user1000}.following") == cluster_slot("{user1000}.followers"));
+  CHECK(cluster_slot("{user1000}.following") == cluster_slot("user1000"));
+  CHECK(cluster_slot("foo{}{bar}") == crc16_xmodem("foo{}{bar}") % 16384); // empty tag: the whole key
+  CHECK(cluster_slot("foo{{bar}}zap") == cluster_slot("{bar"));
+  CHECK(cluster_slot("foo{bar}{zap}") == cluster_slot("bar"));
+}
+
+TEST_CASE("options are checked and a full queue rejects at once") {
+  const auto rejects = [](auto change) {
+    redis_store_options o = options_for({"127.0.0.1:6379"});
+    change(o);
+    auto made = redis_store::create(std::move(o));
+    return !made.has_value() && made.error() == errc::invalid_argument;
+  };
+  CHECK(rejects([](redis_store_options& o) { o.endpoints.clear(); }));
+  CHECK(rejects([](redis_store_options& o) { o.endpoints = {""}; }));
+  CHECK(rejects([](redis_store_options& o) { o.endpoints = {"host:0"}; }));
+  CHECK(rejects([](redis_store_options& o) { o.endpoints = {"host:65536"}; }));
+  CHECK(rejects([](redis_store_options& o) { o.endpoints = {"host:port"}; }));
+  CHECK(rejects([](redis_store_options& o) { o.endpoints = {"::1"}; }));
+  CHECK(rejects([](redis_store_options& o) { o.chunk_bytes = 100; }));
+  CHECK(rejects([](redis_store_options& o) { o.chunk_bytes = std::size_t{1} << 30; }));
+  CHECK(rejects([](redis_store_options& o) { o.command_timeout = 0ms; }));
+  CHECK(rejects([](redis_store_options& o) { o.connect_timeout = -1ms; }));
+  CHECK(rejects([](redis_store_options& o) { o.key_prefix = "a{b"; }));
+  CHECK(rejects([](redis_store_options& o) { o.key_prefix = std::string(300, 'p'); }));
+  CHECK(rejects([](redis_store_options& o) { o.ttl = -5ms; }));
+  CHECK(rejects([](redis_store_options& o) { o.queue_timeout = -1ms; }));
+  CHECK(rejects([](redis_store_options& o) { o.io_threads = 0; }));
+  CHECK(rejects([](redis_store_options& o) { o.max_in_flight = 0; }));
+  CHECK(rejects([](redis_store_options& o) { o.reconnect_backoff_max = 1ms; }));
+  CHECK(redis_store::create(options_for({"localhost", "[::1]:7000", "10.0.0.1:6380"})).has_value());
+
+  // Nothing listens on the port: requests complete `unavailable`, and the third of a queue of two is refused.
+  redis_store_options o = options_for({"127.0.0.1:" + std::to_string(free_port())});
+  o.max_in_flight = 2;
+  auto store = make_store(o);
+  const std::vector<std::byte> payload = pattern(100, 1);
+  auto a = store->put(key_of(1), {}, payload);
+  auto b = store->get(key_of(1));
+  REQUIRE(a.has_value());
+  REQUIRE(b.has_value());
+  CHECK(*b != *a);
+  auto c = store->get(key_of(2));
+  REQUIRE_FALSE(c.has_value());
+  CHECK(c.error() == errc::pool_exhausted);
+  CHECK(store->stats().rejected == 1);
+  CHECK(await(*store, *a).status == store_status::unavailable);
+  CHECK(await(*store, *b).status == store_status::unavailable);
+  CHECK(store->in_flight() == 0);
+  CHECK(store->get(key_of(2)).has_value()); // room again
+  CHECK(store->put(key_of(3), std::vector<std::byte>((std::size_t{16} << 20) + 1), {}).error() ==
+        errc::invalid_argument);
+}
+
+TEST_CASE("single server: values round-trip bitwise chunked or not and absent keys miss") {
+  require_redis_server();
+  redis_server server;
+  redis_store_options o = options_for({server.endpoint()});
+  o.chunk_bytes = 256 << 10;
+  auto store = make_store(o);
+
+  const std::vector<std::byte> header = pattern(72, 99); // e.g. the tokens and the parent key
+  std::uint64_t n = 0;
+  for (std::size_t size : {std::size_t{0}, std::size_t{1}, std::size_t{4096}, std::size_t{256} << 10,
+                           (std::size_t{256} << 10) + 1, (std::size_t{1} << 20) + 3}) {
+    CAPTURE(size);
+    const content_key k = key_of(100 + n);
+    const std::vector<std::byte> payload = pattern(size, n++);
+    REQUIRE(put_sync(*store, k, header, payload) == store_status::stored);
+    completion got = get_sync(*store, k);
+    REQUIRE(got.status == store_status::hit);
+    CHECK(same(got.header, header));
+    CHECK(got.payload_bytes == size);
+    CHECK(same(got.payload, payload));
+    std::vector<std::byte> destination(size, std::byte{0x5A});
+    completion into = get_into(*store, k, destination);
+    REQUIRE(into.status == store_status::hit);
+    CHECK(into.payload.empty());
+    CHECK(same(destination, payload));
+    // A destination of another size: a miss, and untouched.
+    std::vector<std::byte> wrong(size + 1, std::byte{0x11});
+    CHECK(get_into(*store, k, wrong).status == store_status::miss);
+    CHECK(std::all_of(wrong.begin(), wrong.end(), [](std::byte b) { return b == std::byte{0x11}; }));
+  }
+  CHECK(get_sync(*store, key_of(7777)).status == store_status::miss);
+
+  // The key layout: one manifest, and chunks sharing its hash tag only when the payload exceeds a chunk.
+  raw_connection c = server.connect();
+  const std::string small = store->manifest_key(key_of(100 + 2));
+  CHECK(small == "test:{" + to_hex(key_of(102)) + "}:m");
+  CHECK(chunk_keys(c.get(), small).empty());
+  const std::vector<std::string> chunks = chunk_keys(c.get(), store->manifest_key(key_of(100 + 5)));
+  REQUIRE(chunks.size() == 5); // 1 MiB + 3 in 256 KiB chunks
+  for (const std::string& ck : chunks) CHECK(cluster_slot(ck) == cluster_slot(store->manifest_key(key_of(105))));
+
+  // A Nemotron-H-8B-sized snapshot (100 MiB here) in the default 8 MiB chunks, written into a destination.
+  redis_store_options big_options = options_for({server.endpoint()});
+  auto big_store = make_store(big_options);
+  const std::vector<std::byte> big = pattern(std::size_t{100} << 20, 4242);
+  REQUIRE(put_sync(*big_store, key_of(1), header, big) == store_status::stored);
+  std::vector<std::byte> destination(big.size());
+  completion got = get_into(*big_store, key_of(1), destination);
+  REQUIRE(got.status == store_status::hit);
+  CHECK(got.payload_bytes == big.size());
+  CHECK(same(destination, big));
+  CHECK(chunk_keys(c.get(), big_store->manifest_key(key_of(1))).size() == 13);
+
+  // Replacing a value: the new one is read back, never a mix of the two writes' chunks.
+  const std::vector<std::byte> replacement = pattern((std::size_t{1} << 20) + 3, 555);
+  REQUIRE(put_sync(*store, key_of(105), header, replacement) == store_status::stored);
+  CHECK(same(get_sync(*store, key_of(105)).payload, replacement));
+}
+
+TEST_CASE("a corrupted or truncated or partly deleted value is a miss or corrupt and never data") {
+  require_redis_server();
+  redis_server server;
+  redis_store_options o = options_for({server.endpoint()});
+  o.chunk_bytes = 4096;
+  auto store = make_store(o);
+  raw_connection c = server.connect();
+  const std::vector<std::byte> header = pattern(40, 1);
+  const std::vector<std::byte> payload = pattern(5 * 4096 - 100, 2);
+  const content_key k = key_of(9);
+  const std::string manifest = store->manifest_key(k);
+  const auto fresh = [&] {
+    REQUIRE(put_sync(*store, k, header, payload) == store_status::stored);
+    REQUIRE(get_sync(*store, k).status == store_status::hit);
+    std::vector<std::string> chunks = chunk_keys(c.get(), manifest);
+    REQUIRE(chunks.size() == 5);
+    return chunks;
+  };
+  const auto check_not_data = [&](store_status expected) {
+    completion got = get_sync(*store, k);
+    CHECK(got.status == expected);
+    CHECK(got.payload.empty());
+    std::vector<std::byte> destination(payload.size(), std::byte{0x77});
+    CHECK(get_into(*store, k, destination).status == expected);
+    CHECK(std::all_of(destination.begin(), destination.end(), [](std::byte b) { return b == std::byte{0x77}; }));
+  };
+
+  SUBCASE("one chunk overwritten with other bytes of the same length") {
+    std::vector<std::string> chunks = fresh();
+    std::string other = raw_string(c.get(), {"GET", chunks[2]});
+    other[17] = static_cast<char>(other[17] ^ 1);
+    raw(c.get(), {"SET", chunks[2], other});
+    check_not_data(store_status::corrupt);
+  }
+  SUBCASE("a truncated chunk") {
+    std::vector<std::string> chunks = fresh();
+    std::string shorter = raw_string(c.get(), {"GET", chunks[4]});
+    shorter.pop_back();
+    raw(c.get(), {"SET", chunks[4], shorter});
+    check_not_data(store_status::corrupt);
+  }
+  SUBCASE("a deleted (evicted) chunk") {
+    std::vector<std::string> chunks = fresh();
+    raw(c.get(), {"DEL", chunks[0]});
+    check_not_data(store_status::miss);
+  }
+  SUBCASE("a manifest of another format, a truncated one, one that is not a string") {
+    fresh();
+    std::string m = raw_string(c.get(), {"GET", manifest});
+    std::string other_tag = m;
+    other_tag[21] = '2'; // reprise/store-value/v2
+    raw(c.get(), {"SET", manifest, other_tag});
+    check_not_data(store_status::corrupt);
+    raw(c.get(), {"SET", manifest, m.substr(0, 100)});
+    check_not_data(store_status::corrupt);
+    raw(c.get(), {"SET", manifest, m + "x"});
+    check_not_data(store_status::corrupt);
+    raw(c.get(), {"DEL", manifest});
+    raw(c.get(), {"RPUSH", manifest, "x"});
+    CHECK(get_sync(*store, k).status == store_status::server_error); // WRONGTYPE: the server refuses the GET
+    raw(c.get(), {"DEL", manifest});
+    check_not_data(store_status::miss);
+  }
+  SUBCASE("a value stored under another key's name") {
+    fresh();
+    raw(c.get(), {"RENAME", manifest, store->manifest_key(key_of(10))});
+    check_not_data(store_status::miss);
+    CHECK(get_sync(*store, key_of(10)).status == store_status::corrupt);
+  }
+  SUBCASE("an inline value with a flipped payload or header byte") {
+    const content_key small = key_of(11);
+    REQUIRE(put_sync(*store, small, header, std::span(payload).first(1000)) == store_status::stored);
+    const std::string name = store->manifest_key(small);
+    std::string m = raw_string(c.get(), {"GET", name});
+    REQUIRE(m.size() == 123 + header.size() + 1000);
+    std::string flipped = m;
+    flipped[m.size() - 1] = static_cast<char>(flipped[m.size() - 1] ^ 0x80);
+    raw(c.get(), {"SET", name, flipped});
+    CHECK(get_sync(*store, small).status == store_status::corrupt);
+    flipped = m;
+    flipped[130] = static_cast<char>(flipped[130] ^ 0x01); // in the header
+    raw(c.get(), {"SET", name, flipped});
+    CHECK(get_sync(*store, small).status == store_status::corrupt);
+    raw(c.get(), {"SET", name, m});
+    CHECK(get_sync(*store, small).status == store_status::hit);
+  }
+  CHECK(store->stats().hits >= 1);
+}
+
+TEST_CASE("under maxmemory eviction every get is bitwise right or a miss") {
+  require_redis_server();
+  redis_server server({"--maxmemory", "2mb", "--maxmemory-policy", "allkeys-lru"});
+  redis_store_options o = options_for({server.endpoint()});
+  o.chunk_bytes = 8 << 10;
+  auto store = make_store(o);
+  const std::vector<std::byte> header = pattern(16, 3);
+  std::vector<std::vector<std::byte>> values;
+  int stored = 0;
+  constexpr int count = 200; // 200 values of 30-40 KB, 4 or 5 chunks each: 7 MB into 2 MB
+  for (int i = 0; i < count; ++i) {
+    values.push_back(pattern(30'000 + static_cast<std::size_t>(i) * 47, static_cast<std::uint64_t>(i)));
+    const store_status s = put_sync(*store, key_of(static_cast<std::uint64_t>(1000 + i)), header, values.back());
+    CHECK((s == store_status::stored || s == store_status::server_error));
+    stored += s == store_status::stored;
+  }
+  int hits = 0, misses = 0;
+  for (int i = count - 1; i >= 0; --i) {
+    completion got = get_sync(*store, key_of(static_cast<std::uint64_t>(1000 + i)));
+    CAPTURE(i);
+    REQUIRE((got.status == store_status::hit || got.status == store_status::miss));
+    if (got.status == store_status::hit) {
+      CHECK(same(got.payload, values[static_cast<std::size_t>(i)]));
+      CHECK(same(got.header, header));
+      ++hits;
+    } else {
+      ++misses;
+    }
+  }
+  MESSAGE("maxmemory 2mb: " << stored << " of " << count << " puts stored, " << hits << " hits, " << misses
+                               << " misses");
+  CHECK(hits > 0);
+  CHECK(misses > 0);
+}
+
+TEST_CASE("a dead server degrades to failed requests without blocking the caller and a restarted one serves") {
+  require_redis_server();
+  redis_server server;
+  redis_store_options o = options_for({server.endpoint()});
+  o.command_timeout = 400ms;
+  o.connect_timeout = 400ms;
+  o.queue_timeout = 400ms;
+  o.reconnect_backoff_initial = 20ms;
+  o.reconnect_backoff_max = 200ms;
+  auto store = make_store(o);
+  const std::vector<std::byte> payload = pattern(300'000, 5);
+  REQUIRE(put_sync(*store, key_of(1), {}, payload) == store_status::stored);
+  REQUIRE(get_sync(*store, key_of(1)).status == store_status::hit);
+
+  // The scheduler-side calls return in microseconds whatever the server does; completions arrive within the
+  // timeout (plus scheduling slack).
+  const auto check_degrades = [&](std::initializer_list<store_status> allowed) {
+    steady::duration slowest_call{};
+    const auto timed = [&](auto call) {
+      const auto t0 = steady::now();
+      auto r = call();
+      slowest_call = std::max(slowest_call, steady::now() - t0);
+      return r;
+    };
+    std::vector<request_id> ids;
+    const auto start = steady::now();
+    for (int i = 0; i < 4; ++i) {
+      ids.push_back(*timed([&] { return store->put(key_of(2), {}, payload); }));
+      ids.push_back(*timed([&] { return store->get(key_of(1)); }));
+    }
+    std::vector<completion> out(8);
+    std::size_t done = 0;
+    while (done < ids.size() && steady::now() - start < 5s) {
+      done += timed([&] { return store->poll(std::span(out).subspan(done)); });
+      std::this_thread::sleep_for(1ms);
+    }
+    REQUIRE(done == ids.size());
+    const auto elapsed = steady::now() - start;
+    for (const completion& c : out) {
+      CAPTURE(to_string(c.status));
+      CHECK(std::find(allowed.begin(), allowed.end(), c.status) != allowed.end());
+    }
+    MESSAGE("8 requests failed in " << std::chrono::duration<double, std::milli>(elapsed).count()
+                                    << " ms; slowest put/get/poll call "
+                                    << std::chrono::duration<double, std::micro>(slowest_call).count() << " us");
+    CHECK(slowest_call < 50ms);
+    // At most one request waits for the timeout (the others find the node in its backoff).
+    CHECK(elapsed < 2 * o.command_timeout + 500ms);
+  };
+
+  SUBCASE("killed, then restarted") {
+    server.kill();
+    check_degrades({store_status::unavailable, store_status::timeout});
+    server.start();
+    const auto deadline = steady::now() + 5s;
+    store_status s = store_status::unavailable;
+    while (s != store_status::stored && steady::now() < deadline) {
+      s = put_sync(*store, key_of(3), {}, payload);
+      if (s != store_status::stored) std::this_thread::sleep_for(20ms);
+    }
+    CHECK(s == store_status::stored);
+    completion got = get_sync(*store, key_of(3));
+    CHECK(got.status == store_status::hit);
+    CHECK(same(got.payload, payload));
+    CHECK(get_sync(*store, key_of(1)).status == store_status::miss); // the restart lost it (no persistence)
+    CHECK(store->stats().reconnects >= 1);
+  }
+  SUBCASE("stopped (accepts nothing, answers nothing), then continued") {
+    server.pause();
+    check_degrades({store_status::timeout, store_status::unavailable});
+    server.resume();
+    const auto deadline = steady::now() + 5s;
+    store_status s = store_status::unavailable;
+    while (s != store_status::hit && steady::now() < deadline) {
+      s = get_sync(*store, key_of(1)).status;
+      if (s != store_status::hit) std::this_thread::sleep_for(20ms);
+    }
+    CHECK(s == store_status::hit);
+  }
+}
+
+TEST_CASE("two processes share the store: a child writes and the parent reads bitwise") {
+  require_redis_server();
+  redis_server server;
+  const std::vector<std::byte> header = pattern(24, 8);
+  const std::vector<std::byte> payload = pattern((std::size_t{3} << 20) + 17, 8);
+  std::fflush(nullptr);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    // The child: its own store, its own connection and write id.
+    redis_store_options o = options_for({server.endpoint()});
+    o.chunk_bytes = 1 << 20;
+    auto made = redis_store::create(o);
+    int code = 1;
+    if (made) {
+      auto id = (*made)->put(key_of(77), header, payload);
+      completion c;
+      if (id && (*made)->wait(std::span(&c, 1), 10s) == 1 && c.status == store_status::stored) code = 0;
+    }
+    made = failure{errc::invalid_argument}; // stops its thread before exiting
+    std::_Exit(code);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  redis_store_options o = options_for({server.endpoint()}); // another chunk size: the manifest says which
+  auto store = make_store(o);
+  completion got = get_sync(*store, key_of(77));
+  REQUIRE(got.status == store_status::hit);
+  CHECK(same(got.header, header));
+  CHECK(same(got.payload, payload));
+}
+
+namespace {
+
+/// A 3-node Redis Cluster without replicas, created with redis-cli.
+struct redis_cluster {
+  std::vector<std::unique_ptr<redis_server>> nodes;
+
+  redis_cluster() {
+    for (int i = 0; i < 3; ++i) {
+      const int port = free_cluster_port();
+      nodes.push_back(std::make_unique<redis_server>(
+          std::vector<std::string>{"--cluster-enabled", "yes", "--cluster-config-file",
+                                   "nodes-" + std::to_string(port) + ".conf", "--cluster-node-timeout", "3000"},
+          port));
+    }
+    std::string create = "redis-cli --cluster create";
+    for (auto& n : nodes) create += " " + n->endpoint();
+    create += " --cluster-replicas 0 --cluster-yes >/dev/null 2>&1";
+    REQUIRE(std::system(create.c_str()) == 0);
+    const auto deadline = steady::now() + 15s;
+    for (auto& n : nodes) {
+      raw_connection c = n->connect();
+      REQUIRE(c);
+      while (raw_string(c.get(), {"CLUSTER", "INFO"}).find("cluster_state:ok") == std::string::npos) {
+        REQUIRE(steady::now() < deadline);
+        std::this_thread::sleep_for(50ms);
+      }
+    }
+  }
+
+  /// The node that serves `slot` (counted by CLUSTER COUNTKEYSINSLOT of a key it holds is not enough for an
+  /// empty slot, so CLUSTER SLOTS is read).
+  std::size_t owner(std::uint16_t slot) {
+    raw_connection c = nodes[0]->connect();
+    raw_reply r = raw(c.get(), {"CLUSTER", "SLOTS"});
+    REQUIRE(r);
+    REQUIRE(r->type == REDIS_REPLY_ARRAY);
+    for (std::size_t i = 0; i < r->elements; ++i) {
+      const redisReply* range = r->element[i];
+      if (range->element[0]->integer <= slot && slot <= range->element[1]->integer) {
+        const int port = static_cast<int>(range->element[2]->element[1]->integer);
+        for (std::size_t n = 0; n < nodes.size(); ++n)
+          if (nodes[n]->port() == port) return n;
+      }
+    }
+    FAIL("no owner of slot " << slot);
+    return 0;
+  }
+  std::string id(std::size_t n) { return raw_string(nodes[n]->connect().get(), {"CLUSTER", "MYID"}); }
+};
+
+} // namespace
+
+TEST_CASE("Redis Cluster: slot routing and MOVED and ASK redirects") {
+  require_redis_server();
+  redis_cluster cluster;
+
+  // One seed, topology detected; the other store knows all three seeds.
+  redis_store_options o = options_for({cluster.nodes[1]->endpoint()});
+  o.chunk_bytes = 4096;
+  auto store = make_store(o);
+  redis_store_options all = options_for({});
+  for (auto& n : cluster.nodes) all.endpoints.push_back(n->endpoint());
+  all.topology = store_topology::cluster;
+  all.chunk_bytes = 4096;
+  auto seeded = make_store(all);
+
+  const std::vector<std::byte> header = pattern(32, 4);
+  std::vector<std::vector<std::byte>> values;
+  for (int i = 0; i < 24; ++i) {
+    values.push_back(pattern(static_cast<std::size_t>(i % 2 == 0 ? 1000 : 20'000), static_cast<std::uint64_t>(i)));
+    REQUIRE(put_sync(*store, key_of(static_cast<std::uint64_t>(i)), header, values.back()) == store_status::stored);
+  }
+  for (int i = 0; i < 24; ++i) {
+    for (redis_store* s : {store.get(), seeded.get()}) {
+      completion got = get_sync(*s, key_of(static_cast<std::uint64_t>(i)));
+      REQUIRE(got.status == store_status::hit);
+      CHECK(same(got.payload, values[static_cast<std::size_t>(i)]));
+    }
+  }
+  int nodes_with_keys = 0;
+  for (auto& n : cluster.nodes) {
+    raw_connection c = n->connect();
+    raw_reply r = raw(c.get(), {"DBSIZE"});
+    nodes_with_keys += r && r->integer > 0;
+  }
+  CHECK(nodes_with_keys >= 2);
+  CHECK(store->stats().redirects == 0);
+
+  // Migrate the slot of value 1 (chunked) to another node by hand, as redis-cli --cluster reshard would.
+  const content_key k = key_of(1);
+  const std::string manifest = store->manifest_key(k);
+  const auto slot = cluster_slot(manifest);
+  const std::size_t from = cluster.owner(slot);
+  const std::size_t to = (from + 1) % 3;
+  const std::string from_id = cluster.id(from), to_id = cluster.id(to);
+  raw_connection source = cluster.nodes[from]->connect();
+  raw_connection target = cluster.nodes[to]->connect();
+  const std::string slot_text = std::to_string(slot);
+  REQUIRE(raw_string(target.get(), {"CLUSTER", "SETSLOT", slot_text, "IMPORTING", from_id}) == "OK");
+  REQUIRE(raw_string(source.get(), {"CLUSTER", "SETSLOT", slot_text, "MIGRATING", to_id}) == "OK");
+
+  // Mid-migration, the manifest moved and the chunks not yet: ASK for the manifest, the chunks from the source.
+  const std::string to_port = std::to_string(cluster.nodes[to]->port());
+  REQUIRE(raw_string(source.get(), {"MIGRATE", "127.0.0.1", to_port, manifest, "0", "5000"}) == "OK");
+  const std::uint64_t before_ask = store->stats().redirects;
+  completion got = get_sync(*store, k);
+  REQUIRE(got.status == store_status::hit);
+  CHECK(same(got.payload, values[1]));
+  CHECK(store->stats().redirects > before_ask);
+
+  // The rest of the slot, then the slot assigned to the target: the stores' maps are stale, MOVED corrects them.
+  std::vector<std::string> migrate{"MIGRATE", "127.0.0.1", to_port, "", "0", "5000", "KEYS"};
+  raw_reply keys = raw(source.get(), {"CLUSTER", "GETKEYSINSLOT", slot_text, "1000"});
+  REQUIRE(keys);
+  REQUIRE(keys->elements > 0);
+  for (std::size_t i = 0; i < keys->elements; ++i) migrate.emplace_back(keys->element[i]->str, keys->element[i]->len);
+  REQUIRE(raw_string(source.get(), migrate) == "OK");
+  for (auto& n : cluster.nodes) {
+    raw_connection c = n->connect();
+    REQUIRE(raw_string(c.get(), {"CLUSTER", "SETSLOT", slot_text, "NODE", to_id}) == "OK");
+  }
+  for (redis_store* s : {store.get(), seeded.get()}) {
+    const std::uint64_t before_moved = s->stats().redirects;
+    got = get_sync(*s, k);
+    REQUIRE(got.status == store_status::hit);
+    CHECK(same(got.payload, values[1]));
+    CHECK(s->stats().redirects > before_moved);
+    // The map was relearned: no further redirect for this slot.
+    const std::uint64_t after = s->stats().redirects;
+    CHECK(get_sync(*s, k).status == store_status::hit);
+    CHECK(s->stats().redirects == after);
+  }
+  // Writes to the moved slot land on its new owner.
+  const std::vector<std::byte> replacement = pattern(30'000, 99);
+  REQUIRE(put_sync(*seeded, k, header, replacement) == store_status::stored);
+  CHECK(same(get_sync(*store, k).payload, replacement));
+  CHECK(raw(target.get(), {"EXISTS", manifest})->integer == 1);
+}
