@@ -13,6 +13,7 @@
 #include <reprise/cache/block_ledger.hpp>
 #include <reprise/cache/capture_planner.hpp>
 #include <reprise/cache/host_ledger.hpp>
+#include <reprise/cache/remote_state.hpp>
 #include <reprise/cache/in_step_sharing.hpp>
 #include <reprise/cache/sequence_table.hpp>
 #include <reprise/cache/snapshot_ledger.hpp>
@@ -30,6 +31,7 @@
 #include <limits>
 #include <memory>
 #include <span>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -40,6 +42,7 @@ struct cache_core {
   using traits = policy::policy_traits<Policy>;
   static constexpr bool restores = traits::restores_snapshots;
   static constexpr bool has_host = policy::tier_traits<Tiers>::host;
+  static constexpr bool has_remote = policy::tier_traits<Tiers>::remote;
   static constexpr bool accepts_continuation = traits::accepts_decode_continuation;
   /// `cache_options::share_in_step` applies to attention-only models only (`validate`).
   static constexpr bool can_share_in_step = std::is_same_v<Policy, policy::block_sharing>;
@@ -79,6 +82,11 @@ struct cache_core {
     } else {
       if (o.host_kv_budget_bytes != 0 || o.host_snapshot_budget_bytes != 0) return errc::unsupported_config;
     }
+    if constexpr (has_remote) {
+      if (o.remote_keys == nullptr || o.remote_snapshot_candidates == 0) return errc::invalid_argument;
+    } else {
+      if (o.remote_keys != nullptr) return errc::unsupported_config;
+    }
     return errc{};
   }
 
@@ -102,6 +110,11 @@ struct cache_core {
                                                units_in(o.host_snapshot_budget_bytes, g.bytes_per_snapshot),
                                                g.block_size, g.bytes_per_kv_block, g.bytes_per_snapshot, clock, metrics);
       slots.set_evict_hook(&snapshot_evicted, this);
+    }
+    if constexpr (has_remote) {
+      remote = std::make_unique<remote_tier_state>(*o.remote_keys, o.kv_blocks, host->ledger.blocks().size(),
+                                                   host->ledger.snapshots().size());
+      host->ledger.set_evict_hook(&host_evicted, this);
     }
   }
 
@@ -151,6 +164,11 @@ struct cache_core {
     const std::uint64_t parent_serial = n.parent == no_block ? 0 : h.serial[static_cast<std::size_t>(n.parent)];
     h.serial[static_cast<std::size_t>(b)] = 0;
     const host_unit twin = std::exchange(h.twin[static_cast<std::size_t>(b)], no_host_unit);
+    content_key key{}, parent_key{};
+    if constexpr (has_remote) {
+      key = std::exchange(remote->gpu_key[static_cast<std::size_t>(b)], content_key{});
+      parent_key = std::exchange(remote->gpu_parent[static_cast<std::size_t>(b)], content_key{});
+    }
     // A block without a serial (2^64 drawn), or under one without, is never offloaded: its parent could not
     // be verified on the way back.
     if (serial == 0 || (n.parent != no_block && parent_serial == 0)) return;
@@ -167,36 +185,97 @@ struct cache_core {
                               .kind = n.kind,
                               .tokens = blocks.pool().tokens(b).first(fill),
                               .extras = n.parent == no_block ? &blocks.pool().root_extras(b) : nullptr};
-      if (const host_unit u = h.ledger.store_block(d); u != no_host_unit)
+      if (const host_unit u = h.ledger.store_block(d); u != no_host_unit) {
         h.kv_offload.push_back({static_cast<std::uint32_t>(b), u});
+        if constexpr (has_remote) {
+          remote->host_key[u] = key;
+          remote->host_parent[u] = parent_key;
+          remote->host_fetched[u] = 0;
+        }
+      }
     }
     if constexpr (restores) {
       for (const slot_id s : n.snapshot)
-        if (s != no_slot) offload_snapshot(slots.node(s), serial);
+        if (s != no_slot) offload_snapshot(slots.node(s), serial, key);
     }
   }
 
-  /// Copies published snapshot `n` (its block has serial `serial`) into the host tier, if it is restorable
-  /// and the host holds none of that block and class.
-  void offload_snapshot(const slot_node& n, std::uint64_t serial) noexcept {
+  /// Copies published snapshot `n` (its block has serial `serial` and, with a remote tier, content key
+  /// `block_key`) into the host tier, if it is restorable and the host holds none of that block and class.
+  void offload_snapshot(const slot_node& n, std::uint64_t serial, const content_key& block_key) noexcept {
     if constexpr (restores) {
       const slot_id s = slots.id_of(n);
       if (serial == 0 || !slots.ready(s)) return;
-      if (const host_unit u = host->ledger.store_snapshot(serial, n.kind); u != no_host_unit)
+      if (const host_unit u = host->ledger.store_snapshot(serial, n.kind); u != no_host_unit) {
         host->snapshot_offload.push_back({static_cast<std::uint32_t>(s), u});
+        if constexpr (has_remote) {
+          // Only a prefill-exact snapshot at a full block's end is writer-independent: the store may have it.
+          const block_node& b = blocks.node(n.block);
+          const bool shareable = n.kind == exactness::prefill_exact && b.state == block_state::cached && !is_zero(block_key);
+          const std::uint32_t position = (b.depth + 1) * geometry.block_size;
+          remote->snapshot_key[u] = shareable ? remote->keyer->snapshot(block_key, position) : content_key{};
+          remote->snapshot_block[u] = shareable ? block_key : content_key{};
+          remote->snapshot_position[u] = position;
+          remote->snapshot_fetched[u] = 0;
+        }
+      }
     }
   }
 
   static void snapshot_evicted(void* self, const slot_node& n) noexcept {
     auto& c = *static_cast<cache_core*>(self);
-    c.offload_snapshot(n, c.host->serial[static_cast<std::size_t>(n.block)]);
+    const auto b = static_cast<std::size_t>(n.block);
+    content_key key{};
+    if constexpr (has_remote) key = c.remote->gpu_key[b];
+    c.offload_snapshot(n, c.host->serial[b], key);
   }
 
-  /// A freshly published block (or kept tail) `b` gets its serial.
-  void published(block_id b) noexcept {
+  /// `policy::remote_tier`: the host tier is handing out unit `u` again; a prefill-exact full block or
+  /// snapshot that did not come from the store is written there (write-back). Its header is built now; the
+  /// engine copies the unit's bytes before the transfers that overwrite it.
+  static void host_evicted(void* self, remote_item item, host_unit u) noexcept {
+    auto& c = *static_cast<cache_core*>(self);
+    if constexpr (has_remote) {
+      remote_tier_state& r = *c.remote;
+      const std::size_t begin = r.header_bytes.size();
+      if (item == remote_item::block) {
+        const host_block_node& n = c.host->ledger.block(u);
+        if (r.host_fetched[u] != 0 || is_zero(r.host_key[u]) || n.kind != exactness::prefill_exact ||
+            n.fill != c.geometry.block_size)
+          return;
+        append_remote_header(r.header_bytes, item, n.kind, (n.depth + 1) * n.fill, r.host_key[u], r.host_parent[u],
+                             c.host->ledger.tokens(u));
+        r.puts.push_back({item, u, r.host_key[u], {}});
+        c.metrics.remote_bytes_put += c.geometry.bytes_per_kv_block;
+      } else {
+        const host_snapshot_node& n = c.host->ledger.snapshot(u);
+        if (r.snapshot_fetched[u] != 0 || is_zero(r.snapshot_key[u]) || n.kind != exactness::prefill_exact) return;
+        append_remote_header(r.header_bytes, item, n.kind, r.snapshot_position[u], r.snapshot_key[u],
+                             r.snapshot_block[u], {});
+        r.puts.push_back({item, u, r.snapshot_key[u], {}});
+        c.metrics.remote_bytes_put += c.geometry.bytes_per_snapshot;
+      }
+      r.put_headers.emplace_back(begin, r.header_bytes.size() - begin);
+      ++c.metrics.remote_puts;
+    }
+  }
+
+  /// A freshly published block (or kept tail) `b` of sequence `r` gets its serial and, with a remote tier and
+  /// when it is a prefill-exact full block, its content key.
+  void published(block_id b, const sequence_record& r) noexcept {
     if constexpr (has_host) {
       host->serial[static_cast<std::size_t>(b)] = host->draw_serial();
       host->twin[static_cast<std::size_t>(b)] = no_host_unit;
+    }
+    if constexpr (has_remote) {
+      const block_node& n = blocks.node(b);
+      const auto i = static_cast<std::size_t>(b);
+      remote->gpu_key[i] = remote->gpu_parent[i] = content_key{};
+      if (n.state != block_state::cached || n.kind != exactness::prefill_exact) return;
+      const content_key parent = n.parent == no_block ? r.content_root : remote->gpu_key[static_cast<std::size_t>(n.parent)];
+      if (is_zero(parent)) return;
+      remote->gpu_parent[i] = parent;
+      remote->gpu_key[i] = remote->keyer->chain(parent, blocks.pool().tokens(b));
     }
   }
 
@@ -210,8 +289,193 @@ struct cache_core {
       h.kv_offload.clear();
       h.snapshot_offload.clear();
       h.kv_onboard.clear();
-      return {h.taken_kv_offload, h.taken_snapshot_offload, h.taken_kv_onboard};
+      transfer_plan t{h.taken_kv_offload, h.taken_snapshot_offload, h.taken_kv_onboard};
+      if constexpr (has_remote) {
+        remote_tier_state& r = *remote;
+        r.taken_puts.swap(r.puts);
+        r.taken_header_bytes.swap(r.header_bytes);
+        for (std::size_t k = 0; k < r.taken_puts.size(); ++k)
+          r.taken_puts[k].header = std::span<const std::byte>(r.taken_header_bytes).subspan(r.put_headers[k].first,
+                                                                                           r.put_headers[k].second);
+        r.puts.clear();
+        r.header_bytes.clear();
+        r.put_headers.clear();
+        t.remote_puts = r.taken_puts;
+      }
+      return t;
     } else {
+      return {};
+    }
+  }
+
+  // ------------------------------------------------------------------------------------------------------
+  // remote tier: prefetch into reserved host units, verified when reported
+
+  /// Plans fetches from the remote store of what `prompt` would reuse and the GPU and host tiers lack: the
+  /// prefill-exact blocks past its match (continuing a prefill-exact chain), and snapshots at the deepest
+  /// `remote_snapshot_candidates` positions on the alignment grid past what the local tiers restore, each
+  /// into a reserved host unit. Changes no GPU state; host units it reserves may evict others (their puts
+  /// come with the next `take_transfers`, which the engine runs before starting the fetches).
+  /// Errors: as `admit`'s checks of the prompt (`invalid_argument`, `out_of_range`).
+  result<fetch_plan> prefetch(std::span<const token_id> prompt, const extra_keys& keys) {
+    if (prompt.empty() || keys.multimodal_digest.size() > max_multimodal_digest_bytes) return errc::invalid_argument;
+    if (prompt.size() > max_sequence_tokens(geometry.block_size)) return errc::out_of_range;
+    if constexpr (!has_remote) {
+      return fetch_plan{};
+    } else {
+      return with_block_size(geometry.block_size, [&](auto b) -> result<fetch_plan> {
+        constexpr std::uint32_t B = decltype(b)::value;
+        remote_tier_state& rs = *remote;
+        host_ledger& ledger = host->ledger;
+        rs.fetches.clear();
+        sequence_record& r = rs.scratch;
+        r.reset(0);
+        r.root = hasher.root(keys);
+        r.extras = stored_extra_keys::from(keys);
+        const std::uint32_t on_gpu = lookup<B>(r, prompt);
+        const std::uint32_t matched = on_gpu + host_hits();
+        const std::uint32_t local_usable = choose_restore<B>(r, matched, prompt).usable;
+        // The matched host blocks stay while units are reserved (the fetched chain hangs under them).
+        for (const host_unit u : host->hits) ledger.hold_block(u);
+        const auto limit = static_cast<std::uint32_t>((prompt.size() - 1) / B);
+        auto block_tokens = [&](std::uint32_t i) { return prompt.subspan(std::size_t{i} * B).template first<B>(); };
+
+        // The chain the fetched blocks continue: keys, serial, in-process key of the last matched block.
+        content_key key = rs.keyer->root(keys);
+        std::uint64_t serial = 0;
+        block_key chain = r.root;
+        bool chain_ok = true;
+        if (matched != 0) {
+          const std::uint32_t i = matched - 1;
+          chain_ok = matched_kind(r, i) == exactness::prefill_exact;
+          serial = matched_serial(r, i);
+          if (i < on_gpu) {
+            key = rs.gpu_key[static_cast<std::size_t>(r.blocks[i])];
+            chain = blocks.node(r.blocks[i]).key;
+          } else {
+            const host_unit u = host->hits[i - on_gpu];
+            key = rs.host_key[u];
+            chain = ledger.block(u).key;
+          }
+          chain_ok = chain_ok && serial != 0;
+        }
+        // Block i's content key and serial, matched or fetched, for the snapshot candidates below.
+        std::vector<std::pair<content_key, std::uint64_t>>& ends = fetch_ends_;
+        ends.clear();
+        std::uint32_t fetched_blocks = 0;
+        for (std::uint32_t i = matched; chain_ok && i < limit && !is_zero(key); ++i) {
+          const content_key next = rs.keyer->chain(key, block_tokens(i));
+          if (is_zero(next)) break;
+          const host_unit u = ledger.reserve_block();
+          if (u == no_host_unit) break;
+          pending_fetch& p = rs.kv_pending[u];
+          p.active = true;
+          p.key = next;
+          p.parent = key;
+          p.chain_key = hasher.chain(chain, block_tokens(i));
+          p.serial = host->draw_serial();
+          p.parent_serial = serial;
+          p.depth = i;
+          p.tokens.assign(block_tokens(i).begin(), block_tokens(i).end());
+          p.extras = r.extras;
+          p.header.clear();
+          append_remote_header(p.header, remote_item::block, exactness::prefill_exact, (i + 1) * B, next, key,
+                               block_tokens(i));
+          rs.fetches.push_back({remote_item::block, u, next, static_cast<std::uint32_t>(p.header.size())});
+          ends.emplace_back(next, p.serial);
+          key = next;
+          chain = p.chain_key;
+          serial = p.serial;
+          ++fetched_blocks;
+        }
+        if constexpr (restores) {
+          // Snapshots on the alignment grid past the local restore point, deepest first, at block ends the
+          // prompt has (matched) or is fetching, with the block's key and serial.
+          const std::uint32_t A = geometry.alignment;
+          const std::uint32_t reach = (matched + fetched_blocks) * B;
+          std::uint32_t asked = 0;
+          for (std::uint32_t p = reach / A * A; p > local_usable && p != 0 && asked < options.remote_snapshot_candidates;
+               p -= A) {
+            const std::uint32_t i = p / B - 1;
+            content_key block_key{};
+            std::uint64_t block_serial = 0;
+            if (i >= matched) {
+              std::tie(block_key, block_serial) = ends[i - matched];
+            } else if (matched_kind(r, i) == exactness::prefill_exact) {
+              block_serial = matched_serial(r, i);
+              block_key = i < on_gpu ? rs.gpu_key[static_cast<std::size_t>(r.blocks[i])] : rs.host_key[host->hits[i - on_gpu]];
+            }
+            if (is_zero(block_key) || block_serial == 0) continue;
+            if (ledger.find_snapshot(block_serial, exactness::prefill_exact) != no_host_unit) continue;
+            const content_key snapshot_key = rs.keyer->snapshot(block_key, p);
+            if (is_zero(snapshot_key)) continue;
+            const host_unit u = ledger.reserve_snapshot();
+            if (u == no_host_unit) break;
+            pending_fetch& f = rs.snapshot_pending[u];
+            f.active = true;
+            f.key = snapshot_key;
+            f.parent = block_key;
+            f.serial = block_serial;
+            f.depth = p;
+            f.header.clear();
+            append_remote_header(f.header, remote_item::snapshot, exactness::prefill_exact, p, snapshot_key, block_key, {});
+            rs.fetches.push_back({remote_item::snapshot, u, snapshot_key, static_cast<std::uint32_t>(f.header.size())});
+            ++asked;
+          }
+        }
+        for (const host_unit u : host->hits) ledger.unhold_block(u);
+        metrics.remote_fetches += rs.fetches.size();
+        return fetch_plan{rs.fetches, fetched_blocks};
+      });
+    }
+  }
+
+  /// Reports the fetch into `unit` of `item`: `header` as the store returned it, empty for a miss (absent,
+  /// corrupt, timed out). A header equal to the one `prefetch` expected makes the unit a host-tier block or
+  /// snapshot (its bytes already written by the engine); anything else frees it, counted as rejected.
+  /// Errors: `invalid_argument` when no fetch into that unit is pending (nothing changes).
+  result<void> fetched(remote_item item, std::uint32_t unit, std::span<const std::byte> header) {
+    if constexpr (!has_remote) {
+      return errc::invalid_argument;
+    } else {
+      remote_tier_state& rs = *remote;
+      host_ledger& ledger = host->ledger;
+      const bool block = item == remote_item::block;
+      std::vector<pending_fetch>& pending = block ? rs.kv_pending : rs.snapshot_pending;
+      if ((item != remote_item::block && item != remote_item::snapshot) || unit >= pending.size() || !pending[unit].active)
+        return errc::invalid_argument;
+      pending_fetch& p = pending[unit];
+      p.active = false;
+      const bool ok = !header.empty() && header.size() == p.header.size() &&
+                      std::memcmp(header.data(), p.header.data(), header.size()) == 0;
+      if (!ok) {
+        ++(header.empty() ? metrics.remote_misses : metrics.remote_rejected);
+        if (block) ledger.release_reserved_block(unit);
+        else ledger.release_reserved_snapshot(unit);
+        return {};
+      }
+      ++metrics.remote_hits;
+      if (block) {
+        ledger.commit_reserved_block(unit, {.key = p.chain_key,
+                                            .serial = p.serial,
+                                            .parent_serial = p.parent_serial,
+                                            .depth = p.depth,
+                                            .fill = geometry.block_size,
+                                            .kind = exactness::prefill_exact,
+                                            .tokens = p.tokens,
+                                            .extras = &p.extras});
+        rs.host_key[unit] = p.key;
+        rs.host_parent[unit] = p.parent;
+        rs.host_fetched[unit] = 1;
+        metrics.remote_bytes_fetched += geometry.bytes_per_kv_block;
+      } else {
+        ledger.commit_reserved_snapshot(unit, p.serial, exactness::prefill_exact);
+        rs.snapshot_key[unit] = p.key;
+        rs.snapshot_block[unit] = p.parent;
+        rs.snapshot_position[unit] = p.depth;
+        rs.snapshot_fetched[unit] = 1;
+        metrics.remote_bytes_fetched += geometry.bytes_per_snapshot;
+      }
       return {};
     }
   }
@@ -270,6 +534,7 @@ struct cache_core {
       sequence_record& r = sequences.prepare(s); // not live until `apply`: filling it changes nothing
       r.root = hasher.root(keys);
       r.extras = stored_extra_keys::from(keys);
+      if constexpr (has_remote) r.content_root = remote->keyer->root(keys);
       const std::uint32_t published = lookup<B>(r, prompt);
       // Past the published blocks, those that sequences admitted in this step compute (share_in_step), or
       // those the host tier holds (`policy::host_tier`; the two never combine).
@@ -595,6 +860,10 @@ struct cache_core {
       blocks.publish(b, {n.key, parent, tokens, &r.extras, n.kind}, i, r.extras);
       h.serial[static_cast<std::size_t>(b)] = n.serial;
       h.twin[static_cast<std::size_t>(b)] = u;
+      if constexpr (has_remote) {
+        remote->gpu_key[static_cast<std::size_t>(b)] = remote->host_key[u];
+        remote->gpu_parent[static_cast<std::size_t>(b)] = remote->host_parent[u];
+      }
       h.kv_onboard.push_back({u, static_cast<std::uint32_t>(b)});
       r.blocks.push_back(b);
       ++metrics.host_blocks_onboarded;
@@ -712,7 +981,7 @@ struct cache_core {
         // chain; ours stays private (the engine's table points at it).
         const exactness kind = r.kv_kind(std::uint64_t{i + 1} * B);
         parent = blocks.publish(b, {key, parent, pool.template tokens_of<B>(b), &r.extras, kind}, i, r.extras);
-        if (parent == b) published(b);
+        if (parent == b) published(b, r);
         // A prefill-exact duplicate holds the same bits; a decode_continuation one may have been computed
         // along another path (decode steps against a prefill, say).
         if (parent != b && kind == exactness::decode_continuation) r.foreign_from = std::min(r.foreign_from, i * B);
@@ -807,6 +1076,7 @@ struct cache_core {
     }
     b.root = a->root;
     b.extras = a->extras;
+    b.content_root = a->content_root;
     b.tokens = a->tokens;
     b.computed = a->computed;
     b.exact_until = a->exact_until;
@@ -876,7 +1146,7 @@ struct cache_core {
       const block_id parent = k == 0 ? no_block : r.chain[k - 1];
       blocks.keep_tail(r.blocks[k], k == 0 ? r.root : blocks.node(parent).key, parent, k, fill, r.kv_kind(p),
                        r.extras);
-      published(r.blocks[k]);
+      published(r.blocks[k], r);
       target = &blocks.node(r.blocks[k]);
     }
     // Written by the engine in the current step: restorable once that step completes.
@@ -947,6 +1217,8 @@ struct cache_core {
   sequence_table sequences;
   in_step_sharing in_step;
   std::unique_ptr<host_tier_state> host; ///< `policy::host_tier` only
+  std::unique_ptr<remote_tier_state> remote; ///< `policy::remote_tier` only
+  std::vector<std::pair<content_key, std::uint64_t>> fetch_ends_; ///< `prefetch` scratch
 };
 
 } // namespace reprise::detail

@@ -43,7 +43,9 @@ namespace reprise::detail {
 using host_unit = std::uint32_t;
 inline constexpr host_unit no_host_unit = std::numeric_limits<host_unit>::max();
 
-enum class host_state : std::uint8_t { free, cached };
+/// free: in the free queue; cached: indexed (in the LRU queue unless held); reserved: taken for a fetch
+/// from the remote tier, neither indexed nor queued until the fetch is reported.
+enum class host_state : std::uint8_t { free, cached, reserved };
 
 struct host_block_node {
   index_hook index_link;
@@ -202,18 +204,54 @@ public:
   /// the unit the engine copies into, or `no_host_unit` when every unit is held or read in a step not yet
   /// complete (the block is then dropped, as without a host tier). Complexity: O(1).
   host_unit store_block(const host_block_desc& d) noexcept {
+    const host_unit u = take_block();
+    if (u == no_host_unit) return no_host_unit;
+    fill_block(u, d);
+    ++metrics_->host_blocks_offloaded;
+    metrics_->host_bytes_offloaded += bytes_per_block_;
+    return u;
+  }
+
+  /// Called with a cached unit the LRU queue is about to hand out again (a lower tier may copy it first).
+  using evict_hook = void (*)(void* context, remote_item item, host_unit unit) noexcept;
+  void set_evict_hook(evict_hook f, void* context) noexcept {
+    evict_hook_ = f;
+    evict_context_ = context;
+  }
+
+  /// A block unit for a fetch from the remote tier (as `store_block` takes one), reserved until
+  /// `commit_reserved_block` or `release_reserved_block`. `no_host_unit` when none is reusable.
+  host_unit reserve_block() noexcept {
+    const host_unit u = take_block();
+    if (u != no_host_unit) blocks_.node(u).state = host_state::reserved;
+    return u;
+  }
+  /// The fetch into reserved unit `u` succeeded: it holds `d` from now on.
+  void commit_reserved_block(host_unit u, const host_block_desc& d) noexcept { fill_block(u, d); }
+  /// The fetch failed: `u` is free again once the current step completes.
+  void release_reserved_block(host_unit u) noexcept { release(blocks_, u); }
+
+private:
+  /// A safe free unit, else the LRU one evicted (its hook called first); unlinked from both queues.
+  host_unit take_block() noexcept {
     host_block_node* n = blocks_.free().front_safe();
     if (n != nullptr) {
       blocks_.free().erase(*n, clock_->safe_before);
     } else {
       n = blocks_.lru().front_safe();
       if (n == nullptr) return no_host_unit;
+      if (evict_hook_ != nullptr) evict_hook_(evict_context_, remote_item::block, blocks_.id_of(*n));
       blocks_.lru().erase(*n, clock_->safe_before);
       blocks_.index().erase(blocks_.index().iterator_to(*n));
       --metrics_->host_blocks_held;
       ++metrics_->host_block_evictions;
     }
-    const host_unit u = blocks_.id_of(*n);
+    n->state = host_state::free;
+    return blocks_.id_of(*n);
+  }
+
+  void fill_block(host_unit u, const host_block_desc& d) noexcept {
+    host_block_node* n = &blocks_.node(u);
     n->key = d.key;
     n->serial = d.serial;
     n->parent_serial = d.parent_serial;
@@ -228,10 +266,9 @@ public:
     // Written by this step's transfers: an onboard in the same step is ordered after them.
     blocks_.lru().push_back(*n, clock_->release_tag(), clock_->safe_before);
     ++metrics_->host_blocks_held;
-    ++metrics_->host_blocks_offloaded;
-    metrics_->host_bytes_offloaded += bytes_per_block_;
-    return u;
   }
+
+public:
 
   /// Takes block unit `u` out of the LRU queue (an onboard or a kept copy is about to read it).
   void hold_block(host_unit u) noexcept { hold(blocks_, u); }
@@ -260,17 +297,45 @@ public:
       touch(snapshots_, u);
       return no_host_unit;
     }
+    const host_unit u = take_snapshot();
+    if (u == no_host_unit) return no_host_unit;
+    fill_snapshot(u, serial, kind);
+    ++metrics_->host_snapshots_offloaded;
+    metrics_->host_bytes_offloaded += bytes_per_snapshot_;
+    return u;
+  }
+
+  /// As `reserve_block`, for a snapshot.
+  host_unit reserve_snapshot() noexcept {
+    const host_unit u = snapshots_.size() == 0 ? no_host_unit : take_snapshot();
+    if (u != no_host_unit) snapshots_.node(u).state = host_state::reserved;
+    return u;
+  }
+  void commit_reserved_snapshot(host_unit u, std::uint64_t serial, exactness kind) noexcept {
+    fill_snapshot(u, serial, kind);
+  }
+  void release_reserved_snapshot(host_unit u) noexcept { release(snapshots_, u); }
+
+private:
+  host_unit take_snapshot() noexcept {
     host_snapshot_node* n = snapshots_.free().front_safe();
     if (n != nullptr) {
       snapshots_.free().erase(*n, clock_->safe_before);
     } else {
       n = snapshots_.lru().front_safe();
       if (n == nullptr) return no_host_unit;
+      if (evict_hook_ != nullptr) evict_hook_(evict_context_, remote_item::snapshot, snapshots_.id_of(*n));
       snapshots_.lru().erase(*n, clock_->safe_before);
       snapshots_.index().erase(snapshots_.index().iterator_to(*n));
       --metrics_->host_snapshots_held;
       ++metrics_->host_snapshot_evictions;
     }
+    n->state = host_state::free;
+    return snapshots_.id_of(*n);
+  }
+
+  void fill_snapshot(host_unit u, std::uint64_t serial, exactness kind) noexcept {
+    host_snapshot_node* n = &snapshots_.node(u);
     n->serial = serial;
     n->kind = kind;
     n->holds = 0;
@@ -278,10 +343,17 @@ public:
     snapshots_.index().insert(*n);
     snapshots_.lru().push_back(*n, clock_->release_tag(), clock_->safe_before);
     ++metrics_->host_snapshots_held;
-    ++metrics_->host_snapshots_offloaded;
-    metrics_->host_bytes_offloaded += bytes_per_snapshot_;
-    return snapshots_.id_of(*n);
   }
+
+  template <class Pool>
+  void release(Pool& p, host_unit u) noexcept {
+    auto& n = p.node(u);
+    n.state = host_state::free;
+    n.holds = 0;
+    p.free().push_back(n, clock_->release_tag(), clock_->safe_before);
+  }
+
+public:
 
   void hold_snapshot(host_unit u) noexcept { hold(snapshots_, u); }
   void unhold_snapshot(host_unit u) noexcept { unhold(snapshots_, u); }
@@ -323,6 +395,8 @@ private:
 
   block_pool_type blocks_;
   snapshot_pool_type snapshots_;
+  evict_hook evict_hook_ = nullptr;
+  void* evict_context_ = nullptr;
   std::vector<token_id> tokens_;
   std::vector<stored_extra_keys> root_extras_;
   std::uint32_t block_size_;

@@ -196,6 +196,8 @@ bool check_host_tier(const cache_core<Policy, Hasher, Tiers>& c) {
       if (n.state == host_state::free) {
         if (indexed || !queued || n.holds != 0) return false;
         ++free_count;
+      } else if (n.state == host_state::reserved) { // a fetch from the remote tier in flight
+        if (indexed || queued || n.holds != 0) return false;
       } else {
         if (!indexed || queued != (n.holds == 0)) return false;
         ++cached;

@@ -264,6 +264,25 @@ public:
   /// host tier.
   transfer_plan take_transfers() noexcept { return st_ ? st_->take_transfers() : transfer_plan{}; }
 
+  /// `policy::remote_tier`: fetches from the fleet's store of what `prompt` would reuse and the GPU and host
+  /// tiers lack (prefill-exact blocks and snapshots), each into a reserved host unit. Call it when a request
+  /// arrives; run the puts of the next `take_transfers` before starting the fetches; report each with
+  /// `fetched`. The spans stay valid until the next `prefetch`. Without a remote tier: an empty plan.
+  /// Errors: `invalid_argument` (empty prompt, oversized multimodal digest), `out_of_range` (too long).
+  result<fetch_plan> prefetch(std::span<const token_id> prompt, const extra_keys& keys = {}) {
+    if (!st_) return errc::pool_exhausted;
+    return st_->prefetch(prompt, keys);
+  }
+
+  /// `policy::remote_tier`: the fetch into host unit `unit` finished; `header` is the header the store
+  /// returned with the value (its payload already in the unit), empty for a miss. The value is used only
+  /// if the header equals the one the prompt implies. Errors: `invalid_argument` when no fetch into that unit
+  /// is pending (nothing changes).
+  result<void> fetched(remote_item item, std::uint32_t unit, std::span<const std::byte> header) {
+    if (!st_) return errc::invalid_argument;
+    return st_->fetched(item, unit, header);
+  }
+
   epoch_t current_epoch() const noexcept { return st_ ? st_->clock.current : 0; }
 
   const cache_metrics& metrics() const noexcept { return st_ ? st_->metrics : empty_metrics; }

@@ -38,6 +38,7 @@ struct sequence_record {
   slot_id restore_slot = no_slot;        ///< held until the first commit (the restore copy has run)
   block_id copy_src = no_block;          ///< a kept partial block held until the first commit (copied)
   bool restore_on_host = false;          ///< `restore_slot` is a host snapshot unit (`policy::host_tier`)
+  content_key content_root{};            ///< `policy::remote_tier`: the chain's root content key
   /// A turn end's partial block onboarded from the host tier, held until the first commit.
   std::uint32_t host_copy_src = std::numeric_limits<std::uint32_t>::max();
   /// The turn-end snapshot this sequence restored from and the block it sits on: superseded once this
@@ -71,6 +72,7 @@ struct sequence_record {
     restore_slot = no_slot;
     copy_src = no_block;
     restore_on_host = false;
+    content_root = {};
     host_copy_src = std::numeric_limits<std::uint32_t>::max();
     turn_restore = no_slot;
     turn_restore_block = no_block;

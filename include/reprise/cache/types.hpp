@@ -44,6 +44,8 @@ struct cache_geometry {
   friend constexpr bool operator==(const cache_geometry&, const cache_geometry&) = default;
 };
 
+class remote_keyer;
+
 /// Construction options of a `prefix_cache`.
 struct cache_options {
   /// KV blocks of the engine's pool; block ids handed out are in [0, kv_blocks). In [1, max_pool_ids].
@@ -108,6 +110,59 @@ struct cache_options {
   /// keeps no snapshot on the host (models without recurrent layers need none). Without a host tier a
   /// non-zero value is `unsupported_config`.
   std::size_t host_snapshot_budget_bytes = 0;
+  /// `policy::remote_tier`: how the fleet names what the remote store holds (<reprise/keys/content_key.hpp>
+  /// has `content_keyer`, the SHA-256 derivation of docs/key-format.md). The engine keeps it alive as long as
+  /// the cache. Required with a remote tier (`invalid_argument`), `unsupported_config` without one.
+  const remote_keyer* remote_keys = nullptr;
+  /// `policy::remote_tier`: snapshots `prefetch` asks the store for per prompt, the deepest positions on the
+  /// alignment grid past what local tiers restore (>= 1).
+  std::uint32_t remote_snapshot_candidates = 2;
+};
+
+/// Names what the remote tier stores, the same way in every process of a fleet (`policy::remote_tier`). Each
+/// function returns all zeros when it cannot compute a key (the value is then neither stored nor fetched).
+class remote_keyer {
+public:
+  /// key_{-1}: the chain's root, from the extra keys.
+  virtual content_key root(const extra_keys& keys) const noexcept = 0;
+  /// key_i = H(key_{i-1}, the B tokens of block i).
+  virtual content_key chain(const content_key& parent, std::span<const token_id> block) const noexcept = 0;
+  /// A prefill-exact snapshot at block end `position`, whose block has key `block`.
+  virtual content_key snapshot(const content_key& block, std::uint32_t position) const noexcept = 0;
+
+protected:
+  ~remote_keyer() = default;
+};
+
+/// What a remote value holds: a KV block (a host KV unit) or a snapshot (a host snapshot unit).
+enum class remote_item : std::uint8_t { block = 0, snapshot = 1 };
+
+/// A value for the remote store (`policy::remote_tier`): host unit `unit` (of the KV pool for a block, the
+/// snapshot pool for a snapshot) under content key `key`, with `header`, the bytes a fetch must return
+/// unchanged (format, item, class, position, the key, the parent's key, the tokens). The spans stay valid
+/// until the next `take_transfers`.
+struct remote_put {
+  remote_item item = remote_item::block;
+  std::uint32_t unit = 0;
+  content_key key{};
+  std::span<const std::byte> header{};
+};
+
+/// A fetch `prefetch` planned: the engine gets `key` from the store into host unit `unit` (KV pool for a
+/// block, snapshot pool for a snapshot) and reports `fetched(item, unit, header)` with the header the store
+/// returned, or an empty one for a miss. `header_bytes` is its expected size (the payload is one unit).
+struct remote_fetch {
+  remote_item item = remote_item::block;
+  std::uint32_t unit = 0;
+  content_key key{};
+  std::uint32_t header_bytes = 0;
+};
+
+/// What `prefetch` planned: the spans stay valid until the next `prefetch`.
+struct fetch_plan {
+  std::span<const remote_fetch> fetches{};
+  /// Blocks past the prompt's match in GPU and host memory that are fetched (the first fetches).
+  std::uint32_t blocks = 0;
 };
 
 /// One unit moved between tiers: unit `src` of the source pool into unit `dst` of the destination pool (a
@@ -121,6 +176,7 @@ struct unit_move {
 /// The bytes the engine moves between the GPU and the host tier for what the cache decided since the
 /// previous `take_transfers` (`policy::host_tier`). Issue them, in this order, before any other work those
 /// decisions planned (restores, copy-on-write, prefill, decode), on the stream that work runs on:
+///   0. `remote_puts` (`policy::remote_tier`): copy out the host units the host tier evicted, for the store;
 ///   1. `kv_offload` and `snapshot_offload` (device to host): what the GPU pools evicted; the GPU units are
 ///      handed out again in the same decisions, so their old bytes must be read first;
 ///   2. `kv_onboard` (host to device): cached blocks found in the host tier, copied into the GPU blocks the
@@ -132,7 +188,12 @@ struct transfer_plan {
   std::span<const unit_move> kv_offload{};       ///< GPU KV block -> host KV slot
   std::span<const unit_move> snapshot_offload{}; ///< GPU snapshot slot -> host snapshot slot
   std::span<const unit_move> kv_onboard{};       ///< host KV slot -> GPU KV block
-  bool empty() const noexcept { return kv_offload.empty() && snapshot_offload.empty() && kv_onboard.empty(); }
+  /// `policy::remote_tier`, first of all: host units the host tier evicts, written to the store. The engine
+  /// copies each unit's bytes (or sends them) before the offloads overwrite it.
+  std::span<const remote_put> remote_puts{};
+  bool empty() const noexcept {
+    return kv_offload.empty() && snapshot_offload.empty() && kv_onboard.empty() && remote_puts.empty();
+  }
 };
 
 /// What `admit` decided. Spans point into the cache and stay valid until the next non-const call.
@@ -259,6 +320,14 @@ struct cache_metrics {
   std::uint64_t host_snapshot_evictions = 0;
   std::uint32_t host_blocks_held = 0;        ///< gauge
   std::uint32_t host_snapshots_held = 0;     ///< gauge
+  // --- remote tier (`policy::remote_tier`) ---
+  std::uint64_t remote_puts = 0;             ///< values handed to the engine for the store
+  std::uint64_t remote_bytes_put = 0;        ///< their payload bytes
+  std::uint64_t remote_fetches = 0;          ///< fetches planned by `prefetch`
+  std::uint64_t remote_hits = 0;             ///< fetched values verified and kept in the host tier
+  std::uint64_t remote_misses = 0;           ///< fetches reported absent
+  std::uint64_t remote_rejected = 0;         ///< fetched values whose header differed: dropped, never used
+  std::uint64_t remote_bytes_fetched = 0;    ///< payload bytes of the hits
 
   friend bool operator==(const cache_metrics&, const cache_metrics&) = default;
 };

@@ -16,6 +16,8 @@
 #include <reprise/config.hpp>
 
 #include <algorithm>
+#include <array>
+#include <compare>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -32,6 +34,14 @@ struct block_key {
   std::uint64_t lo = 0;
   std::uint64_t hi = 0;
   friend constexpr bool operator==(const block_key&, const block_key&) = default;
+};
+
+/// A 256-bit content key: a SHA-256 digest in the order SHA-256 outputs it (as Python's `digest()`). The
+/// fleet-wide name of a block or snapshot (<reprise/keys/content_key.hpp> derives it); all zero: none.
+struct content_key {
+  std::array<std::uint8_t, 32> bytes{};
+  friend constexpr bool operator==(const content_key&, const content_key&) = default;
+  friend constexpr auto operator<=>(const content_key&, const content_key&) = default;
 };
 
 /// The largest multimodal digest the cache stores verbatim for verification (a SHA-256 or BLAKE3 digest of

@@ -26,6 +26,7 @@
 
 #include <reprise/errc.hpp>
 #include <reprise/ids.hpp>
+#include <reprise/cache/types.hpp>
 #include <reprise/keys/block_key.hpp>
 #include <reprise/state/model_config.hpp>
 
@@ -63,13 +64,6 @@ static_assert(static_cast<int>(exactness::prefill_exact) == 0 && static_cast<int
 static_assert(static_cast<int>(state_family::kv_block) == 0 && static_cast<int>(state_family::mamba2) == 1 &&
                   static_cast<int>(state_family::gated_delta) == 2,
               "layer kind codes are part of the content-key format (docs/key-format.md)");
-
-/// A 256-bit content key: a SHA-256 digest in the order SHA-256 outputs it (as Python's `digest()`).
-struct content_key {
-  std::array<std::uint8_t, 32> bytes{};
-  friend constexpr bool operator==(const content_key&, const content_key&) = default;
-  friend constexpr auto operator<=>(const content_key&, const content_key&) = default;
-};
 
 /// Everything besides the tokens that makes two processes' KV blocks and snapshots interchangeable, as one
 /// digest: the caller's model revision and the state layout of a `model_config`.
@@ -360,6 +354,45 @@ inline result<content_key> snapshot_key(const content_key_context& context, cons
   if (!d.finish(k.bytes)) return failure{errc::unsupported_config};
   return k;
 }
+
+/// The `remote_keyer` of `policy::remote_tier` (cache_options::remote_keys): the keys of this file, so every
+/// process of a fleet with equal contexts names equal blocks and snapshots alike. A key OpenSSL cannot
+/// compute comes back all zero, and the cache then neither stores nor fetches that value.
+class content_keyer final : public remote_keyer {
+public:
+  /// Errors: `invalid_argument` (a context without a computed fingerprint, whose block size must be the
+  /// model's), those of `snapshot_dtypes::of` (a model whose recurrent layers disagree on their dtypes).
+  static result<content_keyer> make(const content_key_context& context, const model_config& config) {
+    if (context.fingerprint.block_size == 0 || context.fingerprint.block_size != config.block_size())
+      return failure{errc::invalid_argument};
+    if (!config.has_recurrent()) return content_keyer(context, snapshot_dtypes{});
+    auto dtypes = snapshot_dtypes::of(config);
+    if (!dtypes) return failure{dtypes.error()};
+    return content_keyer(context, *dtypes);
+  }
+
+  content_key root(const extra_keys& keys) const noexcept override {
+    auto k = root_key(context_, keys);
+    return k ? *k : content_key{};
+  }
+  content_key chain(const content_key& parent, std::span<const token_id> block) const noexcept override {
+    detail::content_digest d;
+    d.begin();
+    d.bytes(parent.bytes.data(), parent.bytes.size());
+    d.tokens(block);
+    content_key k;
+    return d.finish(k.bytes) ? k : content_key{};
+  }
+  content_key snapshot(const content_key& block, std::uint32_t position) const noexcept override {
+    auto k = snapshot_key(context_, block, {}, position, exactness::prefill_exact, dtypes_);
+    return k ? *k : content_key{};
+  }
+
+private:
+  content_keyer(const content_key_context& c, snapshot_dtypes d) : context_(c), dtypes_(d) {}
+  content_key_context context_;
+  snapshot_dtypes dtypes_;
+};
 
 /// Lowercase hex of the 32 bytes in order (Python's `hexdigest()`), for logs and store key names.
 inline std::string to_hex(std::span<const std::uint8_t, 32> bytes) {

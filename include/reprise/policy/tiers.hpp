@@ -22,6 +22,14 @@ namespace reprise::policy {
 /// memory, one LRU per kind, offload when the GPU pool evicts (write-back), verified onboard on a hit.
 struct host_tier {};
 
+/// A store shared by a fleet of engine processes (Redis / Valkey through `reprise::redis`, or any store the
+/// engine drives), below the host tier: what the host tier evicts is written there (write-back), and
+/// `prefetch` plans fetches of what a prompt would reuse into host units. Only writer-independent state
+/// goes there: prefill-exact blocks and prefill-exact snapshots, which every process of the fleet computes
+/// bit for bit alike (decode-filled blocks and turn ends stay in the engine that computed them). Names are
+/// content keys from `cache_options::remote_keys` (docs/tiers.md). Needs `host_tier`.
+struct remote_tier {};
+
 /// The tiers below the GPU, fastest first. Each appears at most once.
 template <class... Tier>
 struct tiers {};
@@ -32,9 +40,14 @@ struct tier_traits; // only tiers<...> lists tiers
 template <class... Tier>
 struct tier_traits<tiers<Tier...>> {
   static constexpr bool host = (std::is_same_v<Tier, host_tier> || ...);
+  static constexpr bool remote = (std::is_same_v<Tier, remote_tier> || ...);
   static_assert(((std::is_same_v<Tier, host_tier> ? 1 : 0) + ... + 0) <= 1, "policy::tiers<...>: host_tier twice");
-  static_assert((std::is_same_v<Tier, host_tier> && ...),
-                "policy::tiers<...>: the tiers available are policy::host_tier");
+  static_assert(((std::is_same_v<Tier, remote_tier> ? 1 : 0) + ... + 0) <= 1,
+                "policy::tiers<...>: remote_tier twice");
+  static_assert(((std::is_same_v<Tier, host_tier> || std::is_same_v<Tier, remote_tier>) && ...),
+                "policy::tiers<...>: the tiers available are policy::host_tier and policy::remote_tier");
+  static_assert(!remote || host,
+                "policy::tiers<...>: remote_tier stages values through host memory: list host_tier too");
 };
 
 /// A tier list: `tiers<...>`.

@@ -1,0 +1,225 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+// The remote tier (policy::remote_tier): what the host tier evicts goes to a store shared by a fleet, named
+// by content keys; another cache prefetches it into host units, verifies each value's header against what
+// its own prompt implies, and restores from it. Two caches stand for two processes here, with a store in
+// memory and engine pools whose bytes are a function of the prefix they hold, so "bitwise" is checkable.
+#include "support/cache_testing.hpp"
+
+#include <reprise/keys/content_key.hpp>
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <vector>
+
+using namespace reprise;
+using namespace reprise::testing;
+
+namespace {
+
+using tiers = policy::tiers<policy::host_tier, policy::remote_tier>;
+using cache_type = prefix_cache<small_hybrid, policy::strict, xxh3_hasher, tiers>;
+constexpr std::uint32_t B = small_hybrid::block_size;
+constexpr std::uint32_t A = small_hybrid::alignment;
+constexpr std::size_t unit_bytes = 64; // the test's stand-in for a block's or a snapshot's bytes
+
+content_keyer make_keyer(std::uint64_t fleet_seed = 7) {
+  auto fingerprint = model_fingerprint::make(model_config::of<small_hybrid>(), "test-weights");
+  REQUIRE(fingerprint.has_value());
+  auto k = content_keyer::make({.fleet_seed = fleet_seed, .fingerprint = *fingerprint}, model_config::of<small_hybrid>());
+  REQUIRE(k.has_value());
+  return std::move(*k);
+}
+
+/// The bytes a cold prefill would leave in a block ending at `end`, or in a snapshot at `end`, for `tokens`.
+std::vector<std::byte> content_of(std::span<const token_id> tokens, std::uint32_t end, bool snapshot) {
+  std::uint64_t h = snapshot ? 0x9e3779b97f4a7c15ULL : 0xc2b2ae3d27d4eb4fULL;
+  for (std::uint32_t i = 0; i < end; ++i) h = (h ^ static_cast<std::uint64_t>(tokens[i])) * 0x100000001b3ULL;
+  std::vector<std::byte> v(unit_bytes);
+  for (std::size_t k = 0; k < v.size(); ++k) v[k] = static_cast<std::byte>(h >> (8 * (k % 8)));
+  return v;
+}
+
+struct stored_value {
+  std::vector<std::byte> header, payload;
+};
+
+/// One process: a cache and the pools an engine would own, moving bytes as the plans say.
+struct process {
+  explicit process(const content_keyer& keys, std::uint32_t host_blocks = 6, std::uint32_t kv_blocks = 12)
+      : cache(*cache_type::create({.kv_blocks = kv_blocks,
+                                   .snapshot_budget_bytes = 2 * small_hybrid::bytes_per_snapshot,
+                                   .hasher_seed = 3,
+                                   .host_kv_budget_bytes = host_blocks * small_hybrid::bytes_per_kv_block,
+                                   .host_snapshot_budget_bytes = 2 * small_hybrid::bytes_per_snapshot,
+                                   .remote_keys = &keys})),
+        gpu_kv(kv_blocks), gpu_slots(cache.snapshot_slots()), host_kv(cache.host_kv_units()),
+        host_slots(cache.host_snapshot_units()) {}
+
+  void run_transfers(std::map<content_key, stored_value>& store) {
+    const transfer_plan t = cache.take_transfers();
+    for (const remote_put& p : t.remote_puts) {
+      const auto& unit = p.item == remote_item::block ? host_kv[p.unit] : host_slots[p.unit];
+      store[p.key] = {{p.header.begin(), p.header.end()}, unit};
+      ++puts;
+    }
+    for (const unit_move& m : t.kv_offload) host_kv[m.dst] = gpu_kv[m.src];
+    for (const unit_move& m : t.snapshot_offload) host_slots[m.dst] = gpu_slots[m.src];
+    for (const unit_move& m : t.kv_onboard) gpu_kv[m.dst] = host_kv[m.src];
+  }
+
+  /// Serves `prompt` to the end (prefill, captures written, released), as a cold prefill would compute it.
+  admit_plan serve(seq_id s, const std::vector<token_id>& prompt, std::map<content_key, stored_value>& store) {
+    auto plan = cache.admit(s, prompt);
+    REQUIRE(plan.has_value());
+    run_transfers(store);
+    shared.clear();
+    const admit_plan p = *plan;
+    restored = p.restore_slot == no_slot ? std::vector<std::byte>{}
+               : p.restore_from_host      ? host_slots[static_cast<std::size_t>(p.restore_slot)]
+                                          : gpu_slots[static_cast<std::size_t>(p.restore_slot)];
+    for (std::uint32_t i = 0; i < p.shared_blocks; ++i) shared.push_back(gpu_kv[static_cast<std::size_t>(p.block_table[i])]);
+    for (std::uint32_t i = p.shared_blocks; i < p.block_table.size(); ++i)
+      gpu_kv[static_cast<std::size_t>(p.block_table[i])] =
+          content_of(prompt, std::min<std::uint32_t>((i + 1) * B, static_cast<std::uint32_t>(prompt.size())), false);
+    std::vector<std::uint32_t> written;
+    for (const capture_point& c : p.captures) {
+      gpu_slots[static_cast<std::size_t>(c.slot)] = content_of(prompt, static_cast<std::uint32_t>(c.position), true);
+      written.push_back(static_cast<std::uint32_t>(c.position));
+    }
+    REQUIRE(cache.commit(s, static_cast<std::uint32_t>(prompt.size()), written).has_value());
+    REQUIRE(cache.release(s).has_value());
+    REQUIRE(cache.step_complete(cache.current_epoch()).has_value());
+    return p;
+  }
+
+  /// Prefetches `prompt` and answers every fetch from `store` (a corrupted header where `corrupt` says).
+  fetch_plan prefetch(const std::vector<token_id>& prompt, std::map<content_key, stored_value>& store,
+                      bool corrupt = false) {
+    auto plan = cache.prefetch(prompt);
+    REQUIRE(plan.has_value());
+    const std::vector<remote_fetch> fetches(plan->fetches.begin(), plan->fetches.end());
+    run_transfers(store); // the puts of what the reservations evicted, before the fetches write the units
+    for (const remote_fetch& f : fetches) {
+      auto it = store.find(f.key);
+      if (it == store.end()) {
+        REQUIRE(cache.fetched(f.item, f.unit, {}).has_value());
+        continue;
+      }
+      (f.item == remote_item::block ? host_kv : host_slots)[f.unit] = it->second.payload;
+      std::vector<std::byte> header = it->second.header;
+      if (corrupt) header.back() ^= std::byte{1};
+      REQUIRE(cache.fetched(f.item, f.unit, header).has_value());
+    }
+    return *plan;
+  }
+
+  cache_type cache;
+  std::vector<std::vector<std::byte>> gpu_kv, gpu_slots, host_kv, host_slots;
+  std::vector<std::vector<std::byte>> shared; ///< bytes of the blocks the last admits shared
+  std::vector<std::byte> restored;            ///< bytes of the last restore
+  std::uint64_t puts = 0;
+};
+
+/// Fills the process's GPU and host tiers with other prompts until `prompt`'s blocks went to the store.
+void push_out(process& p, std::map<content_key, stored_value>& store, seq_id first) {
+  for (seq_id s = first; s < first + 6; ++s) p.serve(s, iota_tokens(6 * B + 1, static_cast<token_id>(10000 * s)), store);
+}
+
+} // namespace
+
+TEST_CASE("a prefix one process computed is restored by another from the store, bitwise") {
+  const content_keyer keys = make_keyer();
+  std::map<content_key, stored_value> store;
+  process writer(keys), reader(keys, /*host_blocks=*/16);
+  const std::vector<token_id> prompt = iota_tokens(2 * A + 9); // a snapshot at 128 (last_aligned)
+  writer.serve(1, prompt, store);
+  push_out(writer, store, 100);
+  CHECK(writer.cache.metrics().remote_puts > 0);
+  CHECK(writer.cache.check_invariants().has_value());
+
+  // The reader has never seen the prompt: a longer one that continues it.
+  std::vector<token_id> next = concat(prompt, iota_tokens(20, 5000));
+  const fetch_plan f = reader.prefetch(next, store);
+  CHECK(f.blocks == (next.size() - 1) / B); // 9: the 9th never left the writer (it was partial there)
+  CHECK(reader.cache.metrics().remote_hits == 9); // the prompt's 8 full blocks and the snapshot at 128
+  CHECK(reader.cache.metrics().remote_misses == 2); // block 8, and no snapshot at 64
+  CHECK(reader.cache.check_invariants().has_value());
+  const admit_plan p = reader.serve(1, next, store);
+  CHECK(p.usable_tokens == 2 * A);
+  CHECK(p.restore_from_host);
+  CHECK(p.restore_exactness == exactness::prefill_exact);
+  CHECK(reader.restored == content_of(next, 2 * A, true)); // the writer's bytes
+  REQUIRE(p.shared_blocks >= 8);
+  for (std::uint32_t i = 0; i < 8; ++i) CHECK(reader.shared[i] == content_of(next, (i + 1) * B, false));
+  CHECK(reader.cache.check_invariants().has_value());
+}
+
+TEST_CASE("a fetched value whose header differs, or a miss, is never used") {
+  const content_keyer keys = make_keyer();
+  std::map<content_key, stored_value> store;
+  process writer(keys), reader(keys, 16);
+  const std::vector<token_id> prompt = iota_tokens(2 * A + 9);
+  writer.serve(1, prompt, store);
+  push_out(writer, store, 100);
+
+  reader.prefetch(prompt, store, /*corrupt=*/true);
+  CHECK(reader.cache.metrics().remote_rejected > 0);
+  CHECK(reader.cache.metrics().remote_hits == 0);
+  CHECK(reader.cache.metrics().host_blocks_held == 0);
+  auto p = reader.cache.admit(1, prompt);
+  REQUIRE(p.has_value());
+  CHECK(p->usable_tokens == 0);
+  CHECK(p->shared_blocks == 0);
+  REQUIRE(reader.cache.release(1).has_value());
+
+  // Another fleet (another seed) names everything differently: every fetch misses.
+  const content_keyer other = make_keyer(8);
+  process stranger(other, 16);
+  stranger.prefetch(prompt, store);
+  CHECK(stranger.cache.metrics().remote_misses > 0);
+  CHECK(stranger.cache.metrics().remote_hits == 0);
+  CHECK(stranger.cache.check_invariants().has_value());
+}
+
+TEST_CASE("fetched rejects a unit no fetch is pending for, and changes nothing") {
+  const content_keyer keys = make_keyer();
+  std::map<content_key, stored_value> store;
+  process p(keys);
+  const cache_metrics before = p.cache.metrics();
+  CHECK(p.cache.fetched(remote_item::block, 0, {}).error() == errc::invalid_argument);
+  CHECK(p.cache.fetched(remote_item::snapshot, 1000, {}).error() == errc::invalid_argument);
+  CHECK(p.cache.fetched(static_cast<remote_item>(7), 0, {}).error() == errc::invalid_argument);
+  CHECK(p.cache.metrics() == before);
+  const fetch_plan f = p.prefetch(iota_tokens(3 * B), store); // all miss: the units are free again
+  CHECK(!f.fetches.empty());
+  CHECK(p.cache.fetched(f.fetches[0].item, f.fetches[0].unit, {}).error() == errc::invalid_argument); // reported
+  CHECK(p.cache.prefetch({}).error() == errc::invalid_argument);
+  CHECK(p.cache.check_invariants().has_value());
+}
+
+TEST_CASE("remote tier options: keys are required with it and refused without it") {
+  const content_keyer keys = make_keyer();
+  const cache_options base{.kv_blocks = 8,
+                           .snapshot_budget_bytes = small_hybrid::bytes_per_snapshot,
+                           .host_kv_budget_bytes = 4 * small_hybrid::bytes_per_kv_block};
+  CHECK(cache_type::create(base).error() == errc::invalid_argument);
+  cache_options with_keys = base;
+  with_keys.remote_keys = &keys;
+  CHECK(cache_type::create(with_keys).has_value());
+  with_keys.remote_snapshot_candidates = 0;
+  CHECK(cache_type::create(with_keys).error() == errc::invalid_argument);
+  with_keys.remote_snapshot_candidates = 2;
+  CHECK(prefix_cache<small_hybrid, policy::strict, xxh3_hasher, policy::tiers<policy::host_tier>>::create(with_keys).error() ==
+        errc::unsupported_config);
+  // A keyer for another block size is refused where it is made.
+  auto fingerprint = model_fingerprint::make(model_config::of<small_hybrid>(), "w");
+  REQUIRE(fingerprint.has_value());
+  CHECK(content_keyer::make({.fleet_seed = 1, .fingerprint = *fingerprint}, model_config::of<attn_model>()).has_value() ==
+        (attn_model::block_size == small_hybrid::block_size));
+  content_key_context blank{};
+  CHECK(content_keyer::make(blank, model_config::of<small_hybrid>()).error() == errc::invalid_argument);
+}
