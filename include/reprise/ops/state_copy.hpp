@@ -92,12 +92,13 @@ struct pool_pair_view {
 /// Every index is checked against its own side: `src` against the smallest source pool, `dst` against the
 /// smallest destination pool. Source and destination are normally distinct memory, so `{i, i}` is a valid
 /// pair. Memory is checked pool by pool as whole byte ranges `[base, base + units x unit_bytes)`:
-/// - a layer whose source and destination are the same pool (same base and unit size) is a copy within that
-///   pool, and then the rules of `copy_units` hold for the whole call: no destination may be read by any pair
-///   (a self pair `{i, i}` included), since the copies run concurrently;
-/// - otherwise no destination pool may share a byte with any other pool of the call (its own layer's source,
-///   or another layer's source or destination); source pools may share memory freely. Engines whose layers
-///   alias one buffer (views of different geometry over the same bytes) issue one call per aliasing group.
+/// - a layer whose source and destination are the same pool (same base, hence same unit size) is a copy
+///   within that pool, and then the rules of `copy_units` hold for the whole call: no destination may be read
+///   by any pair (a self pair `{i, i}` included), since the copies run concurrently;
+/// - no destination pool may share a byte with any other pool of the call: another layer's source or
+///   destination, or its own layer's source unless that is the very same pool. Source pools may share memory
+///   freely. Engines whose layers alias one buffer (views of different geometry over the same bytes) issue one
+///   call per aliasing group.
 ///
 /// Errors: `invalid_argument` (no layers but some pairs; a null base, zero unit size or no units; a pool
 /// whose byte range does not fit in the address space; overlapping pools as above); `size_mismatch` (a
