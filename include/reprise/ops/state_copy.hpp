@@ -191,11 +191,11 @@ std::size_t transfer_units_workspace_bytes(std::size_t layers, std::size_t pairs
 /// DMA setup each. `cudaHostAlloc` / `cudaMallocHost` memory qualifies as is; `cudaHostRegister`ed memory
 /// needs `cudaHostRegisterMapped` and, unless the device reports
 /// `cudaDevAttrCanUseHostPointerForRegisteredMem`, the pointer from `cudaHostGetDevicePointer`. Pageable
-/// memory faults the kernel (a sticky error that ends the context), so this launcher does not query
-/// pointers on every call; `check_transfer_pools` does, once, where the engine sets up its pools.
+/// memory faults the kernel (a sticky error that ends the context). The launcher does not query pointers on
+/// every call; `check_transfer_pools` does, once, where the engine sets up its pools.
 ///
-/// Effects: as `transfer_units_host`, stream-ordered; the host side is complete for the CPU once the stream
-/// has been synchronized past the launch. Errors: as `validate_transfer` (nothing launched); `size_mismatch`
+/// Effects: as `transfer_units_host`, stream-ordered: a host source must stay unchanged, and a host
+/// destination unread by the CPU, until the stream has been synchronized past the launch. Errors: as `validate_transfer` (nothing launched); `size_mismatch`
 /// (workspace too small); `device_error` (launch failed). Complexity: one kernel; 16-byte accesses when every
 /// base and unit size of a layer is a multiple of 16 bytes; 2 x layers x pairs x unit_bytes bytes moved.
 result<void> transfer_units(std::span<const pool_pair_view> layers, std::span<const copy_pair> pairs,
@@ -204,7 +204,8 @@ result<void> transfer_units(std::span<const pool_pair_view> layers, std::span<co
 /// Checks that the device can address every pool of `layers` through its `base` as given (device memory, or
 /// pinned host memory mapped at that address): the precondition of `transfer_units`, asked of the CUDA
 /// runtime for the first and the last byte of each pool. Errors: as `validate_transfer` with no pairs;
-/// `invalid_argument` (pageable memory, or host memory whose device address differs from its host address);
+/// `invalid_argument` (pageable memory, or host memory the device reaches only at an address other than
+/// `base`);
 /// `no_device` / `device_error` (the runtime failed). Complexity: two runtime queries per pool, so for setup
 /// rather than every step.
 result<void> check_transfer_pools(std::span<const pool_pair_view> layers);
