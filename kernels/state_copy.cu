@@ -1,5 +1,6 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
-// Launchers of the batched unit copy and the KV gather (include/reprise/ops/state_copy.hpp).
+// Launchers of the batched unit copy, the transfer between pools and the KV gather
+// (include/reprise/ops/state_copy.hpp).
 #include <reprise/ops/state_copy.hpp>
 
 #include "state_copy.cuh"
@@ -28,10 +29,38 @@ struct gather_layout {
   }
 };
 
-std::uint32_t access_width(std::uint64_t base, std::uint64_t unit) {
-  if (base % 16 == 0 && unit % 16 == 0) return 16;
-  if (base % 4 == 0 && unit % 4 == 0) return 4;
+std::uint32_t access_width(std::uint64_t src, std::uint64_t dst, std::uint64_t unit) {
+  const std::uint64_t all = src | dst | unit;
+  if (all % 16 == 0) return 16;
+  if (all % 4 == 0) return 4;
   return 1;
+}
+
+/// Uploads the layer descriptors and pairs and launches one copy over all of them. `layers` is not empty,
+/// nor is `pairs`, and both passed validation.
+result<void> launch_copy(std::span<const std::uint64_t> src_bases, std::span<const std::uint64_t> dst_bases,
+                         std::span<const std::size_t> unit_bytes, std::span<const copy_pair> pairs,
+                         device_workspace ws, stream_handle stream) {
+  const std::size_t layers = unit_bytes.size();
+  const copy_layout layout(layers, pairs.size());
+  if (ws.bytes < layout.l.bytes() || ws.data == nullptr) return errc::size_mismatch;
+  std::vector<device::copy_pool_desc> desc(layers);
+  std::uint64_t chunks = 0;
+  for (std::size_t i = 0; i < layers; ++i) {
+    desc[i] = {src_bases[i], dst_bases[i], unit_bytes[i], access_width(src_bases[i], dst_bases[i], unit_bytes[i]),
+               static_cast<std::uint32_t>(chunks)};
+    chunks += (unit_bytes[i] + device::copy_chunk_bytes - 1) / device::copy_chunk_bytes;
+  }
+  const std::uint64_t blocks = chunks * pairs.size();
+  if (chunks > 0xffffffffu || blocks > 0x7fffffffu) return errc::invalid_argument;
+  device_runtime::metadata_upload up(layout.l.bytes());
+  up.put<device::copy_pool_desc>(layout.pools, desc);
+  up.put<copy_pair>(layout.pairs, pairs);
+  if (auto r = up.upload(ws.data, stream); !r) return r;
+  device::copy_units_kernel<<<static_cast<unsigned>(blocks), device::copy_threads, 0, stream>>>(
+      device_runtime::at<device::copy_pool_desc>(ws.data, layout.pools), static_cast<int>(layers),
+      device_runtime::at<copy_pair>(ws.data, layout.pairs), static_cast<std::uint32_t>(chunks));
+  return device_runtime::launch_status();
 }
 } // namespace
 
@@ -43,25 +72,58 @@ result<void> copy_units(std::span<const pool_view> pools, std::span<const copy_p
                         stream_handle stream) {
   if (errc e = validate_copy(pools, pairs); e != errc{}) return e;
   if (pairs.empty()) return {};
-  const copy_layout layout(pools.size(), pairs.size());
-  if (ws.bytes < layout.l.bytes() || ws.data == nullptr) return errc::size_mismatch;
-  std::vector<device::copy_pool_desc> desc(pools.size());
-  std::uint64_t chunks = 0;
+  std::vector<std::uint64_t> bases(pools.size());
+  std::vector<std::size_t> units(pools.size());
   for (std::size_t i = 0; i < pools.size(); ++i) {
-    const auto base = reinterpret_cast<std::uint64_t>(pools[i].base);
-    desc[i] = {base, pools[i].unit_bytes, access_width(base, pools[i].unit_bytes), static_cast<std::uint32_t>(chunks)};
-    chunks += (pools[i].unit_bytes + device::copy_chunk_bytes - 1) / device::copy_chunk_bytes;
+    bases[i] = reinterpret_cast<std::uint64_t>(pools[i].base);
+    units[i] = pools[i].unit_bytes;
   }
-  const std::uint64_t blocks = chunks * pairs.size();
-  if (chunks > 0xffffffffu || blocks > 0x7fffffffu) return errc::invalid_argument;
-  device_runtime::metadata_upload up(layout.l.bytes());
-  up.put<device::copy_pool_desc>(layout.pools, desc);
-  up.put<copy_pair>(layout.pairs, pairs);
-  if (auto r = up.upload(ws.data, stream); !r) return r;
-  device::copy_units_kernel<<<static_cast<unsigned>(blocks), device::copy_threads, 0, stream>>>(
-      device_runtime::at<device::copy_pool_desc>(ws.data, layout.pools), static_cast<int>(pools.size()),
-      device_runtime::at<copy_pair>(ws.data, layout.pairs), static_cast<std::uint32_t>(chunks));
-  return device_runtime::launch_status();
+  return launch_copy(bases, bases, units, pairs, ws, stream);
+}
+
+std::size_t transfer_units_workspace_bytes(std::size_t layers, std::size_t pairs) noexcept {
+  return copy_layout(layers, pairs).l.bytes();
+}
+
+// A kernel rather than cudaMemcpyBatchAsync: the batch API takes one (src, dst, size) triple per copy, so the
+// host would build and the driver walk layers x pairs entries on every call (tens of thousands for a large
+// offload), while the kernel derives them on the device from one descriptor per layer and the pair list. The
+// batch API would move the bytes on the copy engines and leave the SMs free; that trade is for a measurement
+// on a device to decide.
+result<void> transfer_units(std::span<const pool_pair_view> layers, std::span<const copy_pair> pairs,
+                            device_workspace ws, stream_handle stream) {
+  if (errc e = validate_transfer(layers, pairs); e != errc{}) return e;
+  if (pairs.empty()) return {};
+  std::vector<std::uint64_t> src(layers.size()), dst(layers.size());
+  std::vector<std::size_t> units(layers.size());
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    src[i] = reinterpret_cast<std::uint64_t>(layers[i].src.base);
+    dst[i] = reinterpret_cast<std::uint64_t>(layers[i].dst.base);
+    units[i] = layers[i].src.unit_bytes;
+  }
+  return launch_copy(src, dst, units, pairs, ws, stream);
+}
+
+result<void> check_transfer_pools(std::span<const pool_pair_view> layers) {
+  if (errc e = validate_transfer(layers, {}); e != errc{}) return e;
+  for (const pool_pair_view& l : layers)
+    for (const pool_view* p : {&l.src, &l.dst}) {
+      // First and last byte: a pool that runs past the end of a registered range is caught too.
+      auto* first = static_cast<unsigned char*>(p->base);
+      for (unsigned char* byte : {first, first + static_cast<std::size_t>(p->units) * p->unit_bytes - 1}) {
+        cudaPointerAttributes a{};
+        const cudaError_t status = cudaPointerGetAttributes(&a, byte);
+        if (status == cudaErrorInvalidValue) {
+          (void)cudaGetLastError(); // not sticky; a later launch must not report it
+          return errc::invalid_argument;
+        }
+        REPRISE_CUDA_TRY(status);
+        // Pageable memory reports cudaMemoryTypeUnregistered; pinned memory the device reaches only under
+        // another address (registered without a host-pointer mapping) reports a different devicePointer.
+        if (a.type == cudaMemoryTypeUnregistered || a.devicePointer != byte) return errc::invalid_argument;
+      }
+    }
+  return {};
 }
 
 std::size_t gather_kv_workspace_bytes(std::int64_t batch, std::int64_t max_blocks) noexcept {

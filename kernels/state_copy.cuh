@@ -1,7 +1,7 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
 #pragma once
-// Batched unit copy (state slots, KV blocks) and the KV gather: bandwidth-bound kernels built from 16-byte
-// vector moves.
+// Batched unit copy (state slots, KV blocks; within a pool or between two, host tier included) and the KV
+// gather: bandwidth-bound kernels built from 16-byte vector moves.
 #include "common.cuh"
 
 #include <reprise/ops/slots.hpp>
@@ -10,10 +10,13 @@
 
 REPRISE_DEVICE_NAMESPACE_BEGIN
 
-/// One pool as the copy kernel sees it. `width` is the widest access (16, 4 or 1 bytes) that the pool's
-/// base and unit size allow; `first_chunk` is the pool's first chunk index within one pair's chunk range.
+/// One layer as the copy kernel sees it: units are read at `src_base` and written at `dst_base` (equal for a
+/// copy within one pool, `copy_units`; two pools for `transfer_units`, either of them possibly mapped host
+/// memory). `width` is the widest access (16, 4 or 1 bytes) that both bases and the unit size allow;
+/// `first_chunk` is the layer's first chunk index within one pair's chunk range.
 struct copy_pool_desc {
-  std::uint64_t base;
+  std::uint64_t src_base;
+  std::uint64_t dst_base;
   std::uint64_t unit_bytes;
   std::uint32_t width;
   std::uint32_t first_chunk;
@@ -44,6 +47,8 @@ __device__ inline void copy_words(const Word* __restrict__ src, Word* __restrict
 }
 
 /// Grid: one block per (pair, chunk of one pool's unit); `chunks_per_pair` = sum over pools of their chunks.
+/// Over mapped host memory every access crosses PCIe with microseconds of latency; the unrolled 16-byte loads
+/// keep 16 KiB in flight per block, and the grid of many blocks is what hides it.
 __global__ void __launch_bounds__(copy_threads)
 copy_units_kernel(const copy_pool_desc* __restrict__ pools, int num_pools, const ops::copy_pair* __restrict__ pairs,
                   std::uint32_t chunks_per_pair) {
@@ -56,8 +61,8 @@ copy_units_kernel(const copy_pool_desc* __restrict__ pools, int num_pools, const
   const ops::copy_pair pair = pairs[pair_index];
   const std::uint64_t begin = std::uint64_t{k - pool.first_chunk} * copy_chunk_bytes;
   const std::uint64_t end = min(begin + copy_chunk_bytes, pool.unit_bytes);
-  const auto* src = reinterpret_cast<const unsigned char*>(pool.base + pool.unit_bytes * std::uint64_t(pair.src)) + begin;
-  auto* dst = reinterpret_cast<unsigned char*>(pool.base + pool.unit_bytes * std::uint64_t(pair.dst)) + begin;
+  const auto* src = reinterpret_cast<const unsigned char*>(pool.src_base + pool.unit_bytes * std::uint64_t(pair.src)) + begin;
+  auto* dst = reinterpret_cast<unsigned char*>(pool.dst_base + pool.unit_bytes * std::uint64_t(pair.dst)) + begin;
   const std::uint64_t n = end - begin;
   if (pool.width == 16)
     copy_words<uint4, 4>(reinterpret_cast<const uint4*>(src), reinterpret_cast<uint4*>(dst), n / 16);

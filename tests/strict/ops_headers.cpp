@@ -41,7 +41,8 @@ void use_conv1d(const conv1d_args<T>& a, const varlen_batch& b, const prefill_sl
 }
 
 void use_all(const varlen_batch& b, const prefill_slots& s, std::span<const copy_pair> p, const recurrent_slots& r,
-             const gated_delta_options& o, std::span<const pool_view> pools, const kv_gather_args& kv) {
+             const gated_delta_options& o, std::span<const pool_view> pools, std::span<const pool_pair_view> layers,
+             const kv_gather_args& kv) {
   use_mamba2(mamba2_args<float>{}, b, s, p);
   use_mamba2(mamba2_args<bfloat16>{}, b, s, p);
   use_gated_delta(gated_delta_args<float>{}, o, b, s, r);
@@ -51,6 +52,7 @@ void use_all(const varlen_batch& b, const prefill_slots& s, std::span<const copy
   use_conv1d(conv1d_args<float>{}, b, s, p);
   use_conv1d(conv1d_args<bfloat16>{}, b, s, p);
   (void)copy_units_host(pools, p);
+  (void)transfer_units_host(layers, p);
   (void)gather_kv_host(kv);
 }
 

@@ -2,7 +2,8 @@
 #pragma once
 /// \file
 /// Batched movement of whole states and KV blocks: slot copy (snapshot save, restore, fork), KV block copy
-/// (copy-on-write of a partial block) and the opt-in KV gather.
+/// (copy-on-write of a partial block), transfer between two pools (offload to and onboard from a host-memory
+/// tier) and the opt-in KV gather.
 ///
 /// A pool is `units` fixed-size units of `unit_bytes` (a slot of one state component of one layer, or a KV
 /// block of one layer). One call applies the same `(src, dst)` pairs to every pool in the list, so copying a
@@ -15,10 +16,12 @@
 #include <reprise/ops/stream.hpp>
 #include <reprise/ops/tensor.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <vector>
 
 namespace reprise::ops {
 
@@ -76,6 +79,136 @@ inline result<void> copy_kv_blocks(std::span<const pool_view> block_pools, std::
                                    device_workspace ws, stream_handle stream) {
   return copy_units(block_pools, pairs, ws, stream);
 }
+
+/// One layer of a transfer between two pools: unit `dst` of `dst` receives unit `src` of `src`. The two views
+/// have equal `unit_bytes` and may have different unit counts (a GPU block pool and a smaller host tier).
+struct pool_pair_view {
+  pool_view src;
+  pool_view dst;
+};
+
+/// Checks layers and pairs for a transfer between pools (the host tier's offload and onboard).
+///
+/// Every index is checked against its own side: `src` against the smallest source pool, `dst` against the
+/// smallest destination pool. Source and destination are normally distinct memory, so `{i, i}` is a valid
+/// pair. Memory is checked pool by pool as whole byte ranges `[base, base + units x unit_bytes)`:
+/// - a layer whose source and destination are the same pool (same base, hence same unit size) is a copy
+///   within that pool, and then the rules of `copy_units` hold for the whole call: no destination may be read
+///   by any pair (a self pair `{i, i}` included), since the copies run concurrently;
+/// - no destination pool may share a byte with any other pool of the call: another layer's source or
+///   destination, or its own layer's source unless that is the very same pool. Source pools may share memory
+///   freely. Engines whose layers alias one buffer (views of different geometry over the same bytes) issue one
+///   call per aliasing group.
+///
+/// Errors: `invalid_argument` (no layers but some pairs; a null base, zero unit size or no units; a pool
+/// whose byte range does not fit in the address space; overlapping pools as above); `size_mismatch` (a
+/// layer's source and destination unit sizes differ); `out_of_range` (an index outside its side's pools);
+/// `overlapping_pairs` (a destination named twice, or, for a within-pool layer, a destination that a pair
+/// reads). Complexity: O(L log L + n log n) for L layers and n pairs.
+inline errc validate_transfer(std::span<const pool_pair_view> layers, std::span<const copy_pair> pairs) noexcept {
+  if (layers.empty()) return pairs.empty() ? errc{} : errc::invalid_argument;
+  struct range {
+    std::uintptr_t begin, end;
+    bool written;
+  };
+  std::vector<range> ranges;
+  ranges.reserve(2 * layers.size());
+  std::int64_t src_units = -1, dst_units = -1;
+  bool within_pool = false;
+  for (const pool_pair_view& l : layers) {
+    for (const pool_view* p : {&l.src, &l.dst})
+      if (p->base == nullptr || p->unit_bytes == 0 || p->units <= 0) return errc::invalid_argument;
+    if (l.src.unit_bytes != l.dst.unit_bytes) return errc::size_mismatch;
+    src_units = src_units < 0 ? l.src.units : (l.src.units < src_units ? l.src.units : src_units);
+    dst_units = dst_units < 0 ? l.dst.units : (l.dst.units < dst_units ? l.dst.units : dst_units);
+    // Equal bases (the unit sizes are equal by now) are one pool, entered once as written, as long as the
+    // longer of the two views.
+    const bool same = l.src.base == l.dst.base;
+    within_pool = within_pool || same;
+    const auto add = [&](const pool_view& p, std::int64_t units, bool written) {
+      const auto begin = reinterpret_cast<std::uintptr_t>(p.base);
+      const auto n = static_cast<std::uintptr_t>(units);
+      if (n > UINTPTR_MAX / p.unit_bytes || begin > UINTPTR_MAX - n * p.unit_bytes) return false;
+      ranges.push_back({begin, begin + n * p.unit_bytes, written});
+      return true;
+    };
+    const bool fits = same ? add(l.dst, l.src.units > l.dst.units ? l.src.units : l.dst.units, true)
+                           : add(l.src, l.src.units, false) && add(l.dst, l.dst.units, true);
+    if (!fits) return errc::invalid_argument;
+  }
+  // Sweep by start address: a range meets an earlier one iff the earlier one ends past its start, so the
+  // largest end seen so far (of any range, of written ranges) decides. Read-only ranges may meet each other.
+  std::sort(ranges.begin(), ranges.end(), [](const range& a, const range& b) { return a.begin < b.begin; });
+  std::uintptr_t any_end = 0, written_end = 0;
+  for (const range& r : ranges) {
+    if (r.begin < written_end || (r.written && r.begin < any_end)) return errc::invalid_argument;
+    any_end = r.end > any_end ? r.end : any_end;
+    if (r.written) written_end = r.end > written_end ? r.end : written_end;
+  }
+  std::vector<std::int32_t> dsts, srcs;
+  dsts.reserve(pairs.size());
+  srcs.reserve(pairs.size());
+  for (const copy_pair& p : pairs) {
+    if (p.src < 0 || p.dst < 0 || p.src >= src_units || p.dst >= dst_units) return errc::out_of_range;
+    dsts.push_back(p.dst);
+    srcs.push_back(p.src);
+  }
+  std::sort(dsts.begin(), dsts.end());
+  if (std::adjacent_find(dsts.begin(), dsts.end()) != dsts.end()) return errc::overlapping_pairs;
+  if (within_pool) {
+    std::sort(srcs.begin(), srcs.end());
+    for (std::int32_t d : dsts)
+      if (std::binary_search(srcs.begin(), srcs.end(), d)) return errc::overlapping_pairs;
+  }
+  return errc{};
+}
+
+/// Host implementation of the transfer: for every layer and pair, unit `dst` of the destination pool = unit
+/// `src` of the source pool. Effects: byte-exact copies. Errors: as `validate_transfer`; on error nothing is
+/// written. Complexity: O(layers x pairs x unit_bytes).
+inline result<void> transfer_units_host(std::span<const pool_pair_view> layers, std::span<const copy_pair> pairs) {
+  if (errc e = validate_transfer(layers, pairs); e != errc{}) return e;
+  for (const pool_pair_view& l : layers) {
+    const auto* src = static_cast<const std::byte*>(l.src.base);
+    auto* dst = static_cast<std::byte*>(l.dst.base);
+    for (const copy_pair& c : pairs)
+      std::memcpy(dst + static_cast<std::size_t>(c.dst) * l.dst.unit_bytes,
+                  src + static_cast<std::size_t>(c.src) * l.src.unit_bytes, l.dst.unit_bytes);
+  }
+  return {};
+}
+
+/// Device workspace `transfer_units` needs for `layers` layers and `pairs` pairs.
+std::size_t transfer_units_workspace_bytes(std::size_t layers, std::size_t pairs) noexcept;
+
+/// Device transfer between pools (reprise::kernels): one launch for every layer and pair, on `stream`; the
+/// GPU <-> host tier's offload (device source, host destination) and onboard (the reverse), or device to
+/// device.
+///
+/// Host pools must be pinned and mapped, and their `base` the address the device uses for them: the kernel
+/// reads and writes host memory directly through unified addressing (zero-copy over PCIe), which is what lets
+/// one launch move a batch of many small blocks where one `cudaMemcpyAsync` per block would pay a call and a
+/// DMA setup each. `cudaHostAlloc` / `cudaMallocHost` memory qualifies as is; `cudaHostRegister`ed memory
+/// needs `cudaHostRegisterMapped` and, unless the device reports
+/// `cudaDevAttrCanUseHostPointerForRegisteredMem`, the pointer from `cudaHostGetDevicePointer`. Pageable
+/// memory faults the kernel (a sticky error that ends the context). The launcher does not query pointers on
+/// every call; `check_transfer_pools` does, once, where the engine sets up its pools.
+///
+/// Effects: as `transfer_units_host`, stream-ordered: a host source must stay unchanged, and a host
+/// destination unread by the CPU, until the stream has been synchronized past the launch. Errors: as `validate_transfer` (nothing launched); `size_mismatch`
+/// (workspace too small); `device_error` (launch failed). Complexity: one kernel; 16-byte accesses when every
+/// base and unit size of a layer is a multiple of 16 bytes; 2 x layers x pairs x unit_bytes bytes moved.
+result<void> transfer_units(std::span<const pool_pair_view> layers, std::span<const copy_pair> pairs,
+                            device_workspace ws, stream_handle stream);
+
+/// Checks that the device can address every pool of `layers` through its `base` as given (device memory, or
+/// pinned host memory mapped at that address): the precondition of `transfer_units`, asked of the CUDA
+/// runtime for the first and the last byte of each pool. Errors: as `validate_transfer` with no pairs;
+/// `invalid_argument` (pageable memory, or host memory the device reaches only at an address other than
+/// `base`);
+/// `no_device` / `device_error` (the runtime failed). Complexity: two runtime queries per pool, so for setup
+/// rather than every step.
+result<void> check_transfer_pools(std::span<const pool_pair_view> layers);
 
 /// Layout of one paged KV tensor (K or V of one layer): `[blocks, block_size, kv_heads, head_dim]` elements
 /// of `element_bytes`, the layout of vLLM's and SGLang's paged caches.
