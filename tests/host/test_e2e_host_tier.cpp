@@ -96,7 +96,7 @@ TEST_CASE("prefill-exact snapshots restored from the host tier decode bitwise wh
   const workload w = chat_workload(model.config().vocab);
   uncached off(256, tiny_hybrid::cache_model::block_size);
   const workload_result cold = run_workload(model, off, w, engine<uncached>::options{.max_running = 1});
-  auto cache = make_cache<tiny_hybrid, exact_restore, host_tiers>(14, 1, 64, 16);
+  auto cache = make_cache<tiny_hybrid, exact_restore, host_tiers>(14, 2, 64, 16);
   const workload_result warm = run_workload(model, cache, w, engine<decltype(cache)>::options{.max_running = 1});
   check_same(warm, cold);
   CHECK(warm.metrics.host_snapshot_hits > 0);
@@ -133,7 +133,7 @@ TEST_CASE("corrupting a snapshot in the host tier changes the output, and the co
   const workload w = chat_workload(model.config().vocab);
   uncached off(256, tiny_hybrid::cache_model::block_size);
   const workload_result cold = run_workload(model, off, w, engine<uncached>::options{.max_running = 1});
-  auto cache = make_cache<tiny_hybrid, exact_restore, host_tiers>(14, 1, 64, 16);
+  auto cache = make_cache<tiny_hybrid, exact_restore, host_tiers>(14, 2, 64, 16);
   std::uint32_t tampered = 0;
   std::uint64_t host_hits_seen = 0;
   engine<decltype(cache)>::options o{.max_running = 1};

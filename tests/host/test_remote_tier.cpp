@@ -50,14 +50,20 @@ struct stored_value {
 /// One process: a cache and the pools an engine would own, moving bytes as the plans say.
 struct process {
   explicit process(const content_keyer& keys, std::uint32_t host_blocks = 6, std::uint32_t kv_blocks = 12)
-      : cache(*cache_type::create({.kv_blocks = kv_blocks,
-                                   .snapshot_budget_bytes = 2 * small_hybrid::bytes_per_snapshot,
-                                   .hasher_seed = 3,
-                                   .host_kv_budget_bytes = host_blocks * small_hybrid::bytes_per_kv_block,
-                                   .host_snapshot_budget_bytes = 2 * small_hybrid::bytes_per_snapshot,
-                                   .remote_keys = &keys})),
+      : cache(make(keys, host_blocks, kv_blocks)),
         gpu_kv(kv_blocks), gpu_slots(cache.snapshot_slots()), host_kv(cache.host_kv_units()),
         host_slots(cache.host_snapshot_units()) {}
+
+  static cache_type make(const content_keyer& keys, std::uint32_t host_blocks, std::uint32_t kv_blocks) {
+    auto c = cache_type::create({.kv_blocks = kv_blocks,
+                                 .snapshot_budget_bytes = 2 * small_hybrid::bytes_per_snapshot,
+                                 .hasher_seed = 3,
+                                 .host_kv_budget_bytes = host_blocks * small_hybrid::bytes_per_kv_block,
+                                 .host_snapshot_budget_bytes = 2 * small_hybrid::bytes_per_snapshot,
+                                 .remote_keys = &keys});
+    REQUIRE(c.has_value());
+    return std::move(*c);
+  }
 
   void run_transfers(std::map<content_key, stored_value>& store) {
     const transfer_plan t = cache.take_transfers();
