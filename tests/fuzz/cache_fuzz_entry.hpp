@@ -50,12 +50,13 @@ inline const model_config& runtime_hybrid_b8() {
 }
 
 /// The number of policies the first byte chooses from.
-inline constexpr std::uint8_t stream_policies = 8;
+inline constexpr std::uint8_t stream_policies = 9;
 
-/// Runs the stream against the cache configuration its first byte selects: byte % 8 picks the policy
+/// Runs the stream against the cache configuration its first byte selects: byte % 9 picks the policy
 /// (0 block_sharing, 1 block_sharing with a colliding hasher, 2 memory_only, 3 snapshot_restore with every
 /// placement, 4 prefill-exact snapshots with a TTL, 5 policy::chat with decode checkpoints, 6 block_sharing
-/// with a host tier, 7 policy::chat with a host tier for blocks and snapshots and a colliding hasher), (byte / 8) % 2 picks the
+/// with a host tier, 7 policy::chat with a host tier for blocks and snapshots and a colliding hasher, 8
+/// policy::strict with host and remote tiers), (byte / 9) % 2 picks the
 /// typed cache over the test models (B = 16) or a runtime-configured cache (`dynamic_model`) over a model
 /// of another block size. First bytes 0..5 select what they did when there were 6 policies.
 inline stream_outcome run_cache_operation_stream(const std::uint8_t* data, std::size_t size) {
@@ -109,6 +110,18 @@ inline stream_outcome run_cache_operation_stream(const std::uint8_t* data, std::
     cache_options o = small;
     o.host_kv_budget_bytes = 256 / block_size * attention.bytes_per_kv_block();
     return run.template operator()<attn_model, policy::block_sharing, xxh3_hasher, host_tiers>(o, attention);
+  }
+  case 8: {
+    // strict (prefill-exact captures) with small host pools under a remote store: what the host tier evicts
+    // is put, and every admit is preceded by a prefetch from the store.
+    static const test_remote_keyer keys;
+    cache_options o = small;
+    o.snapshot_budget_bytes = 3 * hybrid.bytes_per_snapshot();
+    o.host_kv_budget_bytes = 128 / block_size * hybrid.bytes_per_kv_block();
+    o.host_snapshot_budget_bytes = 2 * hybrid.bytes_per_snapshot();
+    o.remote_keys = &keys;
+    return run.template operator()<small_hybrid, policy::strict, xxh3_hasher,
+                                   policy::tiers<policy::host_tier, policy::remote_tier>>(o, hybrid);
   }
   default: {
     // chat as in case 5 with 3 GPU slots, and a host tier of 256 tokens' blocks and 4 snapshots.

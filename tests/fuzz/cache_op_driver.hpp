@@ -20,7 +20,11 @@
 //     the engine runs `take_transfers` (offloads, then onboards) after every call: a block onboarded, a
 //     partial block copied from the host or a snapshot restored from it holds the prompt's own prefix, an
 //     offloaded snapshot was a published one, and no host unit is overwritten while a sequence still holds
-//     it or before the step that last read it completed.
+//     it or before the step that last read it completed;
+//   - with policy::remote_tier, the driver keeps a store (content key -> header, contents): every put is a
+//     prefill-exact block or snapshot, each admit is preceded by a prefetch whose fetches it answers from
+//     the store, sometimes as a miss, sometimes with a corrupted header and another prefix's contents (which
+//     must never be used).
 // The same driver serves the randomized model-based test, the libFuzzer target and its corpus replay.
 
 #include <reprise/reprise.hpp>
@@ -64,6 +68,9 @@ struct driver_stats {
   std::uint64_t restores_from_host = 0;        ///< restores of a snapshot in the host tier
   std::uint64_t host_offloads = 0;             ///< KV blocks moved to the host tier
   std::uint64_t host_onboards = 0;             ///< KV blocks (full or partial) moved back
+  std::uint64_t remote_puts = 0;               ///< values written to the store
+  std::uint64_t remote_hits = 0;               ///< fetched values the cache kept
+  std::uint64_t remote_rejected = 0;           ///< fetched values with a corrupted header, dropped
 };
 
 template <class Cache>
@@ -122,6 +129,7 @@ class cache_op_driver {
   static constexpr std::uint32_t no_unit = std::numeric_limits<std::uint32_t>::max();
   static constexpr bool accepts_continuation = policy::policy_traits<policy_type>::accepts_decode_continuation;
   static constexpr bool host_tier = policy::tier_traits<typename Cache::tiers_type>::host;
+  static constexpr bool remote_tier = policy::tier_traits<typename Cache::tiers_type>::remote;
 
 public:
   std::string failure; // empty while every check passed
@@ -296,6 +304,7 @@ private:
     const std::uint32_t suffix = in.below(3) == 0 ? in.below(40) : 0;
     for (std::uint32_t k = 0; k < suffix; ++k) s.tokens.push_back(static_cast<token_id>(50000 + in.below(4)));
     const seq_id id = next_id_++;
+    if constexpr (remote_tier) prefetch(in, s);
     const observed before = observe();
     auto plan = cache_.admit(id, s.tokens, {.tenant_salt = static_cast<std::uint64_t>(s.tenant)});
     if (!plan.has_value()) {
@@ -728,6 +737,22 @@ private:
       return no_unit;
     }
     const auto now = static_cast<std::int64_t>(cache_.current_epoch());
+    for (const remote_put& p : t.remote_puts) { // first: the offloads below may overwrite the units
+      const bool block = p.item == remote_item::block;
+      expect(p.unit < (block ? host_blocks_.size() : host_slots_.size()), "put: unit out of range");
+      if (!failure.empty()) return no_unit;
+      if (block) {
+        expect(host_blocks_[p.unit].size() > 1 && (host_blocks_[p.unit].size() - 1) % B == 0 &&
+                   !host_block_continuation_[p.unit],
+               "put: a host block that is not a prefill-exact full block");
+        store_[p.key] = {{p.header.begin(), p.header.end()}, host_blocks_[p.unit]};
+      } else {
+        expect(host_slot_valid_[p.unit] && !host_slot_continuation_[p.unit] && (host_slots_[p.unit].size() - 1) % A == 0,
+               "put: a host snapshot that is not a prefill-exact one on the grid");
+        store_[p.key] = {{p.header.begin(), p.header.end()}, host_slots_[p.unit]};
+      }
+      ++stats.remote_puts;
+    }
     auto host_held = [&](std::uint32_t u, bool snapshot) {
       for (const auto& [id, q] : seqs_)
         if ((snapshot ? q.host_restore : q.host_copy) == u) return true;
@@ -767,6 +792,51 @@ private:
       ++stats.host_onboards;
     }
     return tail_src;
+  }
+
+  /// policy::remote_tier: prefetches `s`'s prompt, runs the puts the reservations caused, and answers every
+  /// fetch from the store: usually as stored, one in eight as a miss, one in eight with a corrupted header
+  /// and another prefix's contents written into the unit (the cache must drop it unused).
+  void prefetch(byte_source& in, const oracle_seq& s) {
+    const cache_metrics before = cache_.metrics();
+    auto plan = cache_.prefetch(s.tokens, {.tenant_salt = static_cast<std::uint64_t>(s.tenant)});
+    expect(plan.has_value(), "prefetch failed");
+    if (!plan.has_value()) return;
+    const std::vector<remote_fetch> fetches(plan->fetches.begin(), plan->fetches.end());
+    apply_transfers();
+    const auto now = static_cast<std::int64_t>(cache_.current_epoch());
+    for (const remote_fetch& f : fetches) {
+      const bool block = f.item == remote_item::block;
+      auto& units = block ? host_blocks_ : host_slots_;
+      expect(f.unit < units.size(), "prefetch: unit out of range");
+      if (!failure.empty()) return;
+      expect(reusable(block ? host_block_read_[f.unit] : host_slot_read_[f.unit]),
+             "prefetch: a unit read in a step not yet complete is written by a fetch");
+      auto it = store_.find(f.key);
+      const std::uint32_t roll = in.below(8);
+      if (it == store_.end() || roll == 0) {
+        expect(cache_.fetched(f.item, f.unit, {}).has_value(), "fetched (miss) failed");
+        continue;
+      }
+      std::vector<std::byte> header = it->second.header;
+      units[f.unit] = it->second.contents;
+      if (roll == 1) {
+        header[header.size() / 2] ^= std::byte{0x40};
+        units[f.unit] = content{s.tenant == 0 ? 1 : 0}; // contents that hold no prompt's prefix
+      }
+      if (block) {
+        host_block_continuation_[f.unit] = 0;
+        host_block_read_[f.unit] = now;
+      } else {
+        host_slot_continuation_[f.unit] = 0;
+        host_slot_valid_[f.unit] = 1;
+        host_slot_read_[f.unit] = now;
+      }
+      expect(cache_.fetched(f.item, f.unit, header).has_value(), "fetched failed");
+    }
+    const cache_metrics& after = cache_.metrics();
+    stats.remote_hits += after.remote_hits - before.remote_hits;
+    stats.remote_rejected += after.remote_rejected - before.remote_rejected;
   }
 
   /// The first commit, or the end, of a sequence: what it held in the host tier was read in this step.
@@ -817,6 +887,12 @@ private:
   std::vector<content> host_blocks_, host_slots_;
   std::vector<std::uint8_t> host_block_continuation_, host_slot_continuation_, host_slot_valid_;
   std::vector<std::int64_t> host_block_read_, host_slot_read_;
+  // policy::remote_tier: the store the fleet shares, by content key.
+  struct stored_value {
+    std::vector<std::byte> header;
+    content contents;
+  };
+  std::map<content_key, stored_value> store_;
   std::map<seq_id, oracle_seq> seqs_;
   std::vector<std::vector<token_id>> bases_;
   std::vector<oracle_seq> history_; // recently ended sequences, whose tokens later prompts may continue

@@ -19,7 +19,8 @@ TEST_CASE("random operation streams keep every oracle check and invariant") {
                          "snapshot_restore<every, last_aligned, branch_point, end_of_turn; accept_any>",
                          "snapshot_restore<last_aligned, end_of_turn; accept_prefill_exact>, TTL",
                          "chat (branch_block, end_of_turn, decode_checkpoints; accept_any)",
-                         "block_sharing, host tier", "chat, host tier, constant hasher"};
+                         "block_sharing, host tier", "chat, host tier, constant hasher",
+                         "strict, host and remote tiers"};
   static_assert(std::size(names) == stream_policies);
   // 0..5: the typed caches (B = 16); 6..11: the same policies on runtime-configured caches (B = 32 / B = 8).
   for (std::uint8_t config = 0; config < 2 * stream_policies; ++config) {
@@ -64,6 +65,9 @@ TEST_CASE("random operation streams keep every oracle check and invariant") {
       stats.restores_from_host += out.stats.restores_from_host;
       stats.host_offloads += out.stats.host_offloads;
       stats.host_onboards += out.stats.host_onboards;
+      stats.remote_puts += out.stats.remote_puts;
+      stats.remote_hits += out.stats.remote_hits;
+      stats.remote_rejected += out.stats.remote_rejected;
     }
     const std::string label = std::string(names[policy]) + (runtime ? " (runtime)" : " (typed)");
     MESSAGE(label, ": lookups ", total.lookups, ", blocks shared ", total.blocks_shared, ", KV evictions ",
@@ -76,7 +80,8 @@ TEST_CASE("random operation streams keep every oracle check and invariant") {
             stats.checkpoints_written, "/", stats.checkpoints_published, "/", stats.checkpoints_dropped,
             ", restores of off-grid/checkpoint/turn-end snapshots ", stats.restores_off_grid, "/",
             stats.restores_checkpoint, "/", stats.restores_turn_end, "; host tier: blocks offloaded/onboarded ",
-            stats.host_offloads, "/", stats.host_onboards, ", restores from the host ", stats.restores_from_host);
+            stats.host_offloads, "/", stats.host_onboards, ", restores from the host ", stats.restores_from_host,
+            "; remote tier: puts ", stats.remote_puts, ", hits ", stats.remote_hits, ", rejected ", stats.remote_rejected);
     // The streams must exercise what they claim to test.
     CHECK(total.lookups > 500);
     CHECK(total.blocks_shared > 100);
@@ -92,8 +97,13 @@ TEST_CASE("random operation streams keep every oracle check and invariant") {
     const bool chat = policy == 5 || policy == 7;
     if (policy >= 6) {
       CHECK(stats.host_offloads > 100);
-      CHECK(stats.host_onboards > 50);
-      if (policy == 7) CHECK(stats.restores_from_host > 10);
+      CHECK(stats.host_onboards > (policy == 8 ? 10u : 50u));
+      if (policy >= 7) CHECK(stats.restores_from_host > 10);
+      if (policy == 8) {
+        CHECK(stats.remote_puts > 50);
+        CHECK(stats.remote_hits > 50);
+        CHECK(stats.remote_rejected > 5);
+      }
     } else {
       CHECK(stats.host_offloads + stats.host_onboards + stats.restores_from_host == 0);
     }

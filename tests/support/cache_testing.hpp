@@ -6,6 +6,7 @@
 #include <reprise/reprise.hpp>
 
 #include <cstdint>
+#include <cstring>
 #include <numeric>
 #include <span>
 #include <vector>
@@ -29,6 +30,36 @@ struct constant_hasher {
   block_key chain(const block_key&, std::span<const token_id>) const noexcept { return {42, 42}; }
 };
 static_assert(hasher<constant_hasher>);
+
+/// A `remote_keyer` for tests that need no OpenSSL: two XXH3-128 chains side by side (256 bits). A
+/// snapshot's key chains two tokens (its position and a marker) onto its block's: no block chains fewer
+/// than 8.
+class test_remote_keyer final : public remote_keyer {
+public:
+  explicit test_remote_keyer(std::uint64_t fleet_seed = 11) : a_(fleet_seed), b_(fleet_seed ^ 0x5bd1e995u) {}
+  content_key root(const extra_keys& k) const noexcept override { return pack(a_.root(k), b_.root(k)); }
+  content_key chain(const content_key& p, std::span<const token_id> t) const noexcept override {
+    return pack(a_.chain(half(p, 0), t), b_.chain(half(p, 16), t));
+  }
+  content_key snapshot(const content_key& block, std::uint32_t position) const noexcept override {
+    const token_id t[2] = {static_cast<token_id>(position), -7};
+    return chain(block, t);
+  }
+
+private:
+  static content_key pack(const block_key& x, const block_key& y) noexcept {
+    content_key k;
+    std::memcpy(k.bytes.data(), &x, 16);
+    std::memcpy(k.bytes.data() + 16, &y, 16);
+    return k;
+  }
+  static block_key half(const content_key& k, std::size_t at) noexcept {
+    block_key b;
+    std::memcpy(&b, k.bytes.data() + at, 16);
+    return b;
+  }
+  xxh3_hasher a_, b_;
+};
 
 /// Tokens first, first + 1, ... (count of them).
 inline std::vector<token_id> iota_tokens(std::size_t count, token_id first = 0) {
