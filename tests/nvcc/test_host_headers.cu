@@ -22,11 +22,12 @@ std::vector<token_id> tokens(std::uint32_t n) {
 // Admits a prompt, commits it (with every planned capture written), then admits the same prompt again and
 // returns the second plan's skip.
 template <class Cache>
-std::uint32_t repeat_skip(std::uint32_t prompt_length) {
+std::uint32_t repeat_skip(std::uint32_t prompt_length, std::size_t host_kv_bytes = 0) {
   auto made = Cache::create({.kv_blocks = 256,
                              .max_sequences = 4,
                              .snapshot_budget_bytes = std::size_t{4} * Cache::model_type::bytes_per_snapshot,
-                             .hasher_seed = 7});
+                             .hasher_seed = 7,
+                             .host_kv_budget_bytes = host_kv_bytes});
   REQUIRE(made.has_value());
   Cache& c = *made;
   const std::vector<token_id> prompt = tokens(prompt_length);
@@ -126,5 +127,46 @@ TEST_CASE("the chat and strict presets under nvcc: branch blocks, decode checkpo
   REQUIRE(p->captures.size() == 1);
   CHECK(p->captures[0].position == 64);
   CHECK(p->restore_exactness == exactness::decode_continuation);
+  CHECK(c.check_invariants().has_value());
+}
+
+TEST_CASE("host and remote tiers under nvcc: offload, prefetch and onboard plan the same moves") {
+  using tiered = prefix_cache<presets::nemotron_h_8b, policy::strict, xxh3_hasher,
+                              policy::tiers<policy::host_tier, policy::remote_tier>>;
+  struct counting_keyer final : remote_keyer {
+    content_key root(const extra_keys&) const noexcept override { return key(1); }
+    content_key chain(const content_key& p, std::span<const token_id> t) const noexcept override {
+      content_key k = p;
+      k.bytes[31] = static_cast<std::uint8_t>(k.bytes[31] + 1);
+      k.bytes[30] = static_cast<std::uint8_t>(t.empty() ? 0 : t[0]);
+      return k;
+    }
+    content_key snapshot(const content_key& b, std::uint32_t position) const noexcept override {
+      content_key k = b;
+      k.bytes[0] = static_cast<std::uint8_t>(position >> 8);
+      return k;
+    }
+    static content_key key(std::uint8_t v) {
+      content_key k;
+      k.bytes[0] = v;
+      return k;
+    }
+  } keys;
+  using model = presets::nemotron_h_8b;
+  auto made = tiered::create({.kv_blocks = 40,
+                              .snapshot_budget_bytes = model::bytes_per_snapshot,
+                              .host_kv_budget_bytes = 64 * model::bytes_per_kv_block,
+                              .host_snapshot_budget_bytes = 2 * model::bytes_per_snapshot,
+                              .remote_keys = &keys});
+  REQUIRE(made.has_value());
+  auto& c = *made;
+  CHECK(c.host_kv_units() == 64);
+  CHECK(repeat_skip<prefix_cache<presets::nemotron_h_8b, policy::strict, xxh3_hasher, policy::tiers<policy::host_tier>>>(
+            600, 64 * model::bytes_per_kv_block) == 512);
+  auto plan = c.prefetch(tokens(600));
+  REQUIRE(plan.has_value());
+  CHECK(plan->blocks > 0); // nothing cached anywhere: the whole chain is asked of the store
+  for (const remote_fetch& f : plan->fetches) REQUIRE(c.fetched(f.item, f.unit, {}).has_value());
+  CHECK(c.metrics().remote_misses == plan->fetches.size());
   CHECK(c.check_invariants().has_value());
 }

@@ -642,7 +642,7 @@ struct cache_core {
   restore_choice choose_restore(const sequence_record& r, std::uint32_t matched,
                                 std::span<const token_id> prompt) noexcept {
     if constexpr (std::is_same_v<Policy, policy::block_sharing>) {
-      return {.usable = matched * B};
+      return restore_choice{matched * B, no_slot, false, exactness::prefill_exact, no_block, no_host_unit};
     } else if constexpr (restores) {
       const auto on_gpu = static_cast<std::uint32_t>(r.blocks.size());
       if constexpr (accepts_continuation && traits::capture::at_turn_end) {
@@ -657,12 +657,12 @@ struct cache_core {
             blocks.for_each_tail(start, parent, r.extras, tail_tokens, [&](block_node& n) {
               if (n.fill <= best.usable) return;
               if (const slot_id s = slots.usable(n, true); s != no_slot) {
-                best = {.usable = n.fill, .slot = s, .kind = slots.node(s).kind, .tail = blocks.id_of(n)};
+                best = restore_choice{n.fill, s, false, slots.node(s).kind, blocks.id_of(n), no_host_unit};
               } else if constexpr (has_host) {
                 const host_unit u = host->ledger.find_snapshot(host->serial[static_cast<std::size_t>(blocks.id_of(n))], exactness::decode_continuation);
                 if (u != no_host_unit)
-                  best = {.usable = n.fill, .slot = static_cast<slot_id>(u), .slot_on_host = true, .kind = exactness::decode_continuation,
-                          .tail = blocks.id_of(n)};
+                  best = restore_choice{n.fill, static_cast<slot_id>(u), true, exactness::decode_continuation, blocks.id_of(n),
+                                        no_host_unit};
               }
             });
           }
@@ -677,8 +677,7 @@ struct cache_core {
                 if (n.fill <= best.usable) return;
                 const host_unit u = host->ledger.find_snapshot(n.serial, exactness::decode_continuation);
                 if (u != no_host_unit)
-                  best = {.usable = n.fill, .slot = static_cast<slot_id>(u), .slot_on_host = true, .kind = exactness::decode_continuation,
-                          .host_tail = t};
+                  best = restore_choice{n.fill, static_cast<slot_id>(u), true, exactness::decode_continuation, no_block, t};
               });
             }
           }
@@ -695,7 +694,7 @@ struct cache_core {
           // Off the alignment grid only an end-of-turn (decode_continuation) snapshot can sit.
           if (on_grid || n.snapshot[static_cast<int>(exactness::decode_continuation)] != no_slot) {
             if (const slot_id s = slots.usable(n, accepts_continuation); s != no_slot)
-              return {.usable = (i + 1) * B, .slot = s, .kind = slots.node(s).kind};
+              return restore_choice{(i + 1) * B, s, false, slots.node(s).kind, no_block, no_host_unit};
           }
         }
         if constexpr (has_host) {
@@ -705,7 +704,7 @@ struct cache_core {
             if (k == exactness::decode_continuation && !accepts_continuation) break;
             if (k == exactness::prefill_exact && !on_grid) continue;
             if (const host_unit u = host->ledger.find_snapshot(serial, k); u != no_host_unit)
-              return {.usable = (i + 1) * B, .slot = static_cast<slot_id>(u), .slot_on_host = true, .kind = k};
+              return restore_choice{(i + 1) * B, static_cast<slot_id>(u), true, k, no_block, no_host_unit};
           }
         }
       }
