@@ -77,17 +77,26 @@ replay_config load_config(const cli_options& o) {
   return c;
 }
 
-/// The policies to run: those asked for, each checked against the model, or all that apply.
+/// The policies to run: those asked for, each checked against the model (and the host tier), or all that
+/// apply (with a host tier, or along a host axis, all that take one).
 std::vector<policy_kind> load_policies(const cli_options& o, const sim_model& m) {
-  const std::vector<policy_kind> applicable = policies_for(m.config);
-  if (o.policies.empty()) return applicable;
-  for (policy_kind p : o.policies)
+  std::vector<policy_kind> applicable = policies_for(m.config);
+  const bool host_axis = o.command == command_kind::sweep && o.axis && sweep_takes_zero(*o.axis);
+  if (o.policies.empty()) {
+    if (o.cache.host_kv_budget_bytes != 0 || host_axis) std::erase_if(applicable, [](policy_kind p) { return !takes_host_tier(p); });
+    return applicable;
+  }
+  for (policy_kind p : o.policies) {
+    if (o.cache.host_kv_budget_bytes != 0 && !takes_host_tier(p))
+      die("--policy " + std::string(to_string(p)) + " takes no host tier (--host-kv-budget): it skips no prefill, so a "
+          "block brought back from host memory would save nothing", 2);
     if (std::find(applicable.begin(), applicable.end(), p) == applicable.end()) {
       std::string names;
       for (policy_kind a : applicable) names += (names.empty() ? "" : ", ") + std::string(to_string(a));
       die("--policy " + std::string(to_string(p)) + " does not apply to " + m.name + " (" +
           (m.config.has_recurrent() ? "it has recurrent layers" : "attention-only") + "; its policies: " + names + ")", 2);
     }
+  }
   return o.policies;
 }
 
@@ -147,7 +156,7 @@ int cmd_sweep(const cli_options& o) {
   const trace t = load_traffic(o);
   print_trace_summary(t);
   const sweep_axis axis = *o.axis;
-  const std::vector<std::uint64_t> values = o.values.empty() ? default_sweep_values(axis, base.model.config) : o.values;
+  const std::vector<std::uint64_t> values = o.values.empty() ? default_sweep_values(axis, base) : o.values;
   std::error_code ec;
   std::filesystem::create_directories(o.out_dir, ec);
   if (ec) die("cannot create " + o.out_dir + ": " + ec.message());

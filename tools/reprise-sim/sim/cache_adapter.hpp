@@ -4,7 +4,8 @@
 /// The replay adapter: the one file that names the `prefix_cache` API (included by the translation units
 /// that instantiate it).
 ///
-/// Every model, preset or model file, replays through `prefix_cache<dynamic_model, Policy>`: the cache is
+/// Every model, preset or model file, replays through `prefix_cache<dynamic_model, Policy>` (with
+/// `policy::tiers<policy::host_tier>` when the replay has a host KV budget): the cache is
 /// built from the model's `model_config` at run time, so any block size and alignment the cache supports
 /// works and byte gauges are the model's real bytes. The presets' own compile-time types run through the same
 /// loop (`replay_with_preset_type`), which tests use to show that the typed and runtime forms agree.
@@ -14,19 +15,21 @@
 
 #include <reprise/cache/prefix_cache.hpp>
 #include <reprise/policy/policies.hpp>
+#include <reprise/policy/tiers.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <deque>
 #include <string>
-#include <type_traits>
 #include <span>
+#include <type_traits>
+#include <vector>
 
 namespace reprise::sim::adapter {
 
 using clock_type = std::chrono::steady_clock;
 
-/// The cache options of a replay: `kv_blocks` blocks, the snapshot budget in the model's real bytes.
+/// The cache options of a replay: `kv_blocks` blocks, the snapshot budgets in the model's real bytes.
 inline cache_options options_for(const replay_config& c, std::uint32_t kv_blocks) {
   cache_options o;
   o.kv_blocks = kv_blocks;
@@ -36,117 +39,97 @@ inline cache_options options_for(const replay_config& c, std::uint32_t kv_blocks
   o.max_snapshots_per_path = c.max_snapshots_per_path;
   o.capture_interval = uses_interval(c.policy) ? effective_interval(c) : 0;
   o.hasher_seed = c.hasher_seed;
+  o.host_kv_budget_bytes = c.host_kv_budget_bytes;
+  o.host_snapshot_budget_bytes = restores_snapshots(c.policy) ? c.host_snapshot_budget_bytes : 0;
   return o;
 }
 
-/// Creates the cache (typed: `Cache::create(o)`, runtime: from the model's config) and replays `t`.
-template <class Cache>
-void run(const trace& t, const replay_config& c, std::uint32_t kv_blocks, replay_report& rep, progress* bar) {
-  const cache_options o = options_for(c, kv_blocks);
-  auto created = [&] {
-    if constexpr (std::is_same_v<typename Cache::model_type, dynamic_model>) return Cache::create(c.model.config, o);
-    else return Cache::create(o);
-  }();
-  if (!created) {
-    switch (created.error()) {
-    case errc::budget_too_small:
-      rep.error = "snapshot budget " + format_bytes(static_cast<double>(c.snapshot_budget_bytes)) +
-                  " is below one snapshot (" + format_bytes(static_cast<double>(rep.bytes_per_snapshot)) + ")";
-      break;
-    case errc::misaligned:
-      rep.error = "snapshot interval " + std::to_string(o.capture_interval) +
-                  " is not a positive multiple of the alignment unit " + std::to_string(c.model.config.alignment());
-      break;
-    default: rep.error = "the cache refused the configuration: " + std::string(to_string(created.error()));
-    }
-    return;
+/// Why `create` refused `o`, in the words of the command line.
+inline std::string creation_error(const replay_config& c, const cache_options& o, errc e) {
+  const model_config& m = c.model.config;
+  auto bytes = [](std::uint64_t v) { return format_bytes(static_cast<double>(v)); };
+  switch (e) {
+  case errc::budget_too_small:
+    // The host budgets are checked first: the GPU snapshot budget's message is the one replays always gave.
+    if (o.host_kv_budget_bytes != 0 && o.host_kv_budget_bytes < m.bytes_per_kv_block())
+      return "host KV budget " + bytes(o.host_kv_budget_bytes) + " is below one block (" + bytes(m.bytes_per_kv_block()) + ")";
+    if (o.host_snapshot_budget_bytes != 0 && o.host_snapshot_budget_bytes < m.bytes_per_snapshot())
+      return "host snapshot budget " + bytes(o.host_snapshot_budget_bytes) + " is below one snapshot (" +
+             bytes(m.bytes_per_snapshot()) + ")";
+    return "snapshot budget " + bytes(c.snapshot_budget_bytes) + " is below one snapshot (" + bytes(m.bytes_per_snapshot()) + ")";
+  case errc::misaligned:
+    return "snapshot interval " + std::to_string(o.capture_interval) + " is not a positive multiple of the alignment unit " +
+           std::to_string(m.alignment());
+  default: return "the cache refused the configuration: " + std::string(to_string(e));
   }
-  Cache& cache = *created;
-  rep.snapshot_slots = cache.snapshot_slots();
+}
 
-  materializer m(t);
-  std::vector<token> prompt, output;
-  std::vector<std::uint32_t> written;
-  std::deque<std::uint32_t> in_flight;
-  std::vector<std::uint8_t> live(t.requests.size(), 0);
-  // Requests a later one continues (`from` segments): the others are their conversation's last turn.
-  std::vector<std::uint8_t> continued(t.requests.size(), 0);
-  if (c.last_turn_hints)
-    for (const request& r : t.requests)
-      for (const segment& s : t.segments_of(r))
-        if (s.kind == segment_kind::from) continued[s.ref] = 1;
+/// What the engines of one replay share: the trace, the configuration, and the report they add to.
+struct fleet_context {
+  const trace& t;
+  const replay_config& c;
+  std::uint32_t kv_blocks;
+  replay_report& rep;
+  /// Requests a later one continues (`from` segments), with `last_turn_hints`: the others end their
+  /// conversation.
+  std::vector<std::uint8_t> continued;
+  /// Requests admitted and not finished yet, on whichever engine serves them.
+  std::vector<std::uint8_t> live;
   clock_type::duration in_cache{};
-  double kv_sum = 0, snap_sum = 0;
-  std::uint64_t samples = 0;
+};
 
-  // The adapter drives the cache exactly as its contract says, so any error from commit or finish is a bug
-  // here or in the cache: the first one is reported and ends the replay.
-  auto misuse = [&](const char* call, errc e, std::uint32_t index) {
-    if (rep.error.empty())
-      rep.error = std::string(call) + " failed with " + std::string(to_string(e)) + " for request " +
-                  std::to_string(t.requests[index].id);
-  };
-  auto finish = [&](std::uint32_t index) {
-    const auto t0 = clock_type::now();
-    auto done = cache.finish(index, {.last_turn = c.last_turn_hints && continued[index] == 0});
-    in_cache += clock_type::now() - t0;
-    if (!done) misuse("finish", done.error(), index);
-    live[index] = 0;
-  };
-  auto finish_all = [&] {
-    for (std::uint32_t index : in_flight) finish(index);
-    in_flight.clear();
-  };
-  auto end_step = [&] {
-    const auto t0 = clock_type::now();
-    if (auto done = cache.step_complete(cache.current_epoch()); !done && rep.error.empty())
-      rep.error = "step_complete failed with " + std::string(to_string(done.error()));
-    in_cache += clock_type::now() - t0;
-    const cache_metrics& mm = cache.metrics();
-    const double kv = static_cast<double>(kv_blocks - mm.blocks_free) * static_cast<double>(rep.bytes_per_kv_block);
-    const double snap = static_cast<double>(mm.snapshot_bytes_held);
-    rep.peak_kv_bytes = std::max(rep.peak_kv_bytes, kv);
-    rep.peak_snapshot_bytes = std::max(rep.peak_snapshot_bytes, snap);
-    kv_sum += kv;
-    snap_sum += snap;
-    ++samples;
-  };
+/// One engine: its cache, the requests it has in flight, and its share of the report.
+///
+/// The engine drives the cache exactly as its contract says, so any error from commit or finish is a bug
+/// here or in the cache: the first one is reported and ends the replay.
+template <class Cache>
+class engine {
+public:
+  static constexpr bool host = policy::tier_traits<typename Cache::tiers_type>::host;
 
-  const auto wall0 = clock_type::now();
-  for (std::uint32_t i = 0; i < t.requests.size(); ++i) {
-    const request& r = t.requests[i];
-    m.prompt(i, prompt);
-    if (bar) bar->update(i);
+  engine(Cache cache, fleet_context& f, std::uint32_t index)
+      : cache_(std::move(cache)), f_(f), index_(index),
+        label_(f.c.engines > 1 ? "engine " + std::to_string(index) + ": " : std::string()) {}
 
-    // A request that continues one still in flight waits for it (its turn ended before this one began).
-    if (c.concurrency > 1) {
-      for (const segment& s : t.segments_of(r))
-        if (s.kind == segment_kind::from && live[s.ref]) {
-          finish(s.ref);
-          std::erase(in_flight, s.ref);
-        }
-    }
-    while (in_flight.size() >= c.concurrency) {
-      finish(in_flight.front());
-      in_flight.pop_front();
+  const Cache& cache() const noexcept { return cache_; }
+
+  /// Serves request `i` with prompt `prompt`: admit (after finishing what must make room), commit the
+  /// prompt, decode, and finish it when nothing else may be in flight.
+  void serve(std::uint32_t i, std::span<const token> prompt) {
+    const replay_config& c = f_.c;
+    replay_report& rep = f_.rep;
+    replay_report::engine_share& share = rep.per_engine[index_];
+    const request& r = f_.t.requests[i];
+    while (in_flight_.size() >= c.concurrency) {
+      finish(in_flight_.front());
+      in_flight_.pop_front();
     }
 
     const extra_keys keys{.tenant_salt = r.tenant};
+    std::uint64_t host_blocks_before = 0, host_tails_before = 0;
+    auto admit = [&] {
+      if constexpr (host) {
+        host_blocks_before = cache_.metrics().host_blocks_onboarded;
+        host_tails_before = cache_.metrics().host_tails_onboarded;
+      }
+      return cache_.admit(i, prompt, keys);
+    };
     auto t0 = clock_type::now();
-    auto plan = cache.admit(i, prompt, keys);
-    if (!plan && plan.error() == errc::pool_exhausted && !in_flight.empty()) {
+    auto plan = admit();
+    if (!plan && plan.error() == errc::pool_exhausted && !in_flight_.empty()) {
       // Everything in flight holds blocks: let it finish, then try once more.
-      in_cache += clock_type::now() - t0;
+      f_.in_cache += clock_type::now() - t0;
       finish_all();
       end_step();
       t0 = clock_type::now();
-      plan = cache.admit(i, prompt, keys);
+      plan = admit();
     }
     if (!plan) {
-      in_cache += clock_type::now() - t0;
+      f_.in_cache += clock_type::now() - t0;
       ++rep.requests_rejected;
+      ++share.requests_rejected;
       end_step();
-      continue;
+      return;
     }
     const auto length = static_cast<std::uint32_t>(prompt.size());
     ++rep.requests;
@@ -156,95 +139,291 @@ void run(const trace& t, const replay_config& c, std::uint32_t kv_blocks, replay
     rep.tokens_lost += plan->tokens_lost_to_missing_snapshot;
     rep.hits += plan->usable_tokens > 0;
     rep.kv_hits += plan->kv_matched_tokens > 0;
+    ++share.requests;
+    share.prompt_tokens += length;
+    share.kv_matched_tokens += plan->kv_matched_tokens;
+    share.usable_tokens += plan->usable_tokens;
+    share.hits += plan->usable_tokens > 0;
+    share.kv_hits += plan->kv_matched_tokens > 0;
+    if constexpr (host) {
+      // Onboarded full blocks hold B tokens each; an onboarded turn-end tail holds the match past the shared
+      // full blocks (it is copied into block_table[shared_blocks]).
+      const cache_metrics& mm = cache_.metrics();
+      std::uint64_t from_host = (mm.host_blocks_onboarded - host_blocks_before) * cache_.block_size();
+      if (mm.host_tails_onboarded != host_tails_before)
+        from_host += plan->kv_matched_tokens - std::uint64_t{plan->shared_blocks} * cache_.block_size();
+      rep.host_kv_hit_tokens += from_host;
+      share.host_kv_hit_tokens += from_host;
+    }
 
     // The engine restores, prefills [usable, L) and writes every planned capture.
-    written.clear();
-    for (const capture_point& p : plan->captures) written.push_back(static_cast<std::uint32_t>(p.position));
-    if (auto committed = cache.commit(i, length, written); !committed) misuse("commit", committed.error(), i);
+    written_.clear();
+    for (const capture_point& p : plan->captures) written_.push_back(static_cast<std::uint32_t>(p.position));
+    if (auto committed = cache_.commit(i, length, written_); !committed) misuse("commit", committed.error(), i);
 
     // Decode: the model feeds every output token but the last sampled one, in steps after the prefill's (whose
     // kernels, the restore copy included, have completed by then).
     if (r.output_tokens > 0) {
-      if (auto done = cache.step_complete(cache.current_epoch()); !done) misuse("step_complete", done.error(), i);
-      output.clear();
-      materializer::append_output(i, r.output_tokens, output);
-      if (cache.extend(i, output)) {
-        if (auto decoded = cache.commit(i, length + r.output_tokens - 1); !decoded) misuse("commit", decoded.error(), i);
+      take_transfers();
+      if (auto done = cache_.step_complete(cache_.current_epoch()); !done) misuse("step_complete", done.error(), i);
+      output_.clear();
+      materializer::append_output(i, r.output_tokens, output_);
+      if (cache_.extend(i, output_)) {
+        if (auto decoded = cache_.commit(i, length + r.output_tokens - 1); !decoded) misuse("commit", decoded.error(), i);
         rep.output_tokens += r.output_tokens;
       } else {
         ++rep.decode_truncated;
       }
     }
-    in_cache += clock_type::now() - t0;
-    in_flight.push_back(i);
-    live[i] = 1;
+    f_.in_cache += clock_type::now() - t0;
+    in_flight_.push_back(i);
+    f_.live[i] = 1;
     if (c.concurrency == 1) {
       finish(i);
-      in_flight.pop_back();
+      in_flight_.pop_back();
     }
     end_step();
-    if (c.check_invariants && !cache.check_invariants())
-      rep.error = "check_invariants failed after request " + std::to_string(r.id);
+    if (c.check_invariants && !cache_.check_invariants())
+      rep.error = label_ + "check_invariants failed after request " + std::to_string(r.id);
+  }
+
+  /// Finishes request `index`, in flight here, before its turn: a later request continues it.
+  void finish_early(std::uint32_t index) {
+    finish(index);
+    std::erase(in_flight_, index);
+  }
+
+  /// Finishes everything in flight and completes the last step.
+  void drain() {
+    finish_all();
+    end_step();
+  }
+
+  /// Adds the cache's counters to the report, and checks that the moves `take_transfers` listed are the ones
+  /// the host tier's counters count.
+  void collect() {
+    replay_report& rep = f_.rep;
+    const cache_metrics& mm = cache_.metrics();
+    rep.blocks_shared += mm.blocks_shared;
+    rep.kv_evictions += mm.kv_evictions;
+    rep.snapshot_hits += mm.snapshot_hits;
+    rep.snapshot_misses += mm.snapshot_misses;
+    rep.captures_planned += mm.captures_planned;
+    rep.captures_written += mm.captures_written;
+    rep.captures_refused += mm.captures_refused;
+    rep.snapshot_evictions_lru += mm.snapshot_evictions_lru;
+    rep.snapshot_evictions_ttl += mm.snapshot_evictions_ttl;
+    rep.snapshot_evictions_invalidated += mm.snapshot_evictions_invalidated;
+    rep.host_blocks_onboarded += mm.host_blocks_onboarded;
+    rep.host_tails_onboarded += mm.host_tails_onboarded;
+    rep.host_snapshot_hits += mm.host_snapshot_hits;
+    rep.host_blocks_offloaded += mm.host_blocks_offloaded;
+    rep.host_snapshots_offloaded += mm.host_snapshots_offloaded;
+    rep.host_bytes_offloaded += mm.host_bytes_offloaded;
+    rep.host_bytes_onboarded += mm.host_bytes_onboarded;
+    rep.host_block_evictions += mm.host_block_evictions;
+    rep.host_snapshot_evictions += mm.host_snapshot_evictions;
+    rep.transfer_steps += transfer_steps_;
+    rep.kv_offload_moves += kv_offload_moves_;
+    rep.snapshot_offload_moves += snapshot_offload_moves_;
+    rep.kv_onboard_moves += kv_onboard_moves_;
+    if (!rep.error.empty()) return;
+    if (kv_offload_moves_ != mm.host_blocks_offloaded || snapshot_offload_moves_ != mm.host_snapshots_offloaded ||
+        kv_onboard_moves_ != mm.host_blocks_onboarded + mm.host_tails_onboarded)
+      rep.error = label_ + "take_transfers listed " + std::to_string(kv_offload_moves_) + " KV offloads, " +
+                  std::to_string(snapshot_offload_moves_) + " snapshot offloads and " +
+                  std::to_string(kv_onboard_moves_) + " onboards; the metrics count " +
+                  std::to_string(mm.host_blocks_offloaded) + ", " + std::to_string(mm.host_snapshots_offloaded) +
+                  " and " + std::to_string(mm.host_blocks_onboarded + mm.host_tails_onboarded);
+    else if (f_.c.check_invariants && !cache_.check_invariants())
+      rep.error = label_ + "check_invariants failed at the end";
+  }
+
+  // Occupancy over the engine's steps.
+  double peak_kv = 0, peak_snapshot = 0, peak_host_kv = 0, peak_host_snapshot = 0;
+  double mean_kv() const noexcept { return samples_ ? kv_sum_ / static_cast<double>(samples_) : 0; }
+  double mean_snapshot() const noexcept { return samples_ ? snap_sum_ / static_cast<double>(samples_) : 0; }
+
+private:
+  void misuse(const char* call, errc e, std::uint32_t index) {
+    if (f_.rep.error.empty())
+      f_.rep.error = label_ + std::string(call) + " failed with " + std::string(to_string(e)) + " for request " +
+                     std::to_string(f_.t.requests[index].id);
+  }
+
+  void finish(std::uint32_t index) {
+    const auto t0 = clock_type::now();
+    auto done = cache_.finish(index, {.last_turn = f_.c.last_turn_hints && f_.continued[index] == 0});
+    f_.in_cache += clock_type::now() - t0;
+    if (!done) misuse("finish", done.error(), index);
+    f_.live[index] = 0;
+  }
+
+  void finish_all() {
+    for (std::uint32_t index : in_flight_) finish(index);
+    in_flight_.clear();
+  }
+
+  /// The step's moves, which an engine issues before the step's work: counted, not executed.
+  void take_transfers() {
+    if constexpr (host) {
+      const transfer_plan moves = cache_.take_transfers();
+      transfer_steps_ += !moves.empty();
+      kv_offload_moves_ += moves.kv_offload.size();
+      snapshot_offload_moves_ += moves.snapshot_offload.size();
+      kv_onboard_moves_ += moves.kv_onboard.size();
+    }
+  }
+
+  void end_step() {
+    const auto t0 = clock_type::now();
+    take_transfers();
+    if (auto done = cache_.step_complete(cache_.current_epoch()); !done && f_.rep.error.empty())
+      f_.rep.error = label_ + "step_complete failed with " + std::string(to_string(done.error()));
+    f_.in_cache += clock_type::now() - t0;
+    const cache_metrics& mm = cache_.metrics();
+    const double kv = static_cast<double>(f_.kv_blocks - mm.blocks_free) * static_cast<double>(f_.rep.bytes_per_kv_block);
+    const double snap = static_cast<double>(mm.snapshot_bytes_held);
+    peak_kv = std::max(peak_kv, kv);
+    peak_snapshot = std::max(peak_snapshot, snap);
+    if constexpr (host) {
+      peak_host_kv = std::max(peak_host_kv, static_cast<double>(mm.host_blocks_held) *
+                                                static_cast<double>(f_.rep.bytes_per_kv_block));
+      peak_host_snapshot = std::max(peak_host_snapshot, static_cast<double>(mm.host_snapshots_held) *
+                                                            static_cast<double>(f_.rep.bytes_per_snapshot));
+    }
+    kv_sum_ += kv;
+    snap_sum_ += snap;
+    ++samples_;
+  }
+
+  Cache cache_;
+  fleet_context& f_;
+  std::uint32_t index_;
+  std::string label_; ///< prefixes error messages in a fleet
+  std::deque<std::uint32_t> in_flight_;
+  std::vector<std::uint32_t> written_;
+  std::vector<token> output_;
+  double kv_sum_ = 0, snap_sum_ = 0;
+  std::uint64_t samples_ = 0;
+  std::uint64_t transfer_steps_ = 0, kv_offload_moves_ = 0, snapshot_offload_moves_ = 0, kv_onboard_moves_ = 0;
+};
+
+/// Creates the engines' caches (typed: `Cache::create(o)`, runtime: from the model's config) and replays `t`,
+/// each request on the engine `route_requests` picks.
+template <class Cache>
+void run(const trace& t, const replay_config& c, std::uint32_t kv_blocks, replay_report& rep, progress* bar) {
+  const cache_options o = options_for(c, kv_blocks);
+  fleet_context f{.t = t, .c = c, .kv_blocks = kv_blocks, .rep = rep, .continued = {}, .live = {}};
+  rep.per_engine.assign(c.engines, {});
+  std::vector<engine<Cache>> fleet;
+  fleet.reserve(c.engines);
+  for (std::uint32_t e = 0; e < c.engines; ++e) {
+    auto created = [&] {
+      if constexpr (std::is_same_v<typename Cache::model_type, dynamic_model>) return Cache::create(c.model.config, o);
+      else return Cache::create(o);
+    }();
+    if (!created) {
+      rep.error = creation_error(c, o, created.error());
+      return;
+    }
+    fleet.emplace_back(std::move(*created), f, e);
+  }
+  rep.snapshot_slots = fleet.front().cache().snapshot_slots();
+  rep.host_kv_units = fleet.front().cache().host_kv_units();
+  rep.host_snapshot_units = fleet.front().cache().host_snapshot_units();
+
+  // One engine needs no routing table (traces may hold millions of requests).
+  const std::vector<std::uint32_t> route = c.engines > 1 ? route_requests(t, c.engines, c.affinity)
+                                                         : std::vector<std::uint32_t>{};
+  auto engine_of = [&](std::uint32_t i) -> engine<Cache>& { return fleet[route.empty() ? 0 : route[i]]; };
+  f.live.assign(t.requests.size(), 0);
+  f.continued.assign(t.requests.size(), 0);
+  if (c.last_turn_hints)
+    for (const request& r : t.requests)
+      for (const segment& s : t.segments_of(r))
+        if (s.kind == segment_kind::from) f.continued[s.ref] = 1;
+
+  materializer m(t);
+  std::vector<token> prompt;
+  const auto wall0 = clock_type::now();
+  for (std::uint32_t i = 0; i < t.requests.size(); ++i) {
+    m.prompt(i, prompt);
+    if (bar) bar->update(i);
+    // A request that continues one still in flight waits for it (its turn ended before this one began),
+    // on whichever engine it runs.
+    if (c.concurrency > 1) {
+      for (const segment& s : t.segments_of(t.requests[i]))
+        if (s.kind == segment_kind::from && f.live[s.ref]) engine_of(s.ref).finish_early(s.ref);
+    }
+    engine_of(i).serve(i, prompt);
     if (!rep.error.empty()) return;
   }
-  finish_all();
-  end_step();
+  for (engine<Cache>& e : fleet) e.drain();
   rep.wall_seconds = std::chrono::duration<double>(clock_type::now() - wall0).count();
-  rep.cache_seconds = std::chrono::duration<double>(in_cache).count();
-  rep.mean_kv_bytes = samples ? kv_sum / static_cast<double>(samples) : 0;
-  rep.mean_snapshot_bytes = samples ? snap_sum / static_cast<double>(samples) : 0;
+  rep.cache_seconds = std::chrono::duration<double>(f.in_cache).count();
 
-  const cache_metrics& mm = cache.metrics();
-  rep.blocks_shared = mm.blocks_shared;
-  rep.kv_evictions = mm.kv_evictions;
-  rep.snapshot_hits = mm.snapshot_hits;
-  rep.snapshot_misses = mm.snapshot_misses;
-  rep.captures_planned = mm.captures_planned;
-  rep.captures_written = mm.captures_written;
-  rep.captures_refused = mm.captures_refused;
-  rep.snapshot_evictions_lru = mm.snapshot_evictions_lru;
-  rep.snapshot_evictions_ttl = mm.snapshot_evictions_ttl;
-  rep.snapshot_evictions_invalidated = mm.snapshot_evictions_invalidated;
-  if (c.check_invariants && !cache.check_invariants()) rep.error = "check_invariants failed at the end";
+  // Gauges are per engine: the largest peak, the mean over engines.
+  double mean_kv = 0, mean_snapshot = 0;
+  for (engine<Cache>& e : fleet) {
+    rep.peak_kv_bytes = std::max(rep.peak_kv_bytes, e.peak_kv);
+    rep.peak_snapshot_bytes = std::max(rep.peak_snapshot_bytes, e.peak_snapshot);
+    rep.peak_host_kv_bytes = std::max(rep.peak_host_kv_bytes, e.peak_host_kv);
+    rep.peak_host_snapshot_bytes = std::max(rep.peak_host_snapshot_bytes, e.peak_host_snapshot);
+    mean_kv += e.mean_kv();
+    mean_snapshot += e.mean_snapshot();
+    e.collect();
+  }
+  rep.mean_kv_bytes = mean_kv / static_cast<double>(fleet.size());
+  rep.mean_snapshot_bytes = mean_snapshot / static_cast<double>(fleet.size());
 }
 
 using runner = void (*)(const trace&, const replay_config&, std::uint32_t kv_blocks, replay_report&, progress*);
 
 /// The replay of policy `p` over a model with recurrent layers, of kind `Model` (`dynamic_model` or a
-/// preset type); null for `block_sharing`, which does not apply.
-template <class Model>
+/// preset type) with the tiers `Tiers`; null for `block_sharing`, which does not apply, and for
+/// `memory_only` with a host tier, which `prefix_cache` refuses.
+template <class Model, class Tiers = policy::tiers<>>
 runner recurrent_runner(policy_kind p) {
   using namespace policy;
+  using H = xxh3_hasher;
   switch (p) {
-  case policy_kind::memory_only: return &run<prefix_cache<Model, memory_only>>;
+  case policy_kind::memory_only:
+    if constexpr (tier_traits<Tiers>::host) return nullptr;
+    else return &run<prefix_cache<Model, memory_only, H, Tiers>>;
   case policy_kind::snapshot_interval:
-    return &run<prefix_cache<Model, snapshot_restore<capture<every_interval>, accept_prefill_exact>>>;
+    return &run<prefix_cache<Model, snapshot_restore<capture<every_interval>, accept_prefill_exact>, H, Tiers>>;
   case policy_kind::snapshot_prefix_tree:
-    return &run<
-        prefix_cache<Model, snapshot_restore<capture<every_interval, last_aligned, branch_point>, accept_prefill_exact>>>;
-  case policy_kind::snapshot_turns: return &run<prefix_cache<Model, snapshot_restore<>>>;
+    return &run<prefix_cache<Model, snapshot_restore<capture<every_interval, last_aligned, branch_point>, accept_prefill_exact>,
+                             H, Tiers>>;
+  case policy_kind::snapshot_turns: return &run<prefix_cache<Model, snapshot_restore<>, H, Tiers>>;
   case policy_kind::snapshot_all:
     return &run<prefix_cache<
-        Model, snapshot_restore<capture<every_interval, last_aligned, branch_point, end_of_turn>, accept_any>>>;
-  case policy_kind::chat: return &run<prefix_cache<Model, policy::chat>>;
-  case policy_kind::strict: return &run<prefix_cache<Model, policy::strict>>;
+        Model, snapshot_restore<capture<every_interval, last_aligned, branch_point, end_of_turn>, accept_any>, H, Tiers>>;
+  case policy_kind::chat: return &run<prefix_cache<Model, policy::chat, H, Tiers>>;
+  case policy_kind::strict: return &run<prefix_cache<Model, policy::strict, H, Tiers>>;
   case policy_kind::block_sharing: return nullptr;
   }
   return nullptr;
 }
 
 /// The replay of policy `p` over an attention-only model: only `block_sharing` applies.
-template <class Model>
+template <class Model, class Tiers = policy::tiers<>>
 runner attention_runner(policy_kind p) {
-  return p == policy_kind::block_sharing ? &run<prefix_cache<Model, policy::block_sharing>> : nullptr;
+  return p == policy_kind::block_sharing ? &run<prefix_cache<Model, policy::block_sharing, xxh3_hasher, Tiers>> : nullptr;
 }
 
-/// The replay of policy `p` for a runtime model with or without recurrent layers (null: does not apply).
-inline runner runtime_runner(policy_kind p, bool recurrent) {
+/// The replay of policy `p` for a runtime model with or without recurrent layers, with or without a host
+/// tier (null: does not apply).
+inline runner runtime_runner(policy_kind p, bool recurrent, bool host) {
+  using host_tiers = policy::tiers<policy::host_tier>;
+  if (host)
+    return recurrent ? recurrent_runner<dynamic_model, host_tiers>(p) : attention_runner<dynamic_model, host_tiers>(p);
   return recurrent ? recurrent_runner<dynamic_model>(p) : attention_runner<dynamic_model>(p);
 }
 
-/// The presets' own types, for the equivalence test (null for a preset without an instantiation here).
+/// The presets' own types, for the equivalence test (null for a preset without an instantiation here). They
+/// replay without a host tier.
 runner preset_runner(preset_id id, policy_kind p);
 
 } // namespace reprise::sim::adapter

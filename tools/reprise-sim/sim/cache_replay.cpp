@@ -38,6 +38,25 @@ bool prepare(const trace& t, const replay_config& c, runner run_fn, replay_repor
   rep.snapshot_budget_bytes = restores_snapshots(c.policy) ? c.snapshot_budget_bytes : 0;
   rep.bytes_per_kv_block = m.bytes_per_kv_block();
   rep.bytes_per_snapshot = m.bytes_per_snapshot();
+  rep.host_kv_budget_bytes = c.host_kv_budget_bytes;
+  rep.host_snapshot_budget_bytes = restores_snapshots(c.policy) ? c.host_snapshot_budget_bytes : 0;
+  rep.engines = c.engines;
+  rep.affinity = c.affinity;
+  if (has_host_tier(c) && !takes_host_tier(c.policy)) {
+    rep.error = "policy " + std::string(to_string(c.policy)) +
+                " takes no host tier: it skips no prefill, so a block brought back from host memory would save "
+                "nothing";
+    return false;
+  }
+  if (rep.host_snapshot_budget_bytes != 0 && !has_host_tier(c)) {
+    rep.error = "a host snapshot budget needs a host KV budget (a snapshot in host memory is found through its "
+                "KV blocks, which must be kept there too)";
+    return false;
+  }
+  if (c.engines == 0) {
+    rep.error = "a fleet needs at least one engine";
+    return false;
+  }
   if (run_fn == nullptr) {
     rep.error = std::string("policy ") + std::string(to_string(c.policy)) + " does not apply to " +
                 (m.has_recurrent() ? "a model with recurrent layers" : "an attention-only model");
@@ -74,7 +93,7 @@ std::string supported_block_sizes_text() {
 
 replay_report replay(const trace& t, const replay_config& c, progress* bar) {
   replay_report rep;
-  const runner run_fn = runtime_runner(c.policy, c.model.config.has_recurrent());
+  const runner run_fn = runtime_runner(c.policy, c.model.config.has_recurrent(), has_host_tier(c));
   std::uint32_t kv_blocks = 0;
   if (!prepare(t, c, run_fn, rep, kv_blocks)) return rep;
   run_fn(t, c, kv_blocks, rep, bar);
@@ -85,6 +104,10 @@ replay_report replay(const trace& t, const replay_config& c, progress* bar) {
 
 replay_report replay_with_preset_type(const trace& t, const replay_config& c) {
   replay_report rep;
+  if (has_host_tier(c)) {
+    rep.error = "the presets' own types replay without a host tier";
+    return rep;
+  }
   const runner run_fn = preset_runner(c.model.preset, c.policy);
   std::uint32_t kv_blocks = 0;
   if (!prepare(t, c, run_fn, rep, kv_blocks)) return rep;

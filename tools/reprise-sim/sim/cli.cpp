@@ -96,7 +96,7 @@ cli_parse parse_command_line(int argc, const char* const* argv) {
   app.footer("BYTES: 512MiB, 40GiB, 1.5G or a plain number (K/M/G/T and KiB..TiB are powers of 1024).\n"
              "Traces: docs/sim-trace-format.md. Run `reprise-sim COMMAND --help` for a command's options.");
 
-  std::string workload, model, policy = "all", on_error_text = "fail", axis, values;
+  std::string workload, model, policy = "all", on_error_text = "fail", axis, values, affinity = "on";
   bool no_progress = false;
 
   app.add_subcommand("models", "list the preset models, their block and snapshot sizes and policies");
@@ -148,6 +148,20 @@ cli_parse parse_command_line(int argc, const char* const* argv) {
         ->check(range(0, L::max_interval));
     c->add_option("--concurrency", o.cache.concurrency, "requests in flight (default 1)")
         ->check(range(1, L::max_concurrency));
+    c->add_option("--host-kv-budget", o.cache.host_kv_budget_bytes,
+                  "host memory for the KV blocks the GPU pool evicts, offloaded and onboarded on a later hit "
+                  "(default 0: no host tier; not with memory_only)")
+        ->transform(bytes_in(0, L::max_bytes));
+    c->add_option("--host-snapshot-budget", o.cache.host_snapshot_budget_bytes,
+                  "host memory for the snapshots the GPU pool evicts (default 0; needs --host-kv-budget)")
+        ->transform(bytes_in(0, L::max_bytes));
+    c->add_option("--engines", o.cache.engines,
+                  "engines serving the traffic, each with its own cache of the budgets above (default 1)")
+        ->check(range(1, L::max_engines));
+    c->add_option("--affinity", affinity,
+                  "on: every request of a conversation goes to the engine its first request went to; off: round "
+                  "robin (default on)")
+        ->check(CLI::IsMember({"on", "off"}));
     c->add_option("--ttl", o.cache.snapshot_ttl_steps, "snapshot time to live in steps (0: none)")
         ->check(range(0, ~std::uint64_t{0}));
     c->add_option("--max-snapshots-per-path", o.cache.max_snapshots_per_path, "snapshots kept per path (0: no cap)")
@@ -170,10 +184,19 @@ cli_parse parse_command_line(int argc, const char* const* argv) {
     add_cache(c);
   }
   replay->add_option("--csv", o.csv, "also write one CSV row per policy to this file");
-  sweep->add_option("--axis", axis, "the swept value")
-      ->check(CLI::IsMember({"snapshot_budget", "snapshot_interval", "block_size", "kv_budget"}))
+  sweep
+      ->add_option("--axis", axis,
+                   "the swept value: snapshot_budget, snapshot_interval, block_size, kv_budget, host_kv_budget, "
+                   "host_snapshot_budget, or host_scale (both host budgets, as multiples of --kv-budget and "
+                   "--snapshot-budget); hyphens work too")
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            return parse_sweep_axis(s) ? std::string() : "unknown axis '" + s + "'";
+          },
+          "AXIS"))
       ->required();
-  sweep->add_option("--values", values, "comma-separated values along the axis (byte sizes for budgets)");
+  sweep->add_option("--values", values,
+                    "comma-separated values along the axis (byte sizes for budgets; 0 on a host axis: no host tier)");
   sweep->add_option("--out", o.out_dir, "directory for the CSV and charts (created)");
   sweep->add_option("--name", o.name, "file name stem (default MODEL-AXIS)");
 
@@ -205,6 +228,7 @@ cli_parse parse_command_line(int argc, const char* const* argv) {
     o.trace_errors = on_error_text == "skip" ? on_error::skip : on_error::fail;
     if (!model.empty()) o.model_name = model;
     o.progress = !no_progress;
+    o.cache.affinity = affinity == "on";
     if (policy != "all") {
       const std::string e = split_each(policy, [&](const std::string& name) -> std::string {
         const auto p = parse_policy(name);
@@ -219,9 +243,13 @@ cli_parse parse_command_line(int argc, const char* const* argv) {
       if (!values.empty()) {
         const std::string e = split_each(values, [&](const std::string& item) -> std::string {
           const auto v = parse_bytes(item);
-          if (!v || *v == 0) return "bad value '" + item + "' (positive numbers or byte sizes)";
-          if (*o.axis != sweep_axis::snapshot_budget && *o.axis != sweep_axis::kv_budget && *v > 0xffff'ffffu)
-            return "value " + item + " not in range [1 - 4294967295]";
+          const bool zero_ok = sweep_takes_zero(*o.axis);
+          if (!v || (*v == 0 && !zero_ok))
+            return "bad value '" + item + "' (" + (zero_ok ? "numbers" : "positive numbers") + " or byte sizes)";
+          const bool budget = *o.axis == sweep_axis::snapshot_budget || *o.axis == sweep_axis::kv_budget ||
+                              *o.axis == sweep_axis::host_kv_budget || *o.axis == sweep_axis::host_snapshot_budget;
+          if (!budget && *v > 0xffff'ffffu)
+            return "value " + item + " not in range [" + (zero_ok ? "0" : "1") + " - 4294967295]";
           o.values.push_back(*v);
           return {};
         });

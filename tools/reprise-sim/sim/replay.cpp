@@ -54,6 +54,8 @@ bool restores_snapshots(policy_kind p) noexcept {
   return p != policy_kind::block_sharing && p != policy_kind::memory_only;
 }
 
+bool takes_host_tier(policy_kind p) noexcept { return p != policy_kind::memory_only; }
+
 std::vector<policy_kind> policies_for(const model_config& m) {
   if (!m.has_recurrent()) return {policy_kind::block_sharing};
   return {policy_kind::memory_only, policy_kind::snapshot_interval, policy_kind::snapshot_prefix_tree,
@@ -63,6 +65,35 @@ std::vector<policy_kind> policies_for(const model_config& m) {
 
 std::uint32_t effective_interval(const replay_config& c) noexcept {
   return c.snapshot_interval ? c.snapshot_interval : 4 * c.model.config.alignment();
+}
+
+std::vector<std::uint32_t> route_requests(const trace& t, std::uint32_t engines, bool affinity) {
+  std::vector<std::uint32_t> route(t.requests.size(), 0);
+  if (engines <= 1) return route;
+  if (!affinity) {
+    for (std::size_t i = 0; i < route.size(); ++i) route[i] = static_cast<std::uint32_t>(i % engines);
+    return route;
+  }
+  constexpr std::uint32_t unrouted = ~std::uint32_t{0};
+  std::vector<std::uint32_t> session_engine(t.sessions.size(), unrouted);
+  for (std::uint32_t i = 0; i < t.requests.size(); ++i) {
+    const request& r = t.requests[i];
+    std::uint32_t& engine = session_engine[r.session];
+    if (engine == unrouted) {
+      for (const segment& s : t.segments_of(r))
+        if (s.kind == segment_kind::from) {
+          engine = route[s.ref];
+          break;
+        }
+    }
+    if (engine == unrouted) {
+      std::uint64_t h = 0xcbf29ce484222325ULL; // FNV-1a
+      for (const char ch : t.sessions[r.session]) h = (h ^ static_cast<unsigned char>(ch)) * 0x100000001b3ULL;
+      engine = static_cast<std::uint32_t>(h % engines);
+    }
+    route[i] = engine;
+  }
+  return route;
 }
 
 std::vector<std::string> configuration_warnings(const trace& t, const replay_config& c) {
@@ -124,9 +155,9 @@ std::string check_config(const trace& t, replay_config& c, const replay_limits& 
   // Snapshot slots: at most one capture per aligned position of every request, so a larger budget only
   // adds slots that stay empty (the cache keeps bookkeeping for each).
   const std::uint64_t per_snapshot = m.bytes_per_snapshot();
+  std::uint64_t slot_bound = 1;
+  for (const request& r : t.requests) slot_bound += (r.prompt_tokens + r.output_tokens) / m.alignment() + 1;
   if (restores_snapshots(c.policy) && per_snapshot != 0) {
-    std::uint64_t slot_bound = 1;
-    for (const request& r : t.requests) slot_bound += (r.prompt_tokens + r.output_tokens) / m.alignment() + 1;
     if (c.snapshot_budget_bytes / per_snapshot > slot_bound) {
       note = "snapshot budget " + format_bytes(static_cast<double>(c.snapshot_budget_bytes)) + " holds " +
              std::to_string(c.snapshot_budget_bytes / per_snapshot) + " snapshots, more than this trace can capture (" +
@@ -135,11 +166,34 @@ std::string check_config(const trace& t, replay_config& c, const replay_limits& 
       c.snapshot_budget_bytes = slot_bound * per_snapshot;
     }
   }
+  // The host snapshot pool likewise: more units than the trace has aligned positions stay empty.
+  if (restores_snapshots(c.policy) && per_snapshot != 0 && c.host_snapshot_budget_bytes / per_snapshot > slot_bound) {
+    if (!note.empty()) note += "; ";
+    note += "host snapshot budget " + format_bytes(static_cast<double>(c.host_snapshot_budget_bytes)) + " holds " +
+            std::to_string(c.host_snapshot_budget_bytes / per_snapshot) + " snapshots, more than this trace can capture (" +
+            std::to_string(slot_bound) + "): simulated with " + std::to_string(slot_bound) +
+            " host slots, which gives the same results";
+    c.host_snapshot_budget_bytes = slot_bound * per_snapshot;
+  }
   const std::uint64_t per_block = m.bytes_per_kv_block();
+  const std::uint64_t bound = trace_block_bound(t, m.block_size());
+  // Host KV units: one per block the trace can fill is as good as more (a budget below one block is the
+  // cache's `budget_too_small`, reported by replay()).
+  std::uint64_t host_blocks = 0;
+  if (per_block != 0 && c.host_kv_budget_bytes >= per_block) {
+    host_blocks = c.host_kv_budget_bytes / per_block;
+    if (host_blocks > bound) {
+      if (!note.empty()) note += "; ";
+      note += "host KV budget " + format_bytes(static_cast<double>(c.host_kv_budget_bytes)) + " holds " +
+              std::to_string(host_blocks) + " blocks, more than this trace can fill (" + std::to_string(bound) +
+              "): simulated with " + std::to_string(bound) + " host blocks, which gives the same results";
+      host_blocks = bound;
+      c.host_kv_budget_bytes = bound * per_block;
+    }
+  }
   if (per_block == 0 || c.kv_budget_bytes < per_block) return {}; // replay() reports a budget below one block
   const std::uint64_t requested = c.kv_budget_bytes;
   const std::uint64_t budget_blocks = c.kv_budget_bytes / per_block;
-  const std::uint64_t bound = trace_block_bound(t, m.block_size());
   std::uint64_t blocks = budget_blocks;
   if (budget_blocks > bound) {
     blocks = bound;
@@ -150,7 +204,8 @@ std::string check_config(const trace& t, replay_config& c, const replay_limits& 
     c.kv_budget_bytes = bound * per_block;
   }
   const std::uint64_t host = cache_bytes_per_block(m.block_size());
-  const std::uint64_t max_blocks = std::min(limits.max_kv_blocks, limits.max_cache_bytes / host);
+  const std::uint64_t by_memory = limits.max_cache_bytes / host;
+  const std::uint64_t max_blocks = std::min(limits.max_kv_blocks, by_memory);
   if (blocks > max_blocks)
     return "KV budget " + format_bytes(static_cast<double>(requested)) + " needs " + std::to_string(blocks) +
            " blocks of " + format_bytes(static_cast<double>(per_block)) + "; the simulator tracks at most " +
@@ -158,6 +213,14 @@ std::string check_config(const trace& t, replay_config& c, const replay_limits& 
            format_bytes(static_cast<double>(limits.max_cache_bytes)) + " of cache bookkeeping at about " +
            std::to_string(host) + " bytes per block): use a KV budget of at most " +
            format_bytes(static_cast<double>(max_blocks * per_block));
+  // Every engine keeps bookkeeping for its GPU blocks and its host KV units (about the same per unit).
+  const std::uint64_t units = (blocks + host_blocks) * std::max<std::uint64_t>(c.engines, 1);
+  if (units > by_memory)
+    return std::to_string(c.engines) + (c.engines == 1 ? " engine" : " engines") + " x (" + std::to_string(blocks) +
+           " KV blocks + " + std::to_string(host_blocks) + " host KV blocks) need about " +
+           format_bytes(static_cast<double>(units * host)) + " of cache bookkeeping (about " + std::to_string(host) +
+           " bytes per block), more than the limit of " + format_bytes(static_cast<double>(limits.max_cache_bytes)) +
+           " (--max-cache-memory)";
   return {};
 }
 
@@ -272,6 +335,14 @@ std::string format_report(const replay_report& r) {
   if (r.snapshot_budget_bytes)
     line("snapshot budget", bytes(static_cast<double>(r.snapshot_budget_bytes)) + " (" + count(r.snapshot_slots) +
                                 " slots of " + bytes(static_cast<double>(r.bytes_per_snapshot)) + ")");
+  if (r.host_kv_budget_bytes)
+    line("host KV budget", bytes(static_cast<double>(r.host_kv_budget_bytes)) + " (" + count(r.host_kv_units) + " blocks)");
+  if (r.host_snapshot_budget_bytes)
+    line("host snapshot budget",
+         bytes(static_cast<double>(r.host_snapshot_budget_bytes)) + " (" + count(r.host_snapshot_units) + " slots)");
+  if (r.engines > 1)
+    line("engines", count(r.engines) + (r.affinity ? " (affinity: a conversation stays on its first engine)"
+                                                   : " (round robin)") + ", budgets per engine");
   for (const std::string& w : r.warnings) s += "  warning: " + w + "\n";
   if (!r.error.empty()) {
     s += "  error: " + r.error + "\n";
@@ -283,6 +354,11 @@ std::string format_report(const replay_report& r) {
   line("KV hit rate (matched > 0)", pct(r.kv_hit_rate()) + " (" + count(r.kv_hits) + ")");
   line("prompt tokens", count(r.prompt_tokens));
   line("KV-matched tokens", count(r.kv_matched_tokens));
+  const bool host = r.host_kv_budget_bytes != 0;
+  if (host)
+    line("  in GPU memory / from host", count(r.gpu_kv_hit_tokens()) + " / " + count(r.host_kv_hit_tokens) + " (" +
+                                            count(r.host_blocks_onboarded) + " blocks + " +
+                                            count(r.host_tails_onboarded) + " partial blocks onboarded)");
   line("usable (skipped) tokens", count(r.usable_tokens) + " (" + pct(r.skipped_fraction()) + " of prompt tokens)");
   line("tokens lost to missing snapshots", count(r.tokens_lost));
   line("prefill tokens computed", count(r.prefill_tokens));
@@ -305,6 +381,28 @@ std::string format_report(const replay_report& r) {
     line("snapshot evictions LRU / TTL / KV", count(r.snapshot_evictions_lru) + " / " + count(r.snapshot_evictions_ttl) +
                                                   " / " + count(r.snapshot_evictions_invalidated));
   }
+  if (host) {
+    if (r.snapshot_budget_bytes)
+      line("snapshot hits in GPU / from host", count(r.gpu_snapshot_hits()) + " / " + count(r.host_snapshot_hits));
+    line("offloaded blocks / snapshots", count(r.host_blocks_offloaded) + " / " + count(r.host_snapshots_offloaded));
+    line("bytes device->host / host->device",
+         bytes(static_cast<double>(r.host_bytes_offloaded)) + " / " + bytes(static_cast<double>(r.host_bytes_onboarded)));
+    line("host evictions blocks / snapshots", count(r.host_block_evictions) + " / " + count(r.host_snapshot_evictions));
+    line("host bytes peak KV / snapshots", bytes(r.peak_host_kv_bytes) + " / " + bytes(r.peak_host_snapshot_bytes));
+    line("steps with transfers", count(r.transfer_steps));
+  }
+  if (r.engines > 1) {
+    std::snprintf(buf, sizeof buf, "  %-10s %9s %9s %12s %16s\n", "engine", "requests", "hit rate", "KV hit rate",
+                  "computed tokens");
+    s += buf;
+    for (std::size_t e = 0; e < r.per_engine.size(); ++e) {
+      const replay_report::engine_share& x = r.per_engine[e];
+      std::snprintf(buf, sizeof buf, "  %-10zu %9llu %7.2f %% %10.2f %% %16llu\n", e,
+                    static_cast<unsigned long long>(x.requests), 100 * x.hit_rate(), 100 * x.kv_hit_rate(),
+                    static_cast<unsigned long long>(x.prefill_tokens()));
+      s += buf;
+    }
+  }
   std::snprintf(buf, sizeof buf, "%.0f ns (%.2f s in all)", r.cache_ns_per_request(), r.cache_seconds);
   line("cache time per request", buf);
   std::snprintf(buf, sizeof buf, "%.0f requests/s (%.2f s wall)", r.requests_per_second(), r.wall_seconds);
@@ -315,9 +413,12 @@ std::string format_report(const replay_report& r) {
 std::string format_summary(std::span<const replay_report> reports) {
   std::string s;
   char buf[512];
-  std::snprintf(buf, sizeof buf, "%-22s %9s %16s %9s %9s %16s %12s\n", "policy", "hit rate", "computed tokens",
+  // The host tier's column appears only when some replay has one, so other tables read as they always have.
+  const bool host = std::any_of(reports.begin(), reports.end(), [](const replay_report& r) { return r.host_kv_budget_bytes != 0; });
+  std::snprintf(buf, sizeof buf, "%-22s %9s %16s %9s %9s %16s %12s", "policy", "hit rate", "computed tokens",
                 "computed", "/ floor", "lost tokens", "peak bytes");
   s += buf;
+  s += host ? "   KV from host\n" : "\n";
   for (const replay_report& r : reports) {
     if (!r.error.empty()) {
       std::snprintf(buf, sizeof buf, "%-22s error: %s\n", r.policy.c_str(), r.error.c_str());
@@ -329,13 +430,21 @@ std::string format_summary(std::span<const replay_report> reports) {
     const std::string lost = restores_snapshots(*parse_policy(r.policy)) ? std::to_string(r.tokens_lost) : "n/a";
     char over_floor[32] = "n/a";
     if (r.floor_tokens) std::snprintf(over_floor, sizeof over_floor, "%.2fx", r.computed_over_floor());
-    std::snprintf(buf, sizeof buf, "%-22s %7.2f %% %16llu %7.2f %% %9s %16s %12s\n", r.policy.c_str(),
+    std::snprintf(buf, sizeof buf, "%-22s %7.2f %% %16llu %7.2f %% %9s %16s %12s", r.policy.c_str(),
                   100 * r.hit_rate(), static_cast<unsigned long long>(r.prefill_tokens), 100 * computed, over_floor,
                   lost.c_str(), format_bytes(r.peak_kv_bytes + r.peak_snapshot_bytes).c_str());
     s += buf;
+    if (host) {
+      const double from_host = r.kv_matched_tokens ? static_cast<double>(r.host_kv_hit_tokens) /
+                                                         static_cast<double>(r.kv_matched_tokens) : 0;
+      std::snprintf(buf, sizeof buf, " %12.2f %%", 100 * from_host);
+      s += buf;
+    }
+    s += "\n";
   }
   s += "(computed: prefill tokens computed, also as % of prompt tokens; / floor: computed over the tokens no earlier\n"
-       " prompt + reply covers; peak bytes: KV + snapshots)\n";
+       " prompt + reply covers; peak bytes: KV + snapshots";
+  s += host ? " in GPU memory; KV from host: KV-matched tokens onboarded from the host tier)\n" : ")\n";
   return s;
 }
 
@@ -346,7 +455,14 @@ std::vector<std::string> report_columns() {
           "tokens_lost", "prefill_tokens", "floor_tokens", "output_tokens", "flops_saved", "peak_kv_bytes", "mean_kv_bytes",
           "peak_snapshot_bytes", "mean_snapshot_bytes", "blocks_shared", "kv_evictions", "snapshot_hits",
           "snapshot_misses", "captures_planned", "captures_written", "captures_refused", "snapshot_evictions_lru",
-          "snapshot_evictions_ttl", "snapshot_evictions_invalidated", "cache_ns_per_request", "error", "warnings"};
+          "snapshot_evictions_ttl", "snapshot_evictions_invalidated", "cache_ns_per_request", "error", "warnings",
+          // Added with the host tier and fleets, after the columns older readers know.
+          "host_kv_budget_bytes", "host_snapshot_budget_bytes", "host_kv_units", "host_snapshot_units",
+          "gpu_kv_hit_tokens", "host_kv_hit_tokens", "host_blocks_onboarded", "host_tails_onboarded",
+          "gpu_snapshot_hits", "host_snapshot_hits", "host_blocks_offloaded", "host_snapshots_offloaded",
+          "host_bytes_offloaded", "host_bytes_onboarded", "host_block_evictions", "host_snapshot_evictions",
+          "peak_host_kv_bytes", "peak_host_snapshot_bytes", "transfer_steps", "engines", "affinity",
+          "engine_requests", "engine_hit_rates", "engine_prefill_tokens"};
 }
 
 void write_report_row(csv_writer& w, const replay_report& r) {
@@ -364,6 +480,23 @@ void write_report_row(csv_writer& w, const replay_report& r) {
   w.cell(r.captures_planned).cell(r.captures_written).cell(r.captures_refused).cell(r.snapshot_evictions_lru);
   w.cell(r.snapshot_evictions_ttl).cell(r.snapshot_evictions_invalidated).cell(r.cache_ns_per_request());
   w.cell(r.error).cell(warnings);
+  w.cell(r.host_kv_budget_bytes).cell(r.host_snapshot_budget_bytes).cell(u64{r.host_kv_units});
+  w.cell(u64{r.host_snapshot_units}).cell(r.gpu_kv_hit_tokens()).cell(r.host_kv_hit_tokens);
+  w.cell(r.host_blocks_onboarded).cell(r.host_tails_onboarded).cell(r.gpu_snapshot_hits()).cell(r.host_snapshot_hits);
+  w.cell(r.host_blocks_offloaded).cell(r.host_snapshots_offloaded).cell(r.host_bytes_offloaded);
+  w.cell(r.host_bytes_onboarded).cell(r.host_block_evictions).cell(r.host_snapshot_evictions);
+  w.cell(r.peak_host_kv_bytes).cell(r.peak_host_snapshot_bytes).cell(r.transfer_steps);
+  w.cell(u64{r.engines}).cell(r.affinity ? "on" : "off");
+  // Per engine, space-separated in engine order.
+  std::string requests, hit_rates, computed;
+  char buf[32];
+  for (const replay_report::engine_share& e : r.per_engine) {
+    std::snprintf(buf, sizeof buf, "%.6g", e.hit_rate());
+    requests += (requests.empty() ? "" : " ") + std::to_string(e.requests);
+    hit_rates += (hit_rates.empty() ? "" : " ") + std::string(buf);
+    computed += (computed.empty() ? "" : " ") + std::to_string(e.prefill_tokens());
+  }
+  w.cell(requests).cell(hit_rates).cell(computed);
   w.end_row();
 }
 

@@ -9,6 +9,15 @@
 /// and `step_complete` for the step. With `concurrency` > 1 up to that many requests are in flight: a
 /// request is finished `concurrency` steps after its admit, or earlier when a later request continues it.
 ///
+/// With a host KV budget the cache gets a host tier (`policy::tiers<policy::host_tier>`): what the GPU pools
+/// evict is offloaded to host memory and onboarded on a later hit. The replay takes the step's moves
+/// (`take_transfers`) before every `step_complete`, as an engine issues them before the step's work, and
+/// counts them; no bytes move.
+///
+/// With `engines` > 1 the trace is served by a fleet: each engine has a cache of its own (the budgets are
+/// per engine), and a router (`route_requests`) sends each request to one of them. The engines take turns
+/// in trace order: a request is one or two steps of its engine's, while the others wait.
+///
 /// Only this header's types are shared with the rest of the tool; everything that names the cache API lives
 /// in sim/cache_replay.cpp.
 
@@ -53,6 +62,9 @@ bool uses_interval(policy_kind p) noexcept;
 bool restores_snapshots(policy_kind p) noexcept;
 /// The policies that compile for a model: `block_sharing` for attention-only models, the others for hybrids.
 std::vector<policy_kind> policies_for(const model_config& m);
+/// Whether the policy takes a host tier: all but `memory_only`, which skips no prefill, so a block brought
+/// back from host memory would save nothing (`prefix_cache` refuses the combination at compile time).
+bool takes_host_tier(policy_kind p) noexcept;
 
 struct replay_config {
   sim_model model;                     ///< its `config` may be a block-size variant of a preset
@@ -68,7 +80,30 @@ struct replay_config {
   /// Finish requests that no later request continues with `finish_options::last_turn` (an engine that knows
   /// when a conversation ends).
   bool last_turn_hints = false;
+  /// Host memory for KV blocks the GPU pool evicts (`cache_options::host_kv_budget_bytes`); 0: no host tier.
+  /// Not for `memory_only`.
+  std::uint64_t host_kv_budget_bytes = 0;
+  /// Host memory for snapshots the GPU pool evicts (`cache_options::host_snapshot_budget_bytes`); needs a
+  /// host KV budget. Ignored by policies that restore no snapshot, as `snapshot_budget_bytes` is.
+  std::uint64_t host_snapshot_budget_bytes = 0;
+  /// Engines serving the trace, each with its own cache of the budgets above.
+  std::uint32_t engines = 1;
+  /// How requests reach engines: on, a conversation stays on the engine its first request went to; off,
+  /// round robin (`route_requests`).
+  bool affinity = true;
 };
+
+/// Whether `c` gives the cache a host tier.
+inline bool has_host_tier(const replay_config& c) noexcept { return c.host_kv_budget_bytes != 0; }
+
+/// The engine (in [0, engines)) that serves each request of `t`.
+///
+/// Affinity on: a request of a session seen before goes where that session's first request went; the first
+/// request of a session goes where the request its first `from` segment continues went (a conversation
+/// continued under a new session id, an agent's branch), or else to a hash of its session id (FNV-1a: the
+/// same engine on every machine). A trace without session ids gives each request its own (its id), so only
+/// `from` keeps such a conversation together. Affinity off: round robin in trace order.
+std::vector<std::uint32_t> route_requests(const trace& t, std::uint32_t engines, bool affinity);
 
 /// The interval a config actually uses.
 std::uint32_t effective_interval(const replay_config& c) noexcept;
@@ -86,6 +121,12 @@ struct replay_report {
   std::string error;
   /// Why a configuration that runs may hit rarely or never (shown in the report and on plots).
   std::vector<std::string> warnings;
+  /// Host tier, per engine (0: none).
+  std::uint64_t host_kv_budget_bytes = 0, host_snapshot_budget_bytes = 0;
+  std::uint32_t host_kv_units = 0, host_snapshot_units = 0;
+  /// The fleet: engines and routing (`replay_config`). The budgets above are each engine's.
+  std::uint32_t engines = 1;
+  bool affinity = true;
 
   // --- traffic ---
   std::uint64_t requests = 0;           ///< requests admitted
@@ -107,9 +148,27 @@ struct replay_report {
   std::uint64_t output_tokens = 0;
   double flops_saved = 0;               ///< 2 * active params * usable tokens
 
-  // --- memory ---
+  // --- memory (per engine: in a fleet, the largest engine's peak and the mean over engines) ---
   double peak_kv_bytes = 0, mean_kv_bytes = 0;             ///< blocks not in the free queue
   double peak_snapshot_bytes = 0, mean_snapshot_bytes = 0; ///< published snapshots
+
+  // --- host tier (`policy::host_tier`), summed over the engines ---
+  /// Of kv_matched_tokens: tokens whose KV was onboarded from the host tier (full blocks and turn ends'
+  /// partial blocks); the rest were in GPU memory.
+  std::uint64_t host_kv_hit_tokens = 0;
+  std::uint64_t gpu_kv_hit_tokens() const noexcept { return kv_matched_tokens - host_kv_hit_tokens; }
+  std::uint64_t host_blocks_onboarded = 0, host_tails_onboarded = 0;
+  /// Of snapshot_hits: restored from the host tier.
+  std::uint64_t host_snapshot_hits = 0;
+  std::uint64_t gpu_snapshot_hits() const noexcept { return snapshot_hits - host_snapshot_hits; }
+  std::uint64_t host_blocks_offloaded = 0, host_snapshots_offloaded = 0;
+  std::uint64_t host_bytes_offloaded = 0; ///< device to host
+  std::uint64_t host_bytes_onboarded = 0; ///< host to device (snapshot restores from the host included)
+  std::uint64_t host_block_evictions = 0, host_snapshot_evictions = 0;
+  /// Occupancy of the host tier (largest engine's peak): units held times their bytes.
+  double peak_host_kv_bytes = 0, peak_host_snapshot_bytes = 0;
+  /// What `take_transfers` returned, once per step: steps with at least one move, and the moves of each kind.
+  std::uint64_t transfer_steps = 0, kv_offload_moves = 0, snapshot_offload_moves = 0, kv_onboard_moves = 0;
 
   // --- cache events ---
   std::uint64_t blocks_shared = 0;
@@ -121,6 +180,21 @@ struct replay_report {
   // --- time ---
   double cache_seconds = 0; ///< inside prefix_cache calls only
   double wall_seconds = 0;  ///< the whole replay, token expansion included
+
+  /// One engine's share of the traffic counts above.
+  struct engine_share {
+    std::uint64_t requests = 0, requests_rejected = 0, hits = 0, kv_hits = 0;
+    std::uint64_t prompt_tokens = 0, kv_matched_tokens = 0, usable_tokens = 0, host_kv_hit_tokens = 0;
+    double hit_rate() const noexcept {
+      return requests ? static_cast<double>(hits) / static_cast<double>(requests) : 0;
+    }
+    double kv_hit_rate() const noexcept {
+      return requests ? static_cast<double>(kv_hits) / static_cast<double>(requests) : 0;
+    }
+    std::uint64_t prefill_tokens() const noexcept { return prompt_tokens - usable_tokens; }
+  };
+  /// Per engine, in engine order (one entry for a single engine).
+  std::vector<engine_share> per_engine;
 
   double hit_rate() const noexcept { return requests ? static_cast<double>(hits) / static_cast<double>(requests) : 0; }
   double kv_hit_rate() const noexcept {
@@ -137,9 +211,10 @@ struct replay_report {
   }
 };
 
-/// Replays `t` through the cache configured by `c`.
+/// Replays `t` through the cache configured by `c` (through `c.engines` caches for a fleet).
 /// Effects: none outside the report. Errors: reported in `replay_report::error` (unsupported block size,
-/// budget below one snapshot or one block, misaligned interval, policy that does not apply).
+/// budget below one snapshot or one block, host budget below one unit or without a host KV budget, a host
+/// tier with `memory_only`, misaligned interval, policy that does not apply).
 /// Complexity: linear in the trace's tokens.
 replay_report replay(const trace& t, const replay_config& c, progress* bar = nullptr);
 
@@ -164,9 +239,10 @@ std::uint64_t cache_bytes_per_block(std::uint32_t block_size) noexcept;
 std::uint64_t trace_block_bound(const trace& t, std::uint32_t block_size) noexcept;
 
 /// Checks `c` against `t` and `limits` before any cache is built: a policy that does not apply to the model
-/// and a KV pool whose bookkeeping exceeds the limits are errors (the returned message); a KV budget larger
-/// than the trace can fill is lowered to `trace_block_bound` blocks, a snapshot budget to one slot per
-/// aligned position of every request (same results, bounded memory), and `note` says so.
+/// and KV pools whose bookkeeping exceeds the limits (GPU blocks and host units, over every engine) are
+/// errors (the returned message); a KV or host KV budget larger than the trace can fill is lowered to
+/// `trace_block_bound` units, a snapshot or host snapshot budget to one slot per aligned position of every
+/// request (same results, bounded memory), and `note` says so.
 std::string check_config(const trace& t, replay_config& c, const replay_limits& limits, std::string& note);
 
 /// `check_config`, then `replay`: the entry point of the command line and of sweeps. A failed check becomes
@@ -188,14 +264,16 @@ inline constexpr std::uint64_t max_floor_positions = std::uint64_t{1} << 24;
 /// Complexity: O(total tokens) time and memory.
 std::optional<std::uint64_t> prefill_floor(const trace& t, std::uint64_t max_positions = max_floor_positions);
 
-/// The report as `key: value` lines for people.
+/// The report as `key: value` lines for people. Host-tier and fleet lines appear only when configured, so a
+/// single engine without a host tier reads as it always has.
 std::string format_report(const replay_report& r);
 
 /// One table, a row per report: policy, request hit rate, prefill tokens computed, tokens lost to missing
 /// snapshots, peak KV + snapshot bytes (or the error).
 std::string format_summary(std::span<const replay_report> reports);
 
-/// CSV column names of `write_report_row`, in order.
+/// CSV column names of `write_report_row`, in order. Columns are only ever added at the end (the host tier
+/// and fleet columns follow `warnings`), so readers of older files keep working.
 std::vector<std::string> report_columns();
 class csv_writer;
 void write_report_row(csv_writer& w, const replay_report& r);

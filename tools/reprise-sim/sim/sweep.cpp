@@ -5,9 +5,11 @@
 #include "sim/progress.hpp"
 #include "sim/svg_plot.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <set>
 
@@ -19,18 +21,33 @@ std::string_view to_string(sweep_axis a) noexcept {
   case sweep_axis::snapshot_interval: return "snapshot_interval";
   case sweep_axis::block_size: return "block_size";
   case sweep_axis::kv_budget: return "kv_budget";
+  case sweep_axis::host_kv_budget: return "host_kv_budget";
+  case sweep_axis::host_snapshot_budget: return "host_snapshot_budget";
+  case sweep_axis::host_scale: return "host_scale";
   }
   return "?";
 }
 
 std::optional<sweep_axis> parse_sweep_axis(std::string_view name) noexcept {
-  for (auto a : {sweep_axis::snapshot_budget, sweep_axis::snapshot_interval, sweep_axis::block_size, sweep_axis::kv_budget})
-    if (name == to_string(a)) return a;
+  for (auto a : {sweep_axis::snapshot_budget, sweep_axis::snapshot_interval, sweep_axis::block_size, sweep_axis::kv_budget,
+                 sweep_axis::host_kv_budget, sweep_axis::host_snapshot_budget, sweep_axis::host_scale}) {
+    const std::string_view n = to_string(a);
+    if (name.size() == n.size() && std::equal(n.begin(), n.end(), name.begin(), [](char want, char got) {
+          return got == want || (want == '_' && got == '-');
+        }))
+      return a;
+  }
   return std::nullopt;
 }
 
-std::vector<std::uint64_t> default_sweep_values(sweep_axis a, const model_config& m) {
+bool sweep_takes_zero(sweep_axis a) noexcept {
+  return a == sweep_axis::host_kv_budget || a == sweep_axis::host_snapshot_budget || a == sweep_axis::host_scale;
+}
+
+std::vector<std::uint64_t> default_sweep_values(sweep_axis a, const replay_config& base) {
+  const model_config& m = base.model.config;
   std::vector<std::uint64_t> v;
+  constexpr std::uint64_t host_factors[] = {0, 1, 2, 5, 10};
   switch (a) {
   case sweep_axis::snapshot_budget: {
     // From just under one snapshot (never hits: shown as a warning) up to ~1000 snapshots.
@@ -47,6 +64,13 @@ std::vector<std::uint64_t> default_sweep_values(sweep_axis a, const model_config
   case sweep_axis::kv_budget:
     for (std::uint64_t g = 1; g <= 128; g <<= 1) v.push_back(g << 30);
     break;
+  case sweep_axis::host_kv_budget:
+    for (std::uint64_t k : host_factors) v.push_back(k * base.kv_budget_bytes);
+    break;
+  case sweep_axis::host_snapshot_budget:
+    for (std::uint64_t k : host_factors) v.push_back(k * base.snapshot_budget_bytes);
+    break;
+  case sweep_axis::host_scale: v.assign(std::begin(host_factors), std::end(host_factors)); break;
   }
   return v;
 }
@@ -68,6 +92,20 @@ sweep_result run_sweep(const trace& t, const replay_config& base, const std::vec
       case sweep_axis::snapshot_budget: c.snapshot_budget_bytes = value; break;
       case sweep_axis::snapshot_interval: c.snapshot_interval = static_cast<std::uint32_t>(value); break;
       case sweep_axis::kv_budget: c.kv_budget_bytes = value; break;
+      case sweep_axis::host_kv_budget:
+        c.host_kv_budget_bytes = value;
+        if (value == 0) c.host_snapshot_budget_bytes = 0; // no host tier at all
+        break;
+      case sweep_axis::host_snapshot_budget: c.host_snapshot_budget_bytes = value; break;
+      case sweep_axis::host_scale: {
+        constexpr std::uint64_t most = ~std::uint64_t{0};
+        if ((base.kv_budget_bytes != 0 && value > most / base.kv_budget_bytes) ||
+            (base.snapshot_budget_bytes != 0 && value > most / base.snapshot_budget_bytes))
+          error = "host scale " + std::to_string(value) + " times the GPU budgets overflows 64 bits";
+        c.host_kv_budget_bytes = value * base.kv_budget_bytes;
+        c.host_snapshot_budget_bytes = value * base.snapshot_budget_bytes;
+        break;
+      }
       case sweep_axis::block_size: {
         auto variant = with_block_size(base.model.config, static_cast<std::uint32_t>(value));
         if (variant) c.model.config = *variant;
@@ -108,12 +146,17 @@ axis_text axis_of(sweep_axis a) {
   case sweep_axis::snapshot_interval: return {"snapshot interval (tokens)", axis_format::number, true};
   case sweep_axis::block_size: return {"KV block size (tokens)", axis_format::number, true};
   case sweep_axis::kv_budget: return {"KV budget", axis_format::bytes, true};
+  // Linear: 0, no host tier, is a point of these axes.
+  case sweep_axis::host_kv_budget: return {"host KV budget", axis_format::bytes, false};
+  case sweep_axis::host_snapshot_budget: return {"host snapshot budget", axis_format::bytes, false};
+  case sweep_axis::host_scale: return {"host memory (x the GPU KV and snapshot budgets)", axis_format::number, false};
   }
   return {"", axis_format::number, false};
 }
 
 std::string value_text(sweep_axis a, std::uint64_t v) {
   const axis_text t = axis_of(a);
+  if (a == sweep_axis::host_scale) return std::to_string(v) + "x";
   return t.format == axis_format::bytes ? format_bytes(static_cast<double>(v)) : std::to_string(v);
 }
 
@@ -227,7 +270,16 @@ std::vector<std::string> write_sweep(const sweep_result& s, const std::string& d
     if (s.axis != sweep_axis::kv_budget) add("KV " + format_bytes(static_cast<double>(r.kv_budget_bytes)));
     if (s.axis != sweep_axis::snapshot_budget && r.snapshot_budget_bytes)
       add("snapshots " + format_bytes(static_cast<double>(r.snapshot_budget_bytes)));
+    const bool host_swept = sweep_takes_zero(s.axis);
+    if (!host_swept && r.host_kv_budget_bytes) add("host KV " + format_bytes(static_cast<double>(r.host_kv_budget_bytes)));
+    if (!host_swept && r.host_snapshot_budget_bytes)
+      add("host snapshots " + format_bytes(static_cast<double>(r.host_snapshot_budget_bytes)));
+    if (s.axis == sweep_axis::host_kv_budget && r.host_snapshot_budget_bytes)
+      add("host snapshots " + format_bytes(static_cast<double>(r.host_snapshot_budget_bytes)));
+    if (s.axis == sweep_axis::host_snapshot_budget && r.host_kv_budget_bytes)
+      add("host KV " + format_bytes(static_cast<double>(r.host_kv_budget_bytes)));
     if (r.concurrency > 1) add(std::to_string(r.concurrency) + " in flight");
+    if (r.engines > 1) add(std::to_string(r.engines) + " engines, affinity " + (r.affinity ? "on" : "off"));
     fixed = line;
     if (r.snapshot_interval) break; // prefer a report that shows the interval
   }
@@ -238,6 +290,17 @@ std::vector<std::string> write_sweep(const sweep_result& s, const std::string& d
         chart_of(s, std::string(ch.what) + suffix, subtitle, ch.y, ch.f, ch.snapshot_policies_only, ch.percent);
     if (!write_file(base + ch.file, render_svg(c), error)) return {};
     written.push_back(base + ch.file);
+  }
+  if (sweep_takes_zero(s.axis)) {
+    // Where the hits come from: prompt tokens whose KV came back from host memory.
+    const line_chart c = chart_of(
+        s, "KV hits from the host tier" + suffix, subtitle, "prompt tokens onboarded from host memory",
+        [](const replay_report& r) {
+          return r.prompt_tokens ? static_cast<double>(r.host_kv_hit_tokens) / static_cast<double>(r.prompt_tokens) : 0.0;
+        },
+        false, true);
+    if (!write_file(base + "-from-host.svg", render_svg(c), error)) return {};
+    written.push_back(base + "-from-host.svg");
   }
   return written;
 }

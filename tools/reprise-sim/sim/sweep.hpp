@@ -14,13 +14,29 @@
 
 namespace reprise::sim {
 
-enum class sweep_axis : std::uint8_t { snapshot_budget, snapshot_interval, block_size, kv_budget };
+/// What a sweep varies. The host axes size the host tier (`replay_config::host_kv_budget_bytes` and
+/// `host_snapshot_budget_bytes`); 0 is one of their values: on `host_kv_budget` and `host_scale`, the replay
+/// without a host tier. `host_scale` sets both at once, as that many times the GPU KV budget and the GPU
+/// snapshot budget.
+enum class sweep_axis : std::uint8_t {
+  snapshot_budget,
+  snapshot_interval,
+  block_size,
+  kv_budget,
+  host_kv_budget,
+  host_snapshot_budget,
+  host_scale,
+};
 
 std::string_view to_string(sweep_axis a) noexcept;
+/// The axis named `name`, spelled as `to_string` does or with hyphens (`host-kv-budget`, like the options).
 std::optional<sweep_axis> parse_sweep_axis(std::string_view name) noexcept;
+/// Whether 0 is a value of the axis (the host axes: no host tier).
+bool sweep_takes_zero(sweep_axis a) noexcept;
 /// Default values: budgets in powers of two around the model's snapshot size, intervals as multiples of
-/// the alignment unit, block sizes 16 / 64 / 256.
-std::vector<std::uint64_t> default_sweep_values(sweep_axis a, const model_config& m);
+/// the alignment unit, block sizes 16 / 64 / 256; host budgets 0, 1, 2, 5 and 10 times the GPU budget of
+/// the same kind in `base` (host_scale: those factors).
+std::vector<std::uint64_t> default_sweep_values(sweep_axis a, const replay_config& base);
 
 struct sweep_point {
   std::uint64_t value = 0;
@@ -38,8 +54,9 @@ sweep_result run_sweep(const trace& t, const replay_config& base, const std::vec
                        sweep_axis axis, const std::vector<std::uint64_t>& values, bool show_progress,
                        const replay_limits& limits = {});
 
-/// Writes `<dir>/<stem>.csv`, `<dir>/<stem>-hit-rate.svg`, `<dir>/<stem>-lost-tokens.svg` and
-/// `<dir>/<stem>-skipped.svg`; returns the paths written (empty and a message in `error` on I/O failure).
+/// Writes `<dir>/<stem>.csv`, `<dir>/<stem>-hit-rate.svg`, `<dir>/<stem>-lost-tokens.svg`,
+/// `<dir>/<stem>-skipped.svg`, `<dir>/<stem>-floor.svg` and, along a host axis, `<dir>/<stem>-from-host.svg`;
+/// returns the paths written (empty and a message in `error` on I/O failure).
 std::vector<std::string> write_sweep(const sweep_result& s, const std::string& dir, const std::string& stem,
                                      const std::string& title, std::string& error);
 
