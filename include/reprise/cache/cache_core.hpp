@@ -172,6 +172,17 @@ struct cache_core {
     // A block without a serial (2^64 drawn), or under one without, is never offloaded: its parent could not
     // be verified on the way back.
     if (serial == 0 || (n.parent != no_block && parent_serial == 0)) return;
+    // A turn end's partial block is only ever used with its snapshot: without a live one (on the GPU, not
+    // superseded, or already in the host tier) it is not worth a host unit.
+    if (n.state == block_state::tail) {
+      bool restorable = false;
+      if constexpr (restores) {
+        const slot_id s = n.snapshot[static_cast<int>(exactness::decode_continuation)];
+        restorable = (s != no_slot && !slots.node(s).superseded && slots.ready(s)) ||
+                     h.ledger.find_snapshot(serial, exactness::decode_continuation) != no_host_unit;
+      }
+      if (!restorable) return;
+    }
     const host_block_node* copy = twin != no_host_unit ? &h.ledger.block(twin) : nullptr;
     if (copy != nullptr && copy->state == host_state::cached && copy->serial == serial) {
       h.ledger.touch_block(twin);
@@ -205,8 +216,9 @@ struct cache_core {
   void offload_snapshot(const slot_node& n, std::uint64_t serial, const content_key& block_key) noexcept {
     if constexpr (restores) {
       const slot_id s = slots.id_of(n);
-      if (serial == 0 || !slots.ready(s)) return;
-      if (const host_unit u = host->ledger.store_snapshot(serial, n.kind); u != no_host_unit) {
+      // A superseded turn end (its conversation captured the next one, or ended) is not worth host memory.
+      if (serial == 0 || !slots.ready(s) || n.superseded) return;
+      if (const host_unit u = host->ledger.store_snapshot(serial, n.kind, n.from_decode); u != no_host_unit) {
         host->snapshot_offload.push_back({static_cast<std::uint32_t>(s), u});
         if constexpr (has_remote) {
           // Only a prefill-exact snapshot at a full block's end is writer-independent: the store may have it.
@@ -793,6 +805,12 @@ struct cache_core {
       if (choice.slot_on_host) { // held since `onboard`
         r.restore_slot = choice.slot;
         r.restore_on_host = true;
+        if constexpr (has_host) {
+          if (restores_continuation) {
+            r.host_turn_restore = static_cast<std::uint32_t>(choice.slot);
+            r.host_turn_serial = host->ledger.snapshot(static_cast<host_unit>(choice.slot)).serial;
+          }
+        }
         plan.restore_slot = choice.slot;
         plan.restore_from_host = true;
         ++metrics.snapshot_hits;
@@ -1161,6 +1179,10 @@ struct cache_core {
   void supersede_decode_snapshots(const sequence_record& r) noexcept {
     for (const auto& [s, b] : r.checkpoints) slots.demote(s, b);
     if (r.turn_restore != no_slot) slots.demote(r.turn_restore, r.turn_restore_block);
+    if constexpr (has_host) {
+      if (r.host_turn_restore != no_host_unit)
+        host->ledger.demote_snapshot(r.host_turn_restore, r.host_turn_serial, exactness::decode_continuation);
+    }
   }
 
   /// Lets go of what a sequence held until its restore and copy had run (its first commit, or its end).

@@ -69,6 +69,7 @@ struct host_snapshot_node {
   std::uint32_t holds = 0;
   exactness kind = exactness::prefill_exact;
   host_state state = host_state::free;
+  bool from_decode = false; ///< a turn end or decode checkpoint (only those are ever superseded)
 };
 
 /// The ids of one host pool: nodes, a free queue and an LRU queue, both epoch-tagged, and an index.
@@ -291,7 +292,7 @@ public:
 
   /// Stores a snapshot evicted from the GPU pool (as `store_block`). Nothing when one of that block and
   /// class is already held (`no_host_unit`; it holds equivalent state) or no unit is reusable.
-  host_unit store_snapshot(std::uint64_t serial, exactness kind) noexcept {
+  host_unit store_snapshot(std::uint64_t serial, exactness kind, bool from_decode = false) noexcept {
     if (snapshots_.size() == 0) return no_host_unit;
     if (const host_unit u = find_snapshot(serial, kind); u != no_host_unit) {
       touch(snapshots_, u);
@@ -300,6 +301,7 @@ public:
     const host_unit u = take_snapshot();
     if (u == no_host_unit) return no_host_unit;
     fill_snapshot(u, serial, kind);
+    snapshots_.node(u).from_decode = from_decode;
     ++metrics_->host_snapshots_offloaded;
     metrics_->host_bytes_offloaded += bytes_per_snapshot_;
     return u;
@@ -340,6 +342,7 @@ private:
     n->kind = kind;
     n->holds = 0;
     n->state = host_state::cached;
+    n->from_decode = false;
     snapshots_.index().insert(*n);
     snapshots_.lru().push_back(*n, clock_->release_tag(), clock_->safe_before);
     ++metrics_->host_snapshots_held;
@@ -354,6 +357,19 @@ private:
   }
 
 public:
+
+  /// Moves host snapshot `u` to the front of its LRU queue (the next one handed out) if it still holds a
+  /// turn end or decode checkpoint of class `kind` at the end of the block of serial `serial`, no sequence
+  /// holds it and no incomplete step read it: the conversation that restored it has captured its next turn
+  /// end, or ended. A snapshot taken in a prefill (a shared prefix's branch point) is never demoted.
+  void demote_snapshot(host_unit u, std::uint64_t serial, exactness kind) noexcept {
+    host_snapshot_node& n = snapshots_.node(u);
+    if (n.state != host_state::cached || !n.from_decode || n.serial != serial || n.kind != kind || n.holds != 0 ||
+        n.tag > clock_->safe_before)
+      return;
+    snapshots_.lru().erase(n, clock_->safe_before);
+    snapshots_.lru().push_front_safe(n);
+  }
 
   void hold_snapshot(host_unit u) noexcept { hold(snapshots_, u); }
   void unhold_snapshot(host_unit u) noexcept { unhold(snapshots_, u); }

@@ -45,6 +45,9 @@ struct sequence_record {
   /// sequence's own turn end is captured further along the same path.
   slot_id turn_restore = no_slot;
   block_id turn_restore_block = no_block;
+  /// The same for a turn end restored from the host tier: its unit and its block's serial.
+  std::uint32_t host_turn_restore = std::numeric_limits<std::uint32_t>::max();
+  std::uint64_t host_turn_serial = 0;
   /// Tokens before this position were computed prefill-exactly (from the zero state or prefill-exact state,
   /// through prefill-exact KV); the KV of later positions, and states past it, are `decode_continuation`.
   std::uint32_t exact_until = 0;
@@ -76,6 +79,8 @@ struct sequence_record {
     host_copy_src = std::numeric_limits<std::uint32_t>::max();
     turn_restore = no_slot;
     turn_restore_block = no_block;
+    host_turn_restore = std::numeric_limits<std::uint32_t>::max();
+    host_turn_serial = 0;
     exact_until = 0;
     prompt = 0;
     foreign_from = std::numeric_limits<std::uint32_t>::max();

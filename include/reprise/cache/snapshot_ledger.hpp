@@ -62,6 +62,7 @@ public:
   void attach(slot_node& n, block_node& b, exactness kind, epoch_t ready, bool from_decode = false) noexcept {
     n.state = slot_state::published;
     n.from_decode = from_decode;
+    n.superseded = false;
     n.block = blocks_->id_of(b);
     n.kind = kind;
     n.ready_tag = ready;
@@ -102,6 +103,7 @@ public:
     if (!supersedable(s, b) || n.tag > clock_->safe_before) return;
     pool_.lru().erase(n, clock_->safe_before);
     pool_.lru().push_front_safe(n);
+    n.superseded = true;
   }
 
   /// Drops snapshot `s` if it is still the idle from-decode snapshot of block `b` (a sequence's checkpoint

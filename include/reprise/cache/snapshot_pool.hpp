@@ -32,6 +32,7 @@ struct slot_node {
   exactness kind = exactness::prefill_exact;
   slot_state state = slot_state::free;
   bool from_decode = false;     ///< a turn end or decode checkpoint: superseded once the session moves on
+  bool superseded = false;      ///< demoted: its session moved on, so a lower tier does not keep it
 };
 
 class snapshot_pool {
