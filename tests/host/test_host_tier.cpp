@@ -234,3 +234,98 @@ TEST_CASE("host tier options: every misuse is a clear error") {
   CHECK(runtime::create(model_config::of<small_hybrid>(), small_snapshots).error() == errc::budget_too_small);
   CHECK(runtime::create(model_config::of<small_hybrid>(), ok).has_value());
 }
+
+namespace {
+
+using chat_cache = prefix_cache<small_hybrid, policy::chat, xxh3_hasher, host_tiers>;
+
+chat_cache make_chat(std::uint32_t gpu_slots, std::uint32_t host_snapshots) {
+  auto c = chat_cache::create({.kv_blocks = 48,
+                               .snapshot_budget_bytes = gpu_slots * snap,
+                               .hasher_seed = 2,
+                               .host_kv_budget_bytes = 96 * hybrid_kv_bytes,
+                               .host_snapshot_budget_bytes = host_snapshots * snap});
+  REQUIRE(c.has_value());
+  return std::move(*c);
+}
+
+/// One turn: admit `tokens`, commit it, decode `reply` (all but its last token fed), finish; `tokens` becomes
+/// prompt + reply. Returns the admit plan and the transfers of the finish.
+struct turn_result {
+  admit_plan admitted;
+  std::vector<unit_move> finish_snapshot_offload;
+};
+turn_result chat_turn(chat_cache& c, seq_id s, std::vector<token_id>& tokens, const std::vector<token_id>& reply) {
+  auto plan = c.admit(s, tokens);
+  REQUIRE(plan.has_value());
+  turn_result out{*plan, {}};
+  (void)c.take_transfers();
+  std::vector<std::uint32_t> written;
+  for (const capture_point& p : plan->captures) written.push_back(static_cast<std::uint32_t>(p.position));
+  auto n = static_cast<std::uint32_t>(tokens.size());
+  REQUIRE(c.commit(s, n, written).has_value());
+  REQUIRE(c.step_complete(c.current_epoch()).has_value());
+  for (std::size_t k = 0; k + 1 < reply.size(); ++k) {
+    REQUIRE(c.extend(s, std::vector<token_id>{reply[k]}).has_value());
+    REQUIRE(c.commit(s, ++n).has_value());
+    (void)c.take_transfers();
+  }
+  REQUIRE(c.finish(s).has_value());
+  const transfer_plan t = c.take_transfers();
+  out.finish_snapshot_offload.assign(t.snapshot_offload.begin(), t.snapshot_offload.end());
+  tokens.insert(tokens.end(), reply.begin(), reply.end());
+  REQUIRE(c.step_complete(c.current_epoch()).has_value());
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("a superseded turn end is not offloaded: only the conversation's newest goes to the host") {
+  auto c = make_chat(/*gpu_slots=*/2, /*host_snapshots=*/4);
+  std::vector<token_id> a = iota_tokens(40);
+  chat_turn(c, 1, a, iota_tokens(5, 1000));        // turn end at 44
+  a = concat(a, iota_tokens(9, 2000));
+  const turn_result t2 = chat_turn(c, 2, a, iota_tokens(6, 3000)); // restores 44, its end at 59 supersedes it
+  REQUIRE(t2.admitted.usable_tokens == 44);
+  CHECK(c.metrics().snapshots_held == 2);
+  // Another prompt takes every GPU block: both turn ends' partial blocks are evicted.
+  auto big = c.admit(3, iota_tokens(47 * B, 50000));
+  REQUIRE(big.has_value());
+  (void)c.take_transfers();
+  CHECK(c.metrics().host_snapshots_offloaded == 1); // the turn end at 59, not the superseded one at 44
+  CHECK(c.metrics().host_snapshots_held == 1);
+  REQUIRE(c.release(3).has_value());
+  REQUIRE(c.step_complete(c.current_epoch()).has_value());
+  // The next turn still restores where the conversation stopped, from the host.
+  a = concat(a, iota_tokens(7, 4000));
+  auto p = c.admit(4, a);
+  REQUIRE(p.has_value());
+  CHECK(p->usable_tokens == 59);
+  CHECK(p->restore_from_host);
+  CHECK(c.check_invariants().has_value());
+}
+
+TEST_CASE("a turn end restored from the host is the first to go there once its conversation moved on") {
+  auto c = make_chat(/*gpu_slots=*/1, /*host_snapshots=*/2);
+  std::vector<token_id> a = iota_tokens(40), b = iota_tokens(40, 10000), x = iota_tokens(40, 20000);
+  chat_turn(c, 1, b, iota_tokens(5, 1000));                        // B's turn end on the GPU
+  const turn_result ta = chat_turn(c, 2, a, iota_tokens(5, 2000)); // A's takes the slot: B's goes to the host
+  REQUIRE(ta.finish_snapshot_offload.size() == 1);
+  const turn_result tx = chat_turn(c, 3, x, iota_tokens(5, 3000)); // X's: A's goes to the host
+  REQUIRE(tx.finish_snapshot_offload.size() == 1);
+  const std::uint32_t a_unit = tx.finish_snapshot_offload[0].dst;
+  // A's second turn restores its turn end from the host; its own end supersedes it there, so X's turn end,
+  // evicted from the GPU by it, takes A's old unit rather than B's.
+  a = concat(a, iota_tokens(9, 4000));
+  const turn_result ta2 = chat_turn(c, 4, a, iota_tokens(6, 5000));
+  REQUIRE(ta2.admitted.restore_from_host);
+  REQUIRE(ta2.finish_snapshot_offload.size() == 1);
+  CHECK(ta2.finish_snapshot_offload[0].dst == a_unit);
+  // B's turn end is still there.
+  b = concat(b, iota_tokens(3, 6000));
+  auto p = c.admit(5, b);
+  REQUIRE(p.has_value());
+  CHECK(p->restore_from_host);
+  CHECK(p->usable_tokens == 44);
+  CHECK(c.check_invariants().has_value());
+}
