@@ -55,9 +55,21 @@ class Memory:
         self.g_conv = np.zeros((slots, CONV_W - 1, G_CONV), F32)
         self.g_state = np.zeros((slots, G_HEADS, G_KDIM, G_VDIM), F32)
 
+    def kv_pools(self) -> list[np.ndarray]:
+        """The attention pools, by block id."""
+        return [self.k, self.v]
+
+    def state_pools(self) -> list[np.ndarray]:
+        """The recurrent pools, by slot."""
+        return [self.m_conv, self.m_ssm, self.g_conv, self.g_state]
+
     def copy_slots(self, pairs) -> None:
         """Snapshot restore / save: one batched copy over every recurrent pool."""
-        ops.copy_units([self.m_conv, self.m_ssm, self.g_conv, self.g_state], np.asarray(pairs, np.int32))
+        ops.copy_units(self.state_pools(), np.asarray(pairs, np.int32))
+
+    def copy_blocks(self, pairs) -> None:
+        """KV copy on write: one batched copy over the attention pools."""
+        ops.copy_units(self.kv_pools(), np.asarray(pairs, np.int32))
 
 
 class TinyHybrid:

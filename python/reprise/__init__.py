@@ -6,9 +6,11 @@ The package is a thin layer over the C++ library (the compiled module ``reprise.
 - :class:`ModelConfig` describes a model's stateful layers, from layer shapes, a preset or a Hugging Face
   ``config.json`` (:meth:`ModelConfig.from_hf_config`).
 - :class:`PrefixCache` is the runtime prefix cache with one of the policies in :data:`POLICIES`; its plans
-  carry numpy ``int32`` block tables and ``int64`` capture lists.
-- :mod:`reprise.ops` holds the host implementations of the state kernels (state copy, causal conv1d,
-  Mamba2 SSD, gated delta rule) on float32 numpy arrays.
+  carry numpy ``int32`` block tables and ``int64`` capture lists. With host budgets it has a host tier: what
+  the GPU pools evict goes to host pools the engine owns, and :meth:`PrefixCache.take_transfers` returns the
+  moves (:class:`Transfers`) to run.
+- :mod:`reprise.ops` holds the host implementations of the state kernels (state copy, transfers between pool
+  sets, causal conv1d, Mamba2 SSD, gated delta rule) on float32 numpy arrays.
 
 Every ``reprise::errc`` is an exception class derived from :class:`Error` (``PoolExhausted``,
 ``UnknownSequence``, ...); :data:`ERRORS` maps errc names to them. A call that raises has changed nothing.
@@ -30,6 +32,7 @@ from ._reprise import (  # noqa: F401  (named explicitly for readers and linters
     Mamba2Shape,
     ModelConfig,
     PrefixCache,
+    Transfers,
     __version__,
 )
 

@@ -5,10 +5,14 @@
 /// and the constructor picks one by name. Every call forwards to the C++ cache; an errc becomes the matching
 /// exception and, as in C++, leaves the cache unchanged. Plans copy their block tables and capture lists into
 /// numpy arrays they own, so a plan stays valid after later calls.
+///
+/// The host tier (`policy::tiers<policy::host_tier>`) is a compile-time parameter too: every named policy that
+/// can have one is also instantiated with it, and a non-zero host budget picks that instantiation.
 
 #include "bindings.hpp"
 
 #include <reprise/cache/prefix_cache.hpp>
+#include <reprise/policy/tiers.hpp>
 
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
@@ -24,6 +28,7 @@ namespace reprise::python {
 namespace {
 
 namespace pol = reprise::policy;
+using host_tiers = pol::tiers<pol::host_tier>;
 
 /// The type-erased cache: one virtual call per operation in front of the C++ façade.
 class cache_base {
@@ -44,12 +49,15 @@ public:
   virtual std::uint64_t hasher_seed() const = 0;
   virtual std::span<const block_id> block_table(seq_id s) const = 0;
   virtual result<void> check_invariants() const = 0;
+  virtual transfer_plan take_transfers() = 0;
+  virtual std::uint32_t host_kv_units() const = 0;
+  virtual std::uint32_t host_snapshot_units() const = 0;
 };
 
-template <class Policy>
+template <class Policy, class Tiers>
 class cache_of final : public cache_base {
 public:
-  using cache_type = runtime_prefix_cache<Policy>;
+  using cache_type = runtime_prefix_cache<Policy, xxh3_hasher, Tiers>;
   explicit cache_of(cache_type c) : c_(std::move(c)) {}
 
   result<admit_plan> admit(seq_id s, std::span<const token_id> p, const extra_keys& k) override {
@@ -71,54 +79,71 @@ public:
   std::uint64_t hasher_seed() const override { return c_.hasher_seed(); }
   std::span<const block_id> block_table(seq_id s) const override { return c_.block_table(s); }
   result<void> check_invariants() const override { return c_.check_invariants(); }
+  transfer_plan take_transfers() override { return c_.take_transfers(); }
+  std::uint32_t host_kv_units() const override { return c_.host_kv_units(); }
+  std::uint32_t host_snapshot_units() const override { return c_.host_snapshot_units(); }
 
 private:
   cache_type c_;
 };
 
+using cache_factory = result<std::unique_ptr<cache_base>> (*)(const model_config&, const cache_options&);
+
 struct named_policy {
   const char* name;
   const char* doc;
-  result<std::unique_ptr<cache_base>> (*make)(const model_config&, const cache_options&);
+  cache_factory make;      ///< policy::tiers<>
+  cache_factory make_host; ///< policy::tiers<policy::host_tier>, or null: the policy cannot have a host tier
 };
 
-template <class Policy>
-result<std::unique_ptr<cache_base>> make_cache(const model_config& m, const cache_options& o) {
-  auto c = runtime_prefix_cache<Policy>::create(m, o);
+template <class Policy, class Tiers>
+result<std::unique_ptr<cache_base>> make_cache_of(const model_config& m, const cache_options& o) {
+  auto c = runtime_prefix_cache<Policy, xxh3_hasher, Tiers>::create(m, o);
   if (!c) return c.error();
-  return std::unique_ptr<cache_base>(std::make_unique<cache_of<Policy>>(std::move(*c)));
+  return std::unique_ptr<cache_base>(std::make_unique<cache_of<Policy, Tiers>>(std::move(*c)));
 }
 
-// The policies this module is built with. Adding one is one line here (and one instantiation of the cache).
+/// A policy's factories: without a tier and, when `host` is set, with the host tier.
+template <class Policy, bool host = true>
+constexpr named_policy named(const char* name, const char* doc) {
+  if constexpr (host) return {name, doc, &make_cache_of<Policy, pol::tiers<>>, &make_cache_of<Policy, host_tiers>};
+  else return {name, doc, &make_cache_of<Policy, pol::tiers<>>, nullptr};
+}
+
+// The policies this module is built with. Adding one is one line here (and one instantiation of the cache per
+// tier list).
 constexpr std::array<named_policy, 7> policies{{
-    {"chat",
-     "the multi-turn chat preset: snapshots at every turn end (any position, the partial block kept), at the last "
-     "KV block a prompt shares with a different cached continuation (branch_block) and every "
-     "`decode_checkpoint_interval` decode tokens; a hit continues the same session bitwise (policy::chat)",
-     &make_cache<pol::chat>},
-    {"strict",
-     "the prefill-exact preset: captures at last_aligned and branch_point, every hit bitwise a cold prefill "
-     "(policy::strict)",
-     &make_cache<pol::strict>},
-    {"block_sharing", "attention-only models: share KV blocks and skip their prefill (policy::block_sharing)",
-     &make_cache<pol::block_sharing>},
-    {"memory_only",
-     "hybrid models without a snapshot budget: share matched KV blocks, skip nothing (policy::memory_only)",
-     &make_cache<pol::memory_only>},
-    {"snapshot_restore",
-     "hybrid models: skip prefill up to the deepest usable snapshot; captures at last_aligned, branch_point and "
-     "end_of_turn; accepts decode-continuation state (policy::snapshot_restore<>)",
-     &make_cache<pol::snapshot_restore<>>},
-    {"snapshot_prefill_exact",
-     "snapshot_restore with captures at last_aligned and branch_point, reusing only prefill-exact state: every "
-     "hit is bitwise a cold prefill (snapshot_restore<capture<last_aligned, branch_point>, accept_prefill_exact>)",
-     &make_cache<pol::snapshot_restore<pol::capture<pol::last_aligned, pol::branch_point>, pol::accept_prefill_exact>>},
-    {"snapshot_interval",
-     "snapshot_restore with captures every `capture_interval` tokens plus last_aligned, branch_point and "
-     "end_of_turn, accepting decode-continuation state (snapshot_restore<capture<every_interval, last_aligned, "
-     "branch_point, end_of_turn>, accept_any>)",
-     &make_cache<pol::snapshot_restore<
-         pol::capture<pol::every_interval, pol::last_aligned, pol::branch_point, pol::end_of_turn>, pol::accept_any>>},
+    named<pol::chat>(
+        "chat",
+        "the multi-turn chat preset: snapshots at every turn end (any position, the partial block kept), at the "
+        "last KV block a prompt shares with a different cached continuation (branch_block) and every "
+        "`decode_checkpoint_interval` decode tokens; a hit continues the same session bitwise (policy::chat)"),
+    named<pol::strict>("strict",
+                       "the prefill-exact preset: captures at last_aligned and branch_point, every hit bitwise a "
+                       "cold prefill (policy::strict)"),
+    named<pol::block_sharing>(
+        "block_sharing", "attention-only models: share KV blocks and skip their prefill (policy::block_sharing)"),
+    // No host tier: it skips no prefill, so nothing brought back from host memory would save anything (the C++
+    // cache rejects policy::tiers<policy::host_tier> with it at compile time).
+    named<pol::memory_only, false>(
+        "memory_only",
+        "hybrid models without a snapshot budget: share matched KV blocks, skip nothing (policy::memory_only)"),
+    named<pol::snapshot_restore<>>(
+        "snapshot_restore",
+        "hybrid models: skip prefill up to the deepest usable snapshot; captures at last_aligned, branch_point and "
+        "end_of_turn; accepts decode-continuation state (policy::snapshot_restore<>)"),
+    named<pol::snapshot_restore<pol::capture<pol::last_aligned, pol::branch_point>, pol::accept_prefill_exact>>(
+        "snapshot_prefill_exact",
+        "snapshot_restore with captures at last_aligned and branch_point, reusing only prefill-exact state: every "
+        "hit is bitwise a cold prefill (snapshot_restore<capture<last_aligned, branch_point>, "
+        "accept_prefill_exact>)"),
+    named<pol::snapshot_restore<pol::capture<pol::every_interval, pol::last_aligned, pol::branch_point,
+                                             pol::end_of_turn>,
+                                pol::accept_any>>(
+        "snapshot_interval",
+        "snapshot_restore with captures every `capture_interval` tokens plus last_aligned, branch_point and "
+        "end_of_turn, accepting decode-continuation state (snapshot_restore<capture<every_interval, last_aligned, "
+        "branch_point, end_of_turn>, accept_any>)"),
 }};
 
 const char* exactness_name(exactness e) {
@@ -134,6 +159,7 @@ struct py_admit_plan {
   std::string restore_exactness;
   nb::object captures;
   block_id copy_src, copy_dst;
+  bool restore_from_host;
 };
 
 struct py_extend_plan {
@@ -152,6 +178,21 @@ struct py_fork_plan {
   block_id copy_src, copy_dst;
   bool copy_recurrent_state;
 };
+
+struct py_transfers {
+  nb::object kv_offload, snapshot_offload, kv_onboard;
+};
+
+/// int32 [n, 2] (src, dst) rows: the layout of `reprise.ops` pairs.
+nb::object move_array(std::span<const unit_move> moves) {
+  std::vector<std::int32_t> flat;
+  flat.reserve(moves.size() * 2);
+  for (const unit_move& m : moves) { // unit ids are below max_pool_ids = 2^31 - 1
+    flat.push_back(static_cast<std::int32_t>(m.src));
+    flat.push_back(static_cast<std::int32_t>(m.dst));
+  }
+  return owned_array<std::int32_t>(flat, 2);
+}
 
 nb::object capture_array(std::span<const capture_point> caps) {
   std::vector<std::int64_t> flat;
@@ -179,7 +220,8 @@ public:
   py_cache(const model_config& m, const std::string& policy, std::uint32_t kv_blocks, std::uint32_t max_sequences,
            std::size_t snapshot_budget_bytes, std::uint64_t snapshot_ttl_steps, std::uint32_t max_snapshots_per_path,
            std::uint32_t capture_interval, std::optional<std::uint64_t> hasher_seed, bool share_in_step,
-           std::uint32_t decode_checkpoint_interval, std::uint32_t decode_checkpoints_per_sequence) {
+           std::uint32_t decode_checkpoint_interval, std::uint32_t decode_checkpoints_per_sequence,
+           std::size_t host_kv_budget_bytes, std::size_t host_snapshot_budget_bytes) {
     const cache_options o{.kv_blocks = kv_blocks,
                           .max_sequences = max_sequences,
                           .snapshot_budget_bytes = snapshot_budget_bytes,
@@ -189,10 +231,21 @@ public:
                           .hasher_seed = hasher_seed,
                           .share_in_step = share_in_step,
                           .decode_checkpoint_interval = decode_checkpoint_interval,
-                          .decode_checkpoints_per_sequence = decode_checkpoints_per_sequence};
+                          .decode_checkpoints_per_sequence = decode_checkpoints_per_sequence,
+                          .host_kv_budget_bytes = host_kv_budget_bytes,
+                          .host_snapshot_budget_bytes = host_snapshot_budget_bytes};
+    // Either host budget asks for a host tier; the C++ checks then apply (a host KV budget below one block is
+    // budget_too_small, host snapshots with a policy that restores none unsupported_config).
+    const bool host = host_kv_budget_bytes != 0 || host_snapshot_budget_bytes != 0;
     for (const named_policy& p : policies)
       if (policy == p.name) {
-        impl_ = value_or_raise(p.make(m, o), "PrefixCache");
+        if (host && p.make_host == nullptr)
+          raise(errc::unsupported_config,
+                "PrefixCache: policy '" + policy +
+                    "' has no host tier (it skips no prefill, so a block brought back from host memory would save "
+                    "nothing; the C++ cache does not compile policy::tiers<policy::host_tier> with it): leave "
+                    "host_kv_budget_bytes and host_snapshot_budget_bytes at 0");
+        impl_ = value_or_raise(host ? p.make_host(m, o) : p.make(m, o), "PrefixCache");
         policy_ = p.name;
         return;
       }
@@ -213,7 +266,8 @@ public:
             exactness_name(p.restore_exactness),
             capture_array(p.captures),
             p.copy_src,
-            p.copy_dst};
+            p.copy_dst,
+            p.restore_from_host};
   }
 
   void commit(seq_id s, std::uint32_t n, nb::handle written) {
@@ -241,6 +295,11 @@ public:
   }
 
   void step_complete(epoch_t n) { check(impl_->step_complete(n), "step_complete"); }
+
+  py_transfers take_transfers() {
+    const transfer_plan t = impl_->take_transfers();
+    return {move_array(t.kv_offload), move_array(t.snapshot_offload), move_array(t.kv_onboard)};
+  }
   void check_invariants() const { check(impl_->check_invariants(), "check_invariants"); }
   nb::object block_table(seq_id s) const { return owned_array(impl_->block_table(s)); }
 
@@ -275,6 +334,17 @@ public:
     REPRISE_METRIC(tail_blocks)
     REPRISE_METRIC(snapshots_held)
     REPRISE_METRIC(snapshot_bytes_held)
+    REPRISE_METRIC(host_blocks_onboarded)
+    REPRISE_METRIC(host_tails_onboarded)
+    REPRISE_METRIC(host_snapshot_hits)
+    REPRISE_METRIC(host_blocks_offloaded)
+    REPRISE_METRIC(host_snapshots_offloaded)
+    REPRISE_METRIC(host_bytes_offloaded)
+    REPRISE_METRIC(host_bytes_onboarded)
+    REPRISE_METRIC(host_block_evictions)
+    REPRISE_METRIC(host_snapshot_evictions)
+    REPRISE_METRIC(host_blocks_held)
+    REPRISE_METRIC(host_snapshots_held)
 #undef REPRISE_METRIC
     return d;
   }
@@ -321,7 +391,11 @@ void bind_cache(nb::module_& m) {
       .def_ro("tokens_lost_to_missing_snapshot", &py_admit_plan::tokens_lost_to_missing_snapshot,
               "kv_matched_tokens - usable_tokens: KV-cached tokens recomputed for lack of a snapshot.")
       .def_ro("restore_slot", &py_admit_plan::restore_slot,
-              "Snapshot slot to copy into the live recurrent state before prefill, or -1 (start from zero).")
+              "Snapshot slot to copy into the live recurrent state before prefill, or -1 (start from zero). With "
+              "restore_from_host, a unit of the host snapshot pools instead.")
+      .def_ro("restore_from_host", &py_admit_plan::restore_from_host,
+              "Host tier: restore_slot names a host snapshot unit, copied from the host pools straight into the "
+              "live state (after the transfers of take_transfers()). False without a host tier.")
       .def_ro("copy_src", &py_admit_plan::copy_src,
               "A partial block kept at a turn's end to copy into copy_dst before the prefill (copy on write), "
               "or -1.")
@@ -369,6 +443,43 @@ void bind_cache(nb::module_& m) {
       .def_ro("copy_recurrent_state", &py_fork_plan::copy_recurrent_state,
               "Whether the engine must copy the source's live recurrent state into the destination's.");
 
+  nb::class_<py_transfers>(
+      m, "Transfers",
+      "The moves between GPU pools and host pools that the cache calls since the previous take_transfers() "
+      "planned (host tier). Each list is an int32 [n, 2] array of (src, dst) unit ids, a copy owned by this "
+      "object; a unit is one KV block across every attention layer's pool, or one snapshot slot across every "
+      "recurrent layer's pools. Run them in this order, before any other work those calls planned (restores, "
+      "including restore_from_host; copy_src -> copy_dst; prefill; decode; captures):\n"
+      "  1. kv_offload (GPU block -> host KV unit) and snapshot_offload (GPU snapshot slot -> host snapshot "
+      "unit): what the GPU pools evicted; the calls handed those GPU units out again, so their old bytes are "
+      "read first;\n"
+      "  2. kv_onboard (host KV unit -> GPU block): cached blocks found in the host tier, copied into the blocks "
+      "the block tables name (a turn end's partial block into block_table[shared_blocks]).\n"
+      "For every pool (one per layer, leading dimension = units) a move is `dst_pool[dst] = src_pool[src]`: "
+      "reprise.ops.transfer_units(src_pools, dst_pools, pairs), or numpy fancy indexing "
+      "`dst_pool[pairs[:, 1]] = src_pool[pairs[:, 0]]` (within one list no destination repeats). Host units read "
+      "by an onboard or a restore are not handed to an offload before step_complete of the step that read them.")
+      .def_prop_ro("kv_offload", [](const py_transfers& t) { return t.kv_offload; },
+                   nb::for_getter(nb::sig("def kv_offload(self) -> numpy.typing.NDArray[numpy.int32]")),
+                   "int32 [n, 2] (GPU block, host KV unit): device to host, first.")
+      .def_prop_ro("snapshot_offload", [](const py_transfers& t) { return t.snapshot_offload; },
+                   nb::for_getter(nb::sig("def snapshot_offload(self) -> numpy.typing.NDArray[numpy.int32]")),
+                   "int32 [n, 2] (GPU snapshot slot, host snapshot unit): device to host, first.")
+      .def_prop_ro("kv_onboard", [](const py_transfers& t) { return t.kv_onboard; },
+                   nb::for_getter(nb::sig("def kv_onboard(self) -> numpy.typing.NDArray[numpy.int32]")),
+                   "int32 [n, 2] (host KV unit, GPU block): host to device, after the offloads.")
+      .def_prop_ro("empty",
+                   [](const py_transfers& t) {
+                     return nb::len(t.kv_offload) == 0 && nb::len(t.snapshot_offload) == 0 &&
+                            nb::len(t.kv_onboard) == 0;
+                   },
+                   "Whether there is nothing to move.")
+      .def("__repr__", [](const py_transfers& t) {
+        return "Transfers(kv_offload=" + std::to_string(nb::len(t.kv_offload)) +
+               ", snapshot_offload=" + std::to_string(nb::len(t.snapshot_offload)) +
+               ", kv_onboard=" + std::to_string(nb::len(t.kv_onboard)) + ")";
+      });
+
   std::string policy_doc = "Named policies (compile-time C++ policies instantiated in this module):\n";
   nb::dict policy_dict;
   for (const named_policy& p : policies) {
@@ -386,20 +497,27 @@ void bind_cache(nb::module_& m) {
   nb::class_<py_cache>(m, "PrefixCache", class_doc.c_str())
       .def(nb::init<const model_config&, const std::string&, std::uint32_t, std::uint32_t, std::size_t, std::uint64_t,
                     std::uint32_t, std::uint32_t, std::optional<std::uint64_t>, bool, std::uint32_t,
-                    std::uint32_t>(),
+                    std::uint32_t, std::size_t, std::size_t>(),
            nb::arg("config"), nb::arg("policy") = "snapshot_restore", nb::kw_only(), nb::arg("kv_blocks"),
            nb::arg("max_sequences") = 256, nb::arg("snapshot_budget_bytes") = 0, nb::arg("snapshot_ttl_steps") = 0,
            nb::arg("max_snapshots_per_path") = 0, nb::arg("capture_interval") = 0,
            nb::arg("hasher_seed") = nb::none(), nb::arg("share_in_step") = false,
            nb::arg("decode_checkpoint_interval") = 0, nb::arg("decode_checkpoints_per_sequence") = 2,
+           nb::arg("host_kv_budget_bytes") = 0, nb::arg("host_snapshot_budget_bytes") = 0,
            "Allocates every pool. `share_in_step` ('block_sharing' only): a prompt also shares the full blocks that "
            "prompts admitted earlier in the same step compute, before their commit (cache_options::share_in_step "
-           "states the engine's precondition). Raises InvalidArgument (kv_blocks or max_sequences is 0; "
-           "decode_checkpoints_per_sequence 0 with 'chat'), OutOfRange (above 2^31 - 1), UnsupportedConfig (block "
-           "size, a policy that does not fit the model, or share_in_step with a policy other than "
-           "'block_sharing'), BudgetTooSmall (a snapshot policy with a budget below one snapshot), Misaligned "
-           "(capture_interval 0 or off the alignment unit with 'snapshot_interval'; decode_checkpoint_interval off "
-           "it with 'chat'), ValueError (unknown policy name).")
+           "states the engine's precondition). A non-zero `host_kv_budget_bytes` or `host_snapshot_budget_bytes` "
+           "adds the host tier (policy::tiers<policy::host_tier>): what the GPU pools evict is offloaded into host "
+           "pools of host_kv_units KV units (floor(host_kv_budget_bytes / bytes_per_kv_block)) and "
+           "host_snapshot_units snapshot units, and onboarded on a later hit; take_transfers() lists the moves. "
+           "Raises InvalidArgument (kv_blocks or max_sequences is 0; decode_checkpoints_per_sequence 0 with "
+           "'chat'), OutOfRange (above 2^31 - 1), UnsupportedConfig (block size, a policy that does not fit the "
+           "model, share_in_step with a policy other than 'block_sharing' or with a host tier, a host tier with "
+           "'memory_only', host snapshots with a policy that restores none), BudgetTooSmall (a snapshot policy "
+           "with a budget below one snapshot; with a host tier, a host KV budget below one KV block or a non-zero "
+           "host snapshot budget below one snapshot), Misaligned (capture_interval 0 or off the alignment unit "
+           "with 'snapshot_interval'; decode_checkpoint_interval off it with 'chat'), ValueError (unknown policy "
+           "name).")
       .def("admit", &py_cache::admit, nb::arg("seq_id"), nb::arg("tokens"), nb::arg("extra_keys") = nb::none(),
            nb::sig("def admit(self, seq_id: int, tokens: numpy.typing.ArrayLike, extra_keys: ExtraKeys | None = None) "
                    "-> AdmitPlan"),
@@ -432,9 +550,15 @@ void bind_cache(nb::module_& m) {
       .def("step_complete", &py_cache::step_complete, nb::arg("step"),
            "Every kernel of step `step` has finished: what was given up during it becomes reusable. Raises "
            "OutOfRange past the last numberable step.")
+      .def("take_transfers", &py_cache::take_transfers,
+           "Host tier: the moves between GPU and host pools that admit, extend, fork and finish planned since the "
+           "previous call, as a Transfers (see its order). Call it after the step's cache calls (or after each) "
+           "and run the moves before the work those calls planned. Empty without a host tier.")
       .def("current_epoch", [](const py_cache& c) { return c.impl().current_epoch(); },
            "The step being scheduled now (starts at 0).")
-      .def("metrics", &py_cache::metrics, "Counters since construction and current gauges, as a dict.")
+      .def("metrics", &py_cache::metrics,
+           "Counters since construction and current gauges, as a dict (cache_metrics' fields; the host_* ones "
+           "count the host tier and stay 0 without it).")
       .def("check_invariants", &py_cache::check_invariants,
            "Recomputes the bookkeeping from scratch; raises InvariantViolated on a mismatch (a bug).")
       .def("block_table", &py_cache::block_table, nb::arg("seq_id"),
@@ -451,6 +575,12 @@ void bind_cache(nb::module_& m) {
                    "KV blocks of the engine's pool: block ids are in [0, kv_blocks).")
       .def_prop_ro("snapshot_slots", [](const py_cache& c) { return c.impl().snapshot_slots(); },
                    "Snapshot slots the engine must provide (ids [0, snapshot_slots)).")
+      .def_prop_ro("host_kv_units", [](const py_cache& c) { return c.impl().host_kv_units(); },
+                   "Units of the host KV pools the engine provides (host tier; 0 without): one unit holds one "
+                   "block of every attention layer, ids [0, host_kv_units).")
+      .def_prop_ro("host_snapshot_units", [](const py_cache& c) { return c.impl().host_snapshot_units(); },
+                   "Units of the host snapshot pools the engine provides (host tier; 0 without): one unit holds "
+                   "the state of every recurrent layer, ids [0, host_snapshot_units).")
       .def_prop_ro("hasher_seed", [](const py_cache& c) { return c.impl().hasher_seed(); }, "The hasher seed.")
       .def("__repr__", [](const py_cache& c) {
         const cache_metrics& m = c.impl().metrics();

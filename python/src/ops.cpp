@@ -7,7 +7,8 @@
 ///
 /// Batch metadata follows include/reprise/ops/slots.hpp: `cu_seqlens` (S+1 int32 offsets), `start_positions`
 /// (S int64 absolute positions), `initial` / `final` slots (S int32, -1: zero state / not stored), `captures`
-/// int64 [n, 3] (sequence, position, slot) and `pairs` int32 [n, 2] (src, dst).
+/// int64 [n, 3] (sequence, position, slot) and `pairs` int32 [n, 2] (src, dst); `PrefixCache.take_transfers`
+/// returns its moves in that layout.
 
 #include "bindings.hpp"
 
@@ -96,15 +97,36 @@ struct prefill_batch {
   prefill_slots slots() const { return {span_of(initial), span_of(final), captures}; }
 };
 
-void copy_units_py(const std::vector<nb::ndarray<nb::c_contig, nb::device::cpu>>& pools, const pair_array& pairs) {
+using pool_array = nb::ndarray<nb::c_contig, nb::device::cpu>;
+using source_pool_array = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
+
+/// A pool as units along its leading dimension.
+template <class Array>
+pool_view pool_of(const Array& p, const char* where) {
+  if (p.ndim() == 0 || p.shape(0) == 0) raise(errc::invalid_argument, where);
+  return {const_cast<void*>(static_cast<const void*>(p.data())), p.nbytes() / p.shape(0),
+          static_cast<std::int64_t>(p.shape(0))};
+}
+
+void copy_units_py(const std::vector<pool_array>& pools, const pair_array& pairs) {
   std::vector<pool_view> views;
   views.reserve(pools.size());
-  for (const auto& p : pools) {
-    if (p.ndim() == 0 || p.shape(0) == 0) raise(errc::invalid_argument, "copy_units: empty pool");
-    views.push_back({p.data(), p.nbytes() / p.shape(0), static_cast<std::int64_t>(p.shape(0))});
-  }
+  for (const auto& p : pools) views.push_back(pool_of(p, "copy_units: empty pool"));
   const std::vector<copy_pair> pr = pairs_of(pairs);
   check(unlocked([&] { return copy_units_host(views, pr); }), "copy_units");
+}
+
+void transfer_units_py(const std::vector<source_pool_array>& src_pools, const std::vector<pool_array>& dst_pools,
+                       const pair_array& pairs) {
+  if (src_pools.size() != dst_pools.size())
+    raise(errc::size_mismatch, "transfer_units: src_pools and dst_pools differ in length");
+  std::vector<pool_pair_view> layers;
+  layers.reserve(src_pools.size());
+  for (std::size_t i = 0; i < src_pools.size(); ++i)
+    layers.push_back({pool_of(src_pools[i], "transfer_units: empty pool"),
+                      pool_of(dst_pools[i], "transfer_units: empty pool")});
+  const std::vector<copy_pair> pr = pairs_of(pairs);
+  check(unlocked([&] { return transfer_units_host(layers, pr); }), "transfer_units");
 }
 
 void conv1d_prefill_py(const in_array<2>& x, const in_array<2>& weight, const std::optional<in_array<1>>& bias,
@@ -201,6 +223,22 @@ void bind_ops(nb::module_& m) {
         "(src, dst) pair of `pairs` (int32 [n, 2]): unit dst = unit src, byte for byte. Snapshot save, restore "
         "and fork over all recurrent layers' pools, or a KV block copy. Raises OutOfRange, OverlappingPairs, "
         "InvalidArgument; nothing is written on error.");
+  m.def("transfer_units", &transfer_units_py,
+        nb::sig("def transfer_units(src_pools: collections.abc.Sequence[numpy.typing.NDArray], "
+                "dst_pools: collections.abc.Sequence[numpy.typing.NDArray], "
+                "pairs: numpy.typing.NDArray[numpy.int32]) -> None"),
+        nb::arg("src_pools"), nb::arg("dst_pools").noconvert(), nb::arg("pairs"),
+        "Moves units between two sets of pools, layer by layer: for every i and every (src, dst) pair of `pairs` "
+        "(int32 [n, 2]), unit dst of dst_pools[i] = unit src of src_pools[i], byte for byte. Pools are "
+        "C-contiguous arrays whose leading extent is the unit (one per layer, in the same order on both sides; "
+        "dst_pools writable); src_pools[i] and dst_pools[i] have equal unit sizes and may have different unit "
+        "counts. The host tier's moves (PrefixCache.take_transfers): kv_offload from the GPU KV pools to the host "
+        "KV pools, snapshot_offload from the GPU snapshot pools to the host snapshot pools, kv_onboard back, and "
+        "a restore_from_host from the host snapshot pools into the live state. Raises OutOfRange (an index "
+        "outside its side's pools), OverlappingPairs (a destination named twice), SizeMismatch (unit sizes, or "
+        "pool counts, differ), InvalidArgument (an empty pool, or a destination pool that shares memory with "
+        "another pool of the call other than its own source when that is the very same array); nothing is "
+        "written on error.");
   m.def("causal_conv1d_prefill", &conv1d_prefill_py,
         nb::sig("def causal_conv1d_prefill(x: numpy.typing.NDArray[numpy.float32], "
                 "weight: numpy.typing.NDArray[numpy.float32], bias: numpy.typing.NDArray[numpy.float32] | None, "
