@@ -233,22 +233,8 @@ public:
   void release_reserved_block(host_unit u) noexcept { release(blocks_, u); }
 
 private:
-  /// A safe free unit, else the LRU one evicted (its hook called first); unlinked from both queues.
   host_unit take_block() noexcept {
-    host_block_node* n = blocks_.free().front_safe();
-    if (n != nullptr) {
-      blocks_.free().erase(*n, clock_->safe_before);
-    } else {
-      n = blocks_.lru().front_safe();
-      if (n == nullptr) return no_host_unit;
-      if (evict_hook_ != nullptr) evict_hook_(evict_context_, remote_item::block, blocks_.id_of(*n));
-      blocks_.lru().erase(*n, clock_->safe_before);
-      blocks_.index().erase(blocks_.index().iterator_to(*n));
-      --metrics_->host_blocks_held;
-      ++metrics_->host_block_evictions;
-    }
-    n->state = host_state::free;
-    return blocks_.id_of(*n);
+    return take(blocks_, remote_item::block, metrics_->host_blocks_held, metrics_->host_block_evictions);
   }
 
   void fill_block(host_unit u, const host_block_desc& d) noexcept {
@@ -320,20 +306,27 @@ public:
 
 private:
   host_unit take_snapshot() noexcept {
-    host_snapshot_node* n = snapshots_.free().front_safe();
+    return take(snapshots_, remote_item::snapshot, metrics_->host_snapshots_held, metrics_->host_snapshot_evictions);
+  }
+
+  /// A safe free unit of `p`, else its LRU one evicted (the evict hook called first, `held` and `evictions`
+  /// moved); unlinked from both queues, state free. `no_host_unit` when neither is reusable.
+  template <class Pool>
+  host_unit take(Pool& p, remote_item item, std::uint32_t& held, std::uint64_t& evictions) noexcept {
+    auto* n = p.free().front_safe();
     if (n != nullptr) {
-      snapshots_.free().erase(*n, clock_->safe_before);
+      p.free().erase(*n, clock_->safe_before);
     } else {
-      n = snapshots_.lru().front_safe();
+      n = p.lru().front_safe();
       if (n == nullptr) return no_host_unit;
-      if (evict_hook_ != nullptr) evict_hook_(evict_context_, remote_item::snapshot, snapshots_.id_of(*n));
-      snapshots_.lru().erase(*n, clock_->safe_before);
-      snapshots_.index().erase(snapshots_.index().iterator_to(*n));
-      --metrics_->host_snapshots_held;
-      ++metrics_->host_snapshot_evictions;
+      if (evict_hook_ != nullptr) evict_hook_(evict_context_, item, p.id_of(*n));
+      p.lru().erase(*n, clock_->safe_before);
+      p.index().erase(p.index().iterator_to(*n));
+      --held;
+      ++evictions;
     }
     n->state = host_state::free;
-    return snapshots_.id_of(*n);
+    return p.id_of(*n);
   }
 
   void fill_snapshot(host_unit u, std::uint64_t serial, exactness kind) noexcept {
