@@ -649,7 +649,7 @@ struct redis_cluster {
           port));
     }
     std::string create = "redis-cli --cluster create";
-    for (auto& n : nodes) create += " " + n->endpoint();
+    for (auto& n : nodes) create.append(" ").append(n->endpoint());
     create += " --cluster-replicas 0 --cluster-yes >/dev/null 2>&1";
     REQUIRE(std::system(create.c_str()) == 0);
     const auto deadline = steady::now() + 15s;
