@@ -1,0 +1,183 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// \file
+/// `tier_runner<Cache>`: what an engine runs between a cache with a remote tier (`policy::remote_tier`) and a
+/// `redis_store`, on the scheduler thread:
+///
+/// \code
+/// // after each batch of cache calls (admit, extend, fork, finish), before the step's other work:
+/// const reprise::transfer_plan t = cache.take_transfers();
+/// runner.run_puts(t);                  // copies the evicted host units out first
+/// /* the engine's offloads, then onboards (t.kv_offload, t.snapshot_offload, t.kv_onboard) */
+/// // when a request arrives:
+/// auto f = cache.prefetch(prompt, keys);
+/// runner.run_puts(cache.take_transfers()); // what the reservations evicted, before the fetches write units
+/// runner.start_fetches(*f);
+/// // once per step, before admitting:
+/// runner.poll(cache);                  // completed fetches -> host units -> cache.fetched(...)
+/// \endcode
+///
+/// The engine decides when a request whose fetches are still in flight is admitted (when they complete, or
+/// after a deadline: a fetch that completes later only fills the host tier for the next prompt). Network I/O
+/// runs on the store's threads; this class only enqueues, copies and polls, and never blocks except in
+/// `drain`.
+///
+/// The host pools: the engine describes each (KV units, snapshot units) as a list of per-layer pools of
+/// `units` units of `unit_bytes`; a value's payload is the concatenation of its unit's slice of every pool.
+///
+/// Opt-in, with `reprise::redis`.
+
+#include <reprise/cache/types.hpp>
+#include <reprise/errc.hpp>
+#include <reprise/remote/redis_store.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+namespace reprise::remote {
+
+/// One per-layer pool of host units.
+struct host_pool_view {
+  std::byte* base = nullptr;
+  std::size_t unit_bytes = 0;
+};
+
+struct tier_runner_stats {
+  std::uint64_t puts_issued = 0, puts_stored = 0, puts_failed = 0, puts_dropped = 0;
+  std::uint64_t fetches_issued = 0, fetch_hits = 0, fetch_misses = 0, fetches_dropped = 0;
+  std::uint64_t bytes_put = 0, bytes_fetched = 0;
+};
+
+template <class Cache>
+class tier_runner {
+public:
+  /// `kv_pools`, `snapshot_pools`: the engine's host pools, alive as long as the runner.
+  tier_runner(redis_store& store, std::vector<host_pool_view> kv_pools, std::vector<host_pool_view> snapshot_pools)
+      : store_(&store), pools_{std::move(kv_pools), std::move(snapshot_pools)} {}
+
+  /// Bytes of one unit's payload.
+  std::size_t unit_bytes(remote_item item) const noexcept {
+    std::size_t n = 0;
+    for (const host_pool_view& p : pools(item)) n += p.unit_bytes;
+    return n;
+  }
+
+  /// Copies each put's unit and header now (the transfers that follow overwrite the unit) and hands them to
+  /// the store. A put the store's full queue refuses is dropped: the value is simply not shared.
+  void run_puts(const transfer_plan& t) {
+    for (const remote_put& p : t.remote_puts) {
+      pending_put put;
+      put.header.assign(p.header.begin(), p.header.end());
+      put.payload.resize(unit_bytes(p.item));
+      std::size_t at = 0;
+      for (const host_pool_view& v : pools(p.item)) {
+        std::memcpy(put.payload.data() + at, v.base + std::size_t{p.unit} * v.unit_bytes, v.unit_bytes);
+        at += v.unit_bytes;
+      }
+      auto id = store_->put(p.key, put.header, put.payload);
+      if (!id) {
+        ++stats_.puts_dropped;
+        continue;
+      }
+      ++stats_.puts_issued;
+      stats_.bytes_put += put.payload.size();
+      puts_.emplace(*id, std::move(put));
+    }
+  }
+
+  /// Starts a get per fetch into a staging buffer; a fetch the store refuses is reported a miss at once.
+  void start_fetches(Cache& cache, const fetch_plan& plan) {
+    for (const remote_fetch& f : plan.fetches) {
+      pending_fetch fetch{f.item, f.unit, std::vector<std::byte>(unit_bytes(f.item))};
+      auto id = store_->get(f.key, fetch.staging);
+      if (!id) {
+        ++stats_.fetches_dropped;
+        (void)cache.fetched(f.item, f.unit, {});
+        continue;
+      }
+      ++stats_.fetches_issued;
+      fetches_.emplace(*id, std::move(fetch));
+    }
+  }
+
+  /// Collects finished requests without waiting: a fetched hit is scattered into its host unit and reported
+  /// with the store's header, anything else reported as a miss; a finished put frees its buffers. Returns
+  /// the requests finished.
+  std::size_t poll(Cache& cache) {
+    completion done[32];
+    std::size_t total = 0;
+    for (std::size_t n; (n = store_->poll(done)) != 0;) {
+      for (std::size_t k = 0; k < n; ++k) finish(cache, done[k]);
+      total += n;
+    }
+    return total;
+  }
+
+  /// Polls until nothing is in flight or `timeout` passes (shutdown, tests). Returns whether all finished.
+  bool drain(Cache& cache, std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    completion done[32];
+    while (!puts_.empty() || !fetches_.empty()) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      const std::size_t n = store_->wait(done, left);
+      for (std::size_t k = 0; k < n; ++k) finish(cache, done[k]);
+    }
+    return true;
+  }
+
+  std::size_t in_flight() const noexcept { return puts_.size() + fetches_.size(); }
+  const tier_runner_stats& stats() const noexcept { return stats_; }
+
+private:
+  struct pending_put {
+    std::vector<std::byte> header, payload;
+  };
+  struct pending_fetch {
+    remote_item item;
+    std::uint32_t unit;
+    std::vector<std::byte> staging;
+  };
+
+  std::span<const host_pool_view> pools(remote_item item) const noexcept {
+    return pools_[item == remote_item::block ? 0 : 1];
+  }
+
+  void finish(Cache& cache, const completion& c) {
+    if (c.kind == request_kind::put) {
+      ++(c.status == store_status::stored ? stats_.puts_stored : stats_.puts_failed);
+      puts_.erase(c.id);
+      return;
+    }
+    auto it = fetches_.find(c.id);
+    if (it == fetches_.end()) return;
+    pending_fetch& f = it->second;
+    if (c.status == store_status::hit && c.payload_bytes == f.staging.size()) {
+      std::size_t at = 0;
+      for (const host_pool_view& v : pools(f.item)) {
+        std::memcpy(v.base + std::size_t{f.unit} * v.unit_bytes, f.staging.data() + at, v.unit_bytes);
+        at += v.unit_bytes;
+      }
+      ++stats_.fetch_hits;
+      stats_.bytes_fetched += f.staging.size();
+      (void)cache.fetched(f.item, f.unit, c.header);
+    } else {
+      ++stats_.fetch_misses;
+      (void)cache.fetched(f.item, f.unit, {});
+    }
+    fetches_.erase(it);
+  }
+
+  redis_store* store_;
+  std::vector<host_pool_view> pools_[2];
+  std::unordered_map<request_id, pending_put> puts_;
+  std::unordered_map<request_id, pending_fetch> fetches_;
+  tier_runner_stats stats_;
+};
+
+} // namespace reprise::remote

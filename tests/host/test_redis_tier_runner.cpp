@@ -1,0 +1,259 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+// The remote tier on a real redis-server through tier_runner: a prefix one process computed (a forked child
+// with its own cache, host pools and store client) is restored by another, bitwise; a value corrupted in the
+// store by hand, or a server that is gone, costs a miss and never wrong state. Without redis-server on PATH
+// the cases exit 77, which CTest reports as skipped.
+#include "support/cache_testing.hpp"
+#include "support/redis_testing.hpp"
+
+#include <reprise/keys/content_key.hpp>
+#include <reprise/remote/redis_store.hpp>
+#include <reprise/remote/tier_runner.hpp>
+
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+using namespace reprise;
+using namespace reprise::remote;
+using namespace reprise::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+using tiers = policy::tiers<policy::host_tier, policy::remote_tier>;
+using cache_type = prefix_cache<small_hybrid, policy::strict, xxh3_hasher, tiers>;
+constexpr std::uint32_t B = small_hybrid::block_size;
+constexpr std::uint32_t A = small_hybrid::alignment;
+constexpr std::size_t unit_bytes = 256; // the test's stand-in for a block's or a snapshot's bytes, in two layers
+
+content_keyer make_keyer() {
+  auto fingerprint = model_fingerprint::make(model_config::of<small_hybrid>(), "test-weights");
+  REQUIRE(fingerprint.has_value());
+  auto k = content_keyer::make({.fleet_seed = 7, .fingerprint = *fingerprint}, model_config::of<small_hybrid>());
+  REQUIRE(k.has_value());
+  return std::move(*k);
+}
+
+/// The bytes a cold prefill leaves in a block ending at `end`, or in a snapshot at `end`, for `tokens`.
+std::vector<std::byte> content_of(std::span<const token_id> tokens, std::uint32_t end, bool snapshot) {
+  std::uint64_t h = snapshot ? 0x9e3779b97f4a7c15ULL : 0xc2b2ae3d27d4eb4fULL;
+  for (std::uint32_t i = 0; i < end; ++i) h = (h ^ static_cast<std::uint64_t>(tokens[i])) * 0x100000001b3ULL;
+  std::vector<std::byte> v(unit_bytes);
+  for (std::size_t k = 0; k < v.size(); ++k) v[k] = static_cast<std::byte>((h >> (8 * (k % 8))) + k / 8);
+  return v;
+}
+
+/// One engine process: a cache, its GPU "pools" and host pools of two layers each, and a tier runner.
+struct process {
+  process(const content_keyer& keys, redis_store& store)
+      : cache(make(keys)), gpu_kv(12, std::vector<std::byte>(unit_bytes)),
+        gpu_slots(cache.snapshot_slots(), std::vector<std::byte>(unit_bytes)),
+        host_kv(cache.host_kv_units() * unit_bytes), host_slots(cache.host_snapshot_units() * unit_bytes),
+        runner(store, layers(host_kv), layers(host_slots)) {}
+
+  static cache_type make(const content_keyer& keys) {
+    auto c = cache_type::create({.kv_blocks = 12,
+                                 .snapshot_budget_bytes = 2 * small_hybrid::bytes_per_snapshot,
+                                 .hasher_seed = 3,
+                                 .host_kv_budget_bytes = 16 * small_hybrid::bytes_per_kv_block,
+                                 .host_snapshot_budget_bytes = 2 * small_hybrid::bytes_per_snapshot,
+                                 .remote_keys = &keys});
+    REQUIRE(c.has_value());
+    return std::move(*c);
+  }
+  /// A host pool of units of `unit_bytes` split into two layers of half a unit each.
+  static std::vector<host_pool_view> layers(std::vector<std::byte>& pool) {
+    const std::size_t units = pool.size() / unit_bytes;
+    return {{pool.data(), unit_bytes / 2}, {pool.data() + units * unit_bytes / 2, unit_bytes / 2}};
+  }
+  /// Unit `u` of a two-layer host pool, reassembled.
+  static std::vector<std::byte> unit(const std::vector<std::byte>& pool, std::uint32_t u) {
+    const std::size_t units = pool.size() / unit_bytes, half = unit_bytes / 2;
+    std::vector<std::byte> v(unit_bytes);
+    std::memcpy(v.data(), pool.data() + u * half, half);
+    std::memcpy(v.data() + half, pool.data() + units * half + u * half, half);
+    return v;
+  }
+  static void set_unit(std::vector<std::byte>& pool, std::uint32_t u, const std::vector<std::byte>& v) {
+    const std::size_t units = pool.size() / unit_bytes, half = unit_bytes / 2;
+    std::memcpy(pool.data() + u * half, v.data(), half);
+    std::memcpy(pool.data() + units * half + u * half, v.data() + half, half);
+  }
+
+  /// The puts first (they read host units the offloads overwrite), then offloads, then onboards.
+  void run_transfers() {
+    const transfer_plan t = cache.take_transfers();
+    runner.run_puts(t);
+    for (const unit_move& m : t.kv_offload) set_unit(host_kv, m.dst, gpu_kv[m.src]);
+    for (const unit_move& m : t.snapshot_offload) set_unit(host_slots, m.dst, gpu_slots[m.src]);
+    for (const unit_move& m : t.kv_onboard) gpu_kv[m.dst] = unit(host_kv, m.src);
+  }
+
+  /// Serves `prompt` whole as a cold prefill computes it; records what it restored and shared.
+  admit_plan serve(seq_id s, const std::vector<token_id>& prompt) {
+    auto plan = cache.admit(s, prompt);
+    REQUIRE(plan.has_value());
+    run_transfers();
+    const admit_plan p = *plan;
+    restored = p.restore_slot == no_slot ? std::vector<std::byte>{}
+               : p.restore_from_host      ? unit(host_slots, static_cast<std::uint32_t>(p.restore_slot))
+                                          : gpu_slots[static_cast<std::size_t>(p.restore_slot)];
+    shared.clear();
+    for (std::uint32_t i = 0; i < p.shared_blocks; ++i) shared.push_back(gpu_kv[static_cast<std::size_t>(p.block_table[i])]);
+    for (std::uint32_t i = p.shared_blocks; i < p.block_table.size(); ++i)
+      gpu_kv[static_cast<std::size_t>(p.block_table[i])] =
+          content_of(prompt, std::min<std::uint32_t>((i + 1) * B, static_cast<std::uint32_t>(prompt.size())), false);
+    std::vector<std::uint32_t> written;
+    for (const capture_point& c : p.captures) {
+      gpu_slots[static_cast<std::size_t>(c.slot)] = content_of(prompt, static_cast<std::uint32_t>(c.position), true);
+      written.push_back(static_cast<std::uint32_t>(c.position));
+    }
+    REQUIRE(cache.commit(s, static_cast<std::uint32_t>(prompt.size()), written).has_value());
+    REQUIRE(cache.release(s).has_value());
+    REQUIRE(cache.step_complete(cache.current_epoch()).has_value());
+    return p;
+  }
+
+  /// Prefetches `prompt` from the store and waits for the fetches (an engine would poll once per step).
+  void prefetch(const std::vector<token_id>& prompt) {
+    auto plan = cache.prefetch(prompt);
+    REQUIRE(plan.has_value());
+    const std::vector<remote_fetch> fetches(plan->fetches.begin(), plan->fetches.end());
+    runner.run_puts(cache.take_transfers());
+    runner.start_fetches(cache, fetch_plan{fetches, plan->blocks});
+    REQUIRE(runner.drain(cache, 5s));
+  }
+
+  cache_type cache;
+  std::vector<std::vector<std::byte>> gpu_kv, gpu_slots;
+  std::vector<std::byte> host_kv, host_slots;
+  tier_runner<cache_type> runner;
+  std::vector<std::vector<std::byte>> shared;
+  std::vector<std::byte> restored;
+};
+
+redis_store_options options_for(const redis_server& server) {
+  redis_store_options o;
+  o.endpoints = {server.endpoint()};
+  o.topology = store_topology::single_node;
+  o.command_timeout = 400ms;
+  o.connect_timeout = 200ms;
+  o.queue_timeout = 400ms;
+  return o;
+}
+
+const std::vector<token_id> prompt = iota_tokens(2 * A + 9); // a prefill-exact snapshot at 128
+
+/// In a forked child: its own store client and cache serve `prompt`, push it out of GPU and host memory
+/// with other prompts and write what the host tier evicts to the store. Exits 0 when all puts are stored.
+void write_in_child(const redis_server& server) {
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    bool ok = false;
+    try {
+      auto store = redis_store::create(options_for(server));
+      const content_keyer keys = make_keyer();
+      if (store) {
+        process writer(keys, **store);
+        writer.serve(1, prompt);
+        for (seq_id s = 100; s < 110; ++s) writer.serve(s, iota_tokens(6 * B + 1, static_cast<token_id>(10000 * s)));
+        ok = writer.runner.drain(writer.cache, 5s) && writer.runner.stats().puts_stored > 8 &&
+             writer.runner.stats().puts_failed == 0;
+      }
+    } catch (...) { // a failed check in the child must not run the rest of the suite there
+      ok = false;
+    }
+    std::_Exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+}
+
+} // namespace
+
+TEST_CASE("a prefix one process wrote to redis is restored by another, bitwise") {
+  require_redis_server();
+  redis_server server;
+  write_in_child(server);
+
+  auto store = redis_store::create(options_for(server));
+  REQUIRE(store.has_value());
+  const content_keyer keys = make_keyer();
+  process reader(keys, **store);
+  const std::vector<token_id> next = concat(prompt, iota_tokens(20, 5000));
+  reader.prefetch(next);
+  CHECK(reader.cache.metrics().remote_hits == 9); // blocks 0 .. 7 and the snapshot at 128
+  const admit_plan p = reader.serve(1, next);
+  CHECK(p.restore_from_host);
+  CHECK(p.usable_tokens == 2 * A);
+  CHECK(p.restore_exactness == exactness::prefill_exact);
+  CHECK(reader.restored == content_of(next, 2 * A, true)); // the child's bytes
+  REQUIRE(p.shared_blocks == 8);
+  for (std::uint32_t i = 0; i < 8; ++i) CHECK(reader.shared[i] == content_of(next, (i + 1) * B, false));
+  CHECK(reader.cache.check_invariants().has_value());
+}
+
+TEST_CASE("a value corrupted in redis by hand is never used") {
+  require_redis_server();
+  redis_server server;
+  write_in_child(server);
+  // Flip a byte of every manifest: the store's digest check turns each into corrupt, reported as a miss.
+  raw_connection c = server.connect();
+  REQUIRE(c);
+  raw_reply keys_reply = raw(c.get(), {"KEYS", "*:m"});
+  REQUIRE(keys_reply);
+  REQUIRE(keys_reply->elements > 0);
+  for (std::size_t k = 0; k < keys_reply->elements; ++k) {
+    const std::string key(keys_reply->element[k]->str, keys_reply->element[k]->len);
+    std::string value = raw_string(c.get(), {"GET", key});
+    REQUIRE(!value.empty());
+    value[value.size() - 1] = static_cast<char>(value[value.size() - 1] ^ 0x5a);
+    raw(c.get(), {"SET", key, value});
+  }
+  auto store = redis_store::create(options_for(server));
+  REQUIRE(store.has_value());
+  const content_keyer keys = make_keyer();
+  process reader(keys, **store);
+  reader.prefetch(prompt);
+  CHECK(reader.cache.metrics().remote_hits == 0);
+  CHECK(reader.runner.stats().fetch_misses > 0);
+  const admit_plan p = reader.serve(1, prompt);
+  CHECK(p.usable_tokens == 0);
+  CHECK(p.shared_blocks == 0);
+  CHECK(reader.cache.check_invariants().has_value());
+}
+
+TEST_CASE("a dead server turns fetches into misses within the timeout and blocks nothing") {
+  require_redis_server();
+  redis_server server;
+  write_in_child(server);
+  auto store = redis_store::create(options_for(server));
+  REQUIRE(store.has_value());
+  const content_keyer keys = make_keyer();
+  process reader(keys, **store);
+  server.kill();
+  const auto start = std::chrono::steady_clock::now();
+  auto plan = reader.cache.prefetch(prompt);
+  REQUIRE(plan.has_value());
+  const std::vector<remote_fetch> fetches(plan->fetches.begin(), plan->fetches.end());
+  REQUIRE(!fetches.empty());
+  reader.runner.start_fetches(reader.cache, fetch_plan{fetches, plan->blocks});
+  reader.runner.poll(reader.cache);
+  CHECK(std::chrono::steady_clock::now() - start < 100ms); // the scheduler-side calls do not wait
+  REQUIRE(reader.runner.drain(reader.cache, 3s));
+  CHECK(reader.cache.metrics().remote_hits == 0);
+  CHECK(reader.cache.metrics().remote_misses == fetches.size());
+  const admit_plan p = reader.serve(1, prompt);
+  CHECK(p.usable_tokens == 0);
+  CHECK(reader.cache.check_invariants().has_value());
+}
