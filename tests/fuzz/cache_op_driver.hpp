@@ -69,6 +69,7 @@ struct driver_stats {
   std::uint64_t host_offloads = 0;             ///< KV blocks moved to the host tier
   std::uint64_t host_onboards = 0;             ///< KV blocks (full or partial) moved back
   std::uint64_t remote_puts = 0;               ///< values written to the store
+  std::uint64_t remote_puts_through = 0;       ///< of them, written through from GPU memory
   std::uint64_t remote_hits = 0;               ///< fetched values the cache kept
   std::uint64_t remote_rejected = 0;           ///< fetched values with a corrupted header, dropped
 };
@@ -152,8 +153,10 @@ public:
     block_continuation_.assign(cache_.kv_blocks(), 0);
     slot_continuation_.assign(cache_.snapshot_slots(), 0);
     block_touched_.assign(cache_.kv_blocks(), -1);
+    block_written_.assign(cache_.kv_blocks(), -1);
     slots_.resize(cache_.snapshot_slots());
     slot_touched_.assign(cache_.snapshot_slots(), -1);
+    slot_written_.assign(cache_.snapshot_slots(), -1);
     slot_published_.assign(cache_.snapshot_slots(), 0);
     slot_ready_.assign(cache_.snapshot_slots(), -1);
     slot_generation_.assign(cache_.snapshot_slots(), 0);
@@ -195,7 +198,15 @@ public:
     case 8: bad_call(in); break;
     }
     if constexpr (host_tier) {
-      if (failure.empty() && !cache_.take_transfers().empty()) fail("transfers planned by a call the driver did not expect to move anything");
+      // Write-through puts of steps that completed come with whichever `take_transfers` follows; nothing
+      // else may.
+      if (failure.empty()) {
+        const transfer_plan t = cache_.take_transfers();
+        const bool only_through = std::all_of(t.remote_puts.begin(), t.remote_puts.end(), [](const remote_put& p) { return p.device; });
+        if (!t.kv_offload.empty() || !t.snapshot_offload.empty() || !t.kv_onboard.empty() || !only_through)
+          fail("transfers planned by a call the driver did not expect to move anything");
+        else run_puts(t.remote_puts);
+      }
     }
     if (failure.empty() && !cache_.check_invariants().has_value()) fail("check_invariants");
     if (failure.empty()) check_live_contents();
@@ -444,6 +455,7 @@ private:
     }
     if (copies && host_copy == no_unit) { // the engine's copy kernel, before the prefill
       blocks_[plan->copy_dst] = blocks_[plan->copy_src];
+      block_written_[plan->copy_dst] = static_cast<std::int64_t>(cache_.current_epoch());
       block_continuation_[plan->copy_dst] = block_continuation_[plan->copy_src];
       if (block_continuation_[plan->copy_src]) s.exact_until = std::min(s.exact_until, plan->shared_blocks * B);
       block_touched_[plan->copy_src] = static_cast<std::int64_t>(cache_.current_epoch());
@@ -505,6 +517,7 @@ private:
     s.own_pending.clear();
     for (std::uint32_t i = s.own_from; i < table.size() && i * B < n; ++i) {
       blocks_[table[i]] = prefix(s, std::min(n, (i + 1) * B));
+      block_written_[table[i]] = static_cast<std::int64_t>(cache_.current_epoch());
       block_continuation_[table[i]] = std::min(n, (i + 1) * B) > s.exact_until;
     }
     // The cache publishes a written capture unless its block already holds a snapshot as good; the oracle
@@ -524,6 +537,7 @@ private:
         continue;
       }
       slots_[c.slot] = prefix(s, p);
+      slot_written_[c.slot] = static_cast<std::int64_t>(cache_.current_epoch());
       // Off the alignment grid the prefill was split there; a checkpoint holds decoded tokens.
       slot_continuation_[c.slot] = pc.checkpoint || p % A != 0 || p > s.exact_until;
       slot_origin_[c.slot] = pc.checkpoint ? origin::checkpoint : p % A != 0 ? origin::off_grid : origin::prefill;
@@ -651,6 +665,7 @@ private:
         const slot_id slot = plan->capture.slot;
         hand_out(slot);
         slots_[slot] = prefix(s, plan->capture.position); // the engine copies its live state
+        slot_written_[slot] = static_cast<std::int64_t>(cache_.current_epoch());
         slot_continuation_[slot] = 1;
         slot_origin_[slot] = origin::turn_end;
         slot_published_[slot] = 1;
@@ -702,6 +717,7 @@ private:
     if (plan->copy_dst != no_block) {
       expect(reusable(block_touched_[plan->copy_dst]), "fork: copy block reused before its step completed");
       blocks_[plan->copy_dst] = blocks_[plan->copy_src]; // the engine's copy kernel
+      block_written_[plan->copy_dst] = static_cast<std::int64_t>(cache_.current_epoch());
       block_continuation_[plan->copy_dst] = block_continuation_[plan->copy_src];
     }
     seqs_[dst] = d;
@@ -727,20 +743,32 @@ private:
     expect(observe() == before, "bad call changed the cache");
   }
 
-  /// policy::host_tier: runs the transfers the last call planned as the engine does, offloads first, checking
-  /// each. `tail_dst`: the block a partial block may be onboarded into by this admit; returns the host unit
-  /// it came from (`no_unit` if none). Without a host tier, checks that nothing is planned.
-  std::uint32_t apply_transfers(block_id tail_dst = no_block) {
-    const transfer_plan t = cache_.take_transfers();
-    if constexpr (!host_tier) {
-      expect(t.empty(), "transfers without a host tier");
-      return no_unit;
-    }
-    const auto now = static_cast<std::int64_t>(cache_.current_epoch());
-    for (const remote_put& p : t.remote_puts) { // first: the offloads below may overwrite the units
+  /// policy::remote_tier: writes each put's unit (a host unit, or with write-through a GPU unit whose
+  /// writing step completed) into the store, checking that it holds a prefill-exact value.
+  void run_puts(std::span<const remote_put> puts) {
+    for (const remote_put& p : puts) {
       const bool block = p.item == remote_item::block;
+      if (p.device) { // write-through, from GPU memory: written in a step that completed
+        expect(p.unit < (block ? blocks_.size() : slots_.size()), "put: GPU unit out of range");
+        if (!failure.empty()) return;
+        if (block) {
+          expect(reusable(block_written_[p.unit]), "put: a GPU block whose writing step has not completed");
+          expect(blocks_[p.unit].size() > 1 && (blocks_[p.unit].size() - 1) % B == 0 && !block_continuation_[p.unit],
+                 "put: a GPU block that is not a prefill-exact full block");
+          store_[p.key] = {{p.header.begin(), p.header.end()}, blocks_[p.unit]};
+        } else {
+          expect(slot_published_[p.unit] != 0 && reusable(slot_written_[p.unit]),
+                 "put: a GPU slot that holds no published snapshot whose step completed");
+          expect(!slot_continuation_[p.unit] && (slots_[p.unit].size() - 1) % A == 0,
+                 "put: a GPU snapshot that is not a prefill-exact one on the grid");
+          store_[p.key] = {{p.header.begin(), p.header.end()}, slots_[p.unit]};
+        }
+        ++stats.remote_puts;
+        ++stats.remote_puts_through;
+        continue;
+      }
       expect(p.unit < (block ? host_blocks_.size() : host_slots_.size()), "put: unit out of range");
-      if (!failure.empty()) return no_unit;
+      if (!failure.empty()) return;
       if (block) {
         expect(host_blocks_[p.unit].size() > 1 && (host_blocks_[p.unit].size() - 1) % B == 0 &&
                    !host_block_continuation_[p.unit],
@@ -753,6 +781,20 @@ private:
       }
       ++stats.remote_puts;
     }
+  }
+
+  /// policy::host_tier: runs the transfers the last call planned as the engine does, offloads first, checking
+  /// each. `tail_dst`: the block a partial block may be onboarded into by this admit; returns the host unit
+  /// it came from (`no_unit` if none). Without a host tier, checks that nothing is planned.
+  std::uint32_t apply_transfers(block_id tail_dst = no_block) {
+    const transfer_plan t = cache_.take_transfers();
+    if constexpr (!host_tier) {
+      expect(t.empty(), "transfers without a host tier");
+      return no_unit;
+    }
+    const auto now = static_cast<std::int64_t>(cache_.current_epoch());
+    run_puts(t.remote_puts); // first: the offloads below may overwrite the units
+    if (!failure.empty()) return no_unit;
     auto host_held = [&](std::uint32_t u, bool snapshot) {
       for (const auto& [id, q] : seqs_)
         if ((snapshot ? q.host_restore : q.host_copy) == u) return true;
@@ -786,6 +828,7 @@ private:
       const auto b = static_cast<block_id>(m.dst);
       expect(reusable(block_touched_[b]), "onboard: into a block reused before its step completed");
       blocks_[b] = host_blocks_[m.src];
+      block_written_[b] = now;
       block_continuation_[b] = host_block_continuation_[m.src];
       host_block_read_[m.src] = now;
       if (b == tail_dst) tail_src = m.src;
@@ -874,6 +917,8 @@ private:
   std::vector<std::uint8_t> pending_, written_in_step_;
   std::vector<std::uint8_t> block_continuation_, slot_continuation_; // what the engine wrote is decode_continuation
   std::vector<std::int64_t> block_touched_, slot_touched_;
+  // The step that last wrote each GPU block and slot (a write-through put reads it once that step completed).
+  std::vector<std::int64_t> block_written_, slot_written_;
   // Per slot: whether it may hold a published snapshot (written and committed or finished since it was
   // last handed out, not known to be dropped); the step that wrote a turn end (restorable once it
   // completes); how often it was handed out; what wrote it.

@@ -52,19 +52,29 @@ std::vector<std::byte> content_of(std::span<const token_id> tokens, std::uint32_
 
 /// One engine process: a cache, its GPU "pools" and host pools of two layers each, and a tier runner.
 struct process {
-  process(const content_keyer& keys, redis_store& store)
-      : cache(make(keys)), gpu_kv(12, std::vector<std::byte>(unit_bytes)),
+  process(const content_keyer& keys, redis_store& store, bool write_through = false, bool reader = true)
+      : cache(make(keys, write_through)), gpu_kv(12, std::vector<std::byte>(unit_bytes)),
         gpu_slots(cache.snapshot_slots(), std::vector<std::byte>(unit_bytes)),
         host_kv(cache.host_kv_units() * unit_bytes), host_slots(cache.host_snapshot_units() * unit_bytes),
-        runner(store, layers(host_kv), layers(host_slots)) {}
+        runner(store, layers(host_kv), layers(host_slots), reader ? read_gpu() : device_reader{}) {}
 
-  static cache_type make(const content_keyer& keys) {
+  /// The engine's copy of a GPU unit to host memory (here the "GPU" pools are host vectors).
+  device_reader read_gpu() {
+    return [this](remote_item item, std::uint32_t u, std::span<std::byte> out) {
+      const std::vector<std::byte>& v = (item == remote_item::block ? gpu_kv : gpu_slots)[u];
+      REQUIRE(out.size() == v.size());
+      std::memcpy(out.data(), v.data(), v.size());
+    };
+  }
+
+  static cache_type make(const content_keyer& keys, bool write_through) {
     auto c = cache_type::create({.kv_blocks = 12,
                                  .snapshot_budget_bytes = 2 * small_hybrid::bytes_per_snapshot,
                                  .hasher_seed = 3,
                                  .host_kv_budget_bytes = 16 * small_hybrid::bytes_per_kv_block,
                                  .host_snapshot_budget_bytes = 2 * small_hybrid::bytes_per_snapshot,
-                                 .remote_keys = &keys});
+                                 .remote_keys = &keys,
+                                 .remote_write_through = write_through});
     REQUIRE(c.has_value());
     return std::move(*c);
   }
@@ -201,6 +211,39 @@ TEST_CASE("a prefix one process wrote to redis is restored by another, bitwise")
   REQUIRE(p.shared_blocks == 8);
   for (std::uint32_t i = 0; i < 8; ++i) CHECK(reader.shared[i] == content_of(next, (i + 1) * B, false));
   CHECK(reader.cache.check_invariants().has_value());
+}
+
+TEST_CASE("write-through: what one engine computed is in redis while it still holds it") {
+  require_redis_server();
+  redis_server server;
+  auto store = redis_store::create(options_for(server));
+  REQUIRE(store.has_value());
+  const content_keyer keys = make_keyer();
+  process writer(keys, **store, /*write_through=*/true);
+  writer.serve(1, prompt);
+  writer.run_transfers(); // the next step: the completed step's blocks and snapshot go out from GPU memory
+  REQUIRE(writer.runner.drain(writer.cache, 5s));
+  CHECK(writer.runner.stats().puts_stored == 9);
+  CHECK(writer.cache.metrics().host_blocks_offloaded == 0);
+
+  process reader(keys, **store);
+  const std::vector<token_id> next = concat(prompt, iota_tokens(20, 5000));
+  reader.prefetch(next);
+  CHECK(reader.cache.metrics().remote_hits == 9);
+  const admit_plan p = reader.serve(1, next);
+  CHECK(p.usable_tokens == 2 * A);
+  CHECK(reader.restored == content_of(next, 2 * A, true));
+  REQUIRE(p.shared_blocks >= 8);
+  for (std::uint32_t i = 0; i < 8; ++i) CHECK(reader.shared[i] == content_of(next, (i + 1) * B, false));
+
+  // A runner without a device reader cannot send GPU units: the puts are dropped and counted, nothing is
+  // stored for them.
+  process blind(keys, **store, true, /*reader=*/false);
+  blind.serve(1, iota_tokens(2 * A + 9, 300));
+  blind.run_transfers();
+  REQUIRE(blind.runner.drain(blind.cache, 5s));
+  CHECK(blind.runner.stats().puts_dropped == 9);
+  CHECK(blind.runner.stats().puts_issued == 0);
 }
 
 TEST_CASE("a value corrupted in redis by hand is never used") {

@@ -49,18 +49,20 @@ struct stored_value {
 
 /// One process: a cache and the pools an engine would own, moving bytes as the plans say.
 struct process {
-  explicit process(const content_keyer& keys, std::uint32_t host_blocks = 6, std::uint32_t kv_blocks = 12)
-      : cache(make(keys, host_blocks, kv_blocks)),
+  explicit process(const content_keyer& keys, std::uint32_t host_blocks = 6, std::uint32_t kv_blocks = 12,
+                   bool write_through = false)
+      : cache(make(keys, host_blocks, kv_blocks, write_through)),
         gpu_kv(kv_blocks), gpu_slots(cache.snapshot_slots()), host_kv(cache.host_kv_units()),
         host_slots(cache.host_snapshot_units()) {}
 
-  static cache_type make(const content_keyer& keys, std::uint32_t host_blocks, std::uint32_t kv_blocks) {
+  static cache_type make(const content_keyer& keys, std::uint32_t host_blocks, std::uint32_t kv_blocks, bool write_through) {
     auto c = cache_type::create({.kv_blocks = kv_blocks,
                                  .snapshot_budget_bytes = 2 * small_hybrid::bytes_per_snapshot,
                                  .hasher_seed = 3,
                                  .host_kv_budget_bytes = host_blocks * small_hybrid::bytes_per_kv_block,
                                  .host_snapshot_budget_bytes = 2 * small_hybrid::bytes_per_snapshot,
-                                 .remote_keys = &keys});
+                                 .remote_keys = &keys,
+                                 .remote_write_through = write_through});
     REQUIRE(c.has_value());
     return std::move(*c);
   }
@@ -68,9 +70,12 @@ struct process {
   void run_transfers(std::map<content_key, stored_value>& store) {
     const transfer_plan t = cache.take_transfers();
     for (const remote_put& p : t.remote_puts) {
-      const auto& unit = p.item == remote_item::block ? host_kv[p.unit] : host_slots[p.unit];
+      const bool block = p.item == remote_item::block;
+      const auto& unit = p.device ? (block ? gpu_kv : gpu_slots)[p.unit] : (block ? host_kv : host_slots)[p.unit];
       store[p.key] = {{p.header.begin(), p.header.end()}, unit};
       ++puts;
+      ++puts_of[p.key];
+      through += p.device;
     }
     for (const unit_move& m : t.kv_offload) host_kv[m.dst] = gpu_kv[m.src];
     for (const unit_move& m : t.snapshot_offload) host_slots[m.dst] = gpu_slots[m.src];
@@ -127,7 +132,8 @@ struct process {
   std::vector<std::vector<std::byte>> gpu_kv, gpu_slots, host_kv, host_slots;
   std::vector<std::vector<std::byte>> shared; ///< bytes of the blocks the last admits shared
   std::vector<std::byte> restored;            ///< bytes of the last restore
-  std::uint64_t puts = 0;
+  std::uint64_t puts = 0, through = 0;
+  std::map<content_key, int> puts_of;
 };
 
 /// Fills the process's GPU and host tiers with other prompts until `prompt`'s blocks went to the store.
@@ -191,6 +197,71 @@ TEST_CASE("a fetched value whose header differs, or a miss, is never used") {
   CHECK(stranger.cache.check_invariants().has_value());
 }
 
+TEST_CASE("write-through: a prefix is in the store once its step completed, while its writer still holds it") {
+  const content_keyer keys = make_keyer();
+  std::map<content_key, stored_value> store;
+  process writer(keys, 6, 12, /*write_through=*/true), reader(keys, 16);
+  const std::vector<token_id> prompt = iota_tokens(2 * A + 9); // 8 full blocks, a snapshot at 128
+  writer.serve(1, prompt, store);
+  // serve() completed the step; the next step's transfers put what it computed, from GPU memory.
+  writer.run_transfers(store);
+  CHECK(writer.through == 9); // 8 blocks and the snapshot
+  CHECK(writer.puts == 9);
+  CHECK(writer.cache.metrics().host_blocks_offloaded == 0); // nothing was evicted
+  CHECK(writer.cache.metrics().remote_puts == 9);
+
+  std::vector<token_id> next = concat(prompt, iota_tokens(20, 5000));
+  reader.prefetch(next, store);
+  CHECK(reader.cache.metrics().remote_hits == 9);
+  const admit_plan p = reader.serve(1, next, store);
+  CHECK(p.usable_tokens == 2 * A);
+  CHECK(p.restore_from_host);
+  CHECK(reader.restored == content_of(next, 2 * A, true)); // the writer's bytes
+  for (std::uint32_t i = 0; i < 8; ++i) CHECK(reader.shared[i] == content_of(next, (i + 1) * B, false));
+
+  // What went through is not put again when the writer's tiers evict it (what they evict before its step's
+  // put went out is written back instead, once).
+  push_out(writer, store, 100);
+  CHECK(writer.cache.metrics().host_blocks_offloaded > 0);
+  CHECK(writer.cache.metrics().host_block_evictions > 0);
+  CHECK(writer.puts > writer.through);
+  for (const auto& [key, count] : writer.puts_of) CHECK(count == 1);
+  CHECK(writer.cache.check_invariants().has_value());
+}
+
+TEST_CASE("write-through waits for the step, and drops a block reused before its put") {
+  const content_keyer keys = make_keyer();
+  std::map<content_key, stored_value> store;
+  // A GPU pool of 9 blocks: the second prompt takes the first one's blocks.
+  process writer(keys, 6, 9, /*write_through=*/true);
+  const std::vector<token_id> first = iota_tokens(4 * B + 1);
+  auto plan = writer.cache.admit(1, first);
+  REQUIRE(plan.has_value());
+  for (std::uint32_t i = 0; i < plan->block_table.size(); ++i)
+    writer.gpu_kv[static_cast<std::size_t>(plan->block_table[i])] =
+        content_of(first, std::min<std::uint32_t>((i + 1) * B, static_cast<std::uint32_t>(first.size())), false);
+  REQUIRE(writer.cache.commit(1, static_cast<std::uint32_t>(first.size())).has_value());
+  REQUIRE(writer.cache.release(1).has_value());
+  writer.run_transfers(store);
+  CHECK(writer.through == 0); // the step has not completed: its blocks may still be being written
+  REQUIRE(writer.cache.step_complete(writer.cache.current_epoch()).has_value());
+
+  // The next step plans, and commits, a prompt that evicts and republishes those block ids before the
+  // engine takes the step's transfers: the publications of the completed step are gone, and the new ones
+  // are not computed yet. No put may carry them.
+  const std::vector<token_id> second = iota_tokens(8 * B + 1, 7000);
+  auto p2 = writer.cache.admit(2, second);
+  REQUIRE(p2.has_value());
+  REQUIRE(writer.cache.commit(2, static_cast<std::uint32_t>(second.size())).has_value());
+  const transfer_plan t = writer.cache.take_transfers();
+  for (const remote_put& put : t.remote_puts) {
+    CHECK(!put.device);
+    CHECK(put.unit < writer.host_kv.size());
+  }
+  CHECK(writer.cache.metrics().remote_puts == t.remote_puts.size());
+  CHECK(writer.cache.check_invariants().has_value());
+}
+
 TEST_CASE("fetched rejects a unit no fetch is pending for, and changes nothing") {
   const content_keyer keys = make_keyer();
   std::map<content_key, stored_value> store;
@@ -221,6 +292,13 @@ TEST_CASE("remote tier options: keys are required with it and refused without it
   with_keys.remote_snapshot_candidates = 2;
   CHECK(prefix_cache<small_hybrid, policy::strict, xxh3_hasher, policy::tiers<policy::host_tier>>::create(with_keys).error() ==
         errc::unsupported_config);
+  // Write-through is the remote tier's: refused without one.
+  cache_options through = base;
+  through.remote_write_through = true;
+  CHECK(prefix_cache<small_hybrid, policy::strict, xxh3_hasher, policy::tiers<policy::host_tier>>::create(through).error() ==
+        errc::unsupported_config);
+  through.remote_keys = &keys;
+  CHECK(cache_type::create(through).has_value());
   // A keyer for another block size is refused where it is made.
   auto fingerprint = model_fingerprint::make(model_config::of<small_hybrid>(), "w");
   REQUIRE(fingerprint.has_value());

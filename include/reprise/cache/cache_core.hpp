@@ -85,7 +85,7 @@ struct cache_core {
     if constexpr (has_remote) {
       if (o.remote_keys == nullptr || o.remote_snapshot_candidates == 0) return errc::invalid_argument;
     } else {
-      if (o.remote_keys != nullptr) return errc::unsupported_config;
+      if (o.remote_keys != nullptr || o.remote_write_through) return errc::unsupported_config;
     }
     return errc{};
   }
@@ -112,7 +112,7 @@ struct cache_core {
       slots.set_evict_hook(&snapshot_evicted, this);
     }
     if constexpr (has_remote) {
-      remote = std::make_unique<remote_tier_state>(*o.remote_keys, o.kv_blocks, host->ledger.blocks().size(),
+      remote = std::make_unique<remote_tier_state>(*o.remote_keys, o.kv_blocks, slots.size(), host->ledger.blocks().size(),
                                                    host->ledger.snapshots().size());
       host->ledger.set_evict_hook(&host_evicted, this);
     }
@@ -165,9 +165,11 @@ struct cache_core {
     h.serial[static_cast<std::size_t>(b)] = 0;
     const host_unit twin = std::exchange(h.twin[static_cast<std::size_t>(b)], no_host_unit);
     content_key key{}, parent_key{};
+    std::uint8_t in_store = 0;
     if constexpr (has_remote) {
       key = std::exchange(remote->gpu_key[static_cast<std::size_t>(b)], content_key{});
       parent_key = std::exchange(remote->gpu_parent[static_cast<std::size_t>(b)], content_key{});
+      in_store = std::exchange(remote->gpu_in_store[static_cast<std::size_t>(b)], 0);
     }
     // A block without a serial (2^64 drawn), or under one without, is never offloaded: its parent could not
     // be verified on the way back.
@@ -201,7 +203,7 @@ struct cache_core {
         if constexpr (has_remote) {
           remote->host_key[u] = key;
           remote->host_parent[u] = parent_key;
-          remote->host_fetched[u] = 0;
+          remote->host_fetched[u] = in_store;
         }
       }
     }
@@ -228,7 +230,7 @@ struct cache_core {
           remote->snapshot_key[u] = shareable ? remote->keyer->snapshot(block_key, position) : content_key{};
           remote->snapshot_block[u] = shareable ? block_key : content_key{};
           remote->snapshot_position[u] = position;
-          remote->snapshot_fetched[u] = 0;
+          remote->snapshot_fetched[u] = remote->slot_in_store[static_cast<std::size_t>(s)];
         }
       }
     }
@@ -283,11 +285,85 @@ struct cache_core {
       const block_node& n = blocks.node(b);
       const auto i = static_cast<std::size_t>(b);
       remote->gpu_key[i] = remote->gpu_parent[i] = content_key{};
+      remote->gpu_in_store[i] = 0;
       if (n.state != block_state::cached || n.kind != exactness::prefill_exact) return;
       const content_key parent = n.parent == no_block ? r.content_root : remote->gpu_key[static_cast<std::size_t>(n.parent)];
       if (is_zero(parent)) return;
       remote->gpu_parent[i] = parent;
       remote->gpu_key[i] = remote->keyer->chain(parent, blocks.pool().tokens(b));
+      if (options.remote_write_through && !is_zero(remote->gpu_key[i]))
+        remote->through_blocks.push_back({b, b, host->serial[i], clock.current});
+    }
+  }
+
+  /// Write-through: snapshot slot `s`, just published for block `b` as `kind` and written in the current
+  /// step, is put once that step completes if it is a prefill-exact one at the end of a full block.
+  void published_snapshot(slot_id s, block_id b, exactness kind) noexcept {
+    if constexpr (has_remote) {
+      const auto i = static_cast<std::size_t>(s);
+      remote->slot_in_store[i] = 0;
+      remote->slot_epoch[i] = clock.current;
+      if (options.remote_write_through && kind == exactness::prefill_exact &&
+          blocks.node(b).state == block_state::cached && !is_zero(remote->gpu_key[static_cast<std::size_t>(b)]))
+        remote->through_snapshots.push_back({s, b, host->serial[static_cast<std::size_t>(b)], clock.current});
+    }
+  }
+
+  /// Write-through: turns the publications whose step completed into puts from GPU memory, if each is still
+  /// the publication it was (a block evicted since was offloaded, and goes to the store from the host tier;
+  /// a slot reused since holds another snapshot). Publications of steps still running wait.
+  void write_through() noexcept {
+    if constexpr (has_remote) {
+      remote_tier_state& rs = *remote;
+      auto done = [&](const write_through_entry& e) { return e.epoch < clock.safe_before; };
+      std::size_t kept = 0;
+      for (const write_through_entry& e : rs.through_blocks) {
+        if (!done(e)) {
+          rs.through_blocks[kept++] = e;
+          continue;
+        }
+        const auto i = static_cast<std::size_t>(e.unit);
+        if (host->serial[i] != e.serial || e.serial == 0 || rs.gpu_in_store[i] != 0 || is_zero(rs.gpu_key[i])) continue;
+        const block_node& n = blocks.node(e.block);
+        const std::size_t begin = rs.header_bytes.size();
+        append_remote_header(rs.header_bytes, remote_item::block, n.kind, (n.depth + 1) * geometry.block_size,
+                             rs.gpu_key[i], rs.gpu_parent[i], blocks.pool().tokens(e.block));
+        rs.puts.push_back({remote_item::block, static_cast<std::uint32_t>(e.unit), rs.gpu_key[i], {}, true});
+        rs.put_headers.emplace_back(begin, rs.header_bytes.size() - begin);
+        rs.gpu_in_store[i] = 1;
+        ++metrics.remote_puts;
+        metrics.remote_bytes_put += geometry.bytes_per_kv_block;
+      }
+      rs.through_blocks.resize(kept);
+      if constexpr (restores) {
+        kept = 0;
+        for (const write_through_entry& e : rs.through_snapshots) {
+          if (!done(e)) {
+            rs.through_snapshots[kept++] = e;
+            continue;
+          }
+          const auto s = static_cast<slot_id>(e.unit);
+          const auto i = static_cast<std::size_t>(e.unit);
+          const slot_node& n = slots.node(s);
+          const auto b = static_cast<std::size_t>(e.block);
+          if (n.state != slot_state::published || n.block != e.block || n.kind != exactness::prefill_exact ||
+              rs.slot_epoch[i] != e.epoch || rs.slot_in_store[i] != 0 || host->serial[b] != e.serial || e.serial == 0 ||
+              is_zero(rs.gpu_key[b]))
+            continue;
+          const std::uint32_t position = (blocks.node(e.block).depth + 1) * geometry.block_size;
+          const content_key key = rs.keyer->snapshot(rs.gpu_key[b], position);
+          if (is_zero(key)) continue;
+          const std::size_t begin = rs.header_bytes.size();
+          append_remote_header(rs.header_bytes, remote_item::snapshot, exactness::prefill_exact, position, key,
+                               rs.gpu_key[b], {});
+          rs.puts.push_back({remote_item::snapshot, static_cast<std::uint32_t>(e.unit), key, {}, true});
+          rs.put_headers.emplace_back(begin, rs.header_bytes.size() - begin);
+          rs.slot_in_store[i] = 1;
+          ++metrics.remote_puts;
+          metrics.remote_bytes_put += geometry.bytes_per_snapshot;
+        }
+        rs.through_snapshots.resize(kept);
+      }
     }
   }
 
@@ -304,6 +380,7 @@ struct cache_core {
       transfer_plan t{h.taken_kv_offload, h.taken_snapshot_offload, h.taken_kv_onboard};
       if constexpr (has_remote) {
         remote_tier_state& r = *remote;
+        write_through();
         r.taken_puts.swap(r.puts);
         r.taken_header_bytes.swap(r.header_bytes);
         for (std::size_t k = 0; k < r.taken_puts.size(); ++k)
@@ -880,6 +957,7 @@ struct cache_core {
       if constexpr (has_remote) {
         remote->gpu_key[static_cast<std::size_t>(b)] = remote->host_key[u];
         remote->gpu_parent[static_cast<std::size_t>(b)] = remote->host_parent[u];
+        remote->gpu_in_store[static_cast<std::size_t>(b)] = remote->host_fetched[u];
       }
       h.kv_onboard.push_back({u, static_cast<std::uint32_t>(b)});
       r.blocks.push_back(b);
@@ -954,6 +1032,7 @@ struct cache_core {
           b->snapshot[static_cast<int>(exactness::prefill_exact)] == no_slot) {
         const bool checkpoint = p > r.prompt; // planned by `extend`
         slots.attach(slot, *b, kind, 0, checkpoint);
+        published_snapshot(c.slot, blocks.id_of(*b), kind);
         ++metrics.captures_written;
         if (checkpoint) {
           r.checkpoints.emplace_back(c.slot, blocks.id_of(*b));
@@ -1168,6 +1247,7 @@ struct cache_core {
     }
     // Written by the engine in the current step: restorable once that step completes.
     slots.attach(*n, *target, exactness::decode_continuation, clock.release_tag(), true);
+    published_snapshot(slots.id_of(*n), blocks.id_of(*target), exactness::decode_continuation);
     plan.capture = {.sequence = 0, .position = p, .slot = slots.id_of(*n)};
     ++metrics.captures_planned;
     ++metrics.captures_written;

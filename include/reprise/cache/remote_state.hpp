@@ -65,9 +65,20 @@ struct pending_fetch {
   stored_extra_keys extras{};         ///< block at depth 0
 };
 
+/// Write-through: a GPU block or snapshot to put once the step `epoch` that computed it completed, if it is
+/// still the same publication then (the block's serial, the slot's block and capture epoch).
+struct write_through_entry {
+  std::int32_t unit = 0;   ///< block_id or slot_id
+  block_id block = no_block;
+  std::uint64_t serial = 0;
+  epoch_t epoch = 0;
+};
+
 struct remote_tier_state {
-  remote_tier_state(const remote_keyer& k, std::uint32_t gpu_blocks, std::uint32_t kv_units, std::uint32_t snapshot_units)
-      : keyer(&k), gpu_key(gpu_blocks), gpu_parent(gpu_blocks), host_key(kv_units), host_parent(kv_units),
+  remote_tier_state(const remote_keyer& k, std::uint32_t gpu_blocks, std::uint32_t gpu_slots, std::uint32_t kv_units,
+                    std::uint32_t snapshot_units)
+      : keyer(&k), gpu_key(gpu_blocks), gpu_parent(gpu_blocks), gpu_in_store(gpu_blocks, 0), slot_in_store(gpu_slots, 0),
+        slot_epoch(gpu_slots, 0), host_key(kv_units), host_parent(kv_units),
         host_fetched(kv_units, 0), snapshot_key(snapshot_units), snapshot_block(snapshot_units),
         snapshot_position(snapshot_units, 0), snapshot_fetched(snapshot_units, 0), kv_pending(kv_units),
         snapshot_pending(snapshot_units) {}
@@ -76,8 +87,14 @@ struct remote_tier_state {
   /// By GPU block id: the content key of a cached prefill-exact full block and the key it chains from (zero
   /// for anything that never goes to the store).
   std::vector<content_key> gpu_key, gpu_parent;
-  /// By host KV unit and host snapshot unit: the same, moved with the bytes; `*_fetched`: the unit came from
-  /// the store (evicting it writes nothing back).
+  /// By GPU block and GPU slot: the store has the value (it came from there, or was written through); moves
+  /// with the bytes to the host tier. By GPU slot: the step its capture was written in.
+  std::vector<std::uint8_t> gpu_in_store, slot_in_store;
+  std::vector<epoch_t> slot_epoch;
+  /// Write-through: publications waiting for their step to complete, in publication order.
+  std::vector<write_through_entry> through_blocks, through_snapshots;
+  /// By host KV unit and host snapshot unit: the same, moved with the bytes; `*_fetched`: the store has the
+  /// value (it came from there, or was written through), so evicting it writes nothing back.
   std::vector<content_key> host_key, host_parent;
   std::vector<std::uint8_t> host_fetched;
   std::vector<content_key> snapshot_key, snapshot_block;

@@ -117,6 +117,12 @@ struct cache_options {
   /// `policy::remote_tier`: snapshots `prefetch` asks the store for per prompt, the deepest positions on the
   /// alignment grid past what local tiers restore (>= 1).
   std::uint32_t remote_snapshot_candidates = 2;
+  /// `policy::remote_tier`: write-through. Every prefill-exact full block and prefill-exact snapshot is put
+  /// in the store from GPU memory (`remote_put::device`) once the step that computed it completed, so the
+  /// fleet's other engines find a prefix while the engine that computed it still holds it; what the host
+  /// tier later evicts is then not put again. Off (write-back): values reach the store only when the host
+  /// tier evicts them. Without a remote tier, `true` is `unsupported_config`.
+  bool remote_write_through = false;
 };
 
 /// Names what the remote tier stores, the same way in every process of a fleet (`policy::remote_tier`). Each
@@ -138,7 +144,7 @@ protected:
 enum class remote_item : std::uint8_t { block = 0, snapshot = 1 };
 
 /// A value for the remote store (`policy::remote_tier`): host unit `unit` (of the KV pool for a block, the
-/// snapshot pool for a snapshot) under content key `key`, with `header`, the bytes a fetch must return
+/// snapshot pool for a snapshot; a GPU unit when `device`) under content key `key`, with `header`, the bytes a fetch must return
 /// unchanged (format, item, class, position, the key, the parent's key, the tokens). The spans stay valid
 /// until the next `take_transfers`.
 struct remote_put {
@@ -146,6 +152,9 @@ struct remote_put {
   std::uint32_t unit = 0;
   content_key key{};
   std::span<const std::byte> header{};
+  /// Write-through (`cache_options::remote_write_through`): `unit` is a GPU KV block or GPU snapshot slot,
+  /// whose bytes were complete when the step that wrote them completed; otherwise a host unit.
+  bool device = false;
 };
 
 /// A fetch `prefetch` planned: the engine gets `key` from the store into host unit `unit` (KV pool for a
@@ -176,7 +185,8 @@ struct unit_move {
 /// The bytes the engine moves between the GPU and the host tier for what the cache decided since the
 /// previous `take_transfers` (`policy::host_tier`). Issue them, in this order, before any other work those
 /// decisions planned (restores, copy-on-write, prefill, decode), on the stream that work runs on:
-///   0. `remote_puts` (`policy::remote_tier`): copy out the host units the host tier evicted, for the store;
+///   0. `remote_puts` (`policy::remote_tier`): copy out the host units the host tier evicted (and, with
+///      write-through, the GPU units written in completed steps), for the store;
 ///   1. `kv_offload` and `snapshot_offload` (device to host): what the GPU pools evicted; the GPU units are
 ///      handed out again in the same decisions, so their old bytes must be read first;
 ///   2. `kv_onboard` (host to device): cached blocks found in the host tier, copied into the GPU blocks the

@@ -25,6 +25,11 @@
 /// The host pools: the engine describes each (KV units, snapshot units) as a list of per-layer pools of
 /// `units` units of `unit_bytes`; a value's payload is the concatenation of its unit's slice of every pool.
 ///
+/// Write-through (`cache_options::remote_write_through`) puts GPU units (`remote_put::device`): the engine
+/// passes a `device_reader` that copies one GPU unit into host memory, layer after layer as the host pools
+/// lay a payload out (a `cudaMemcpy` from each layer's pool; the bytes are complete, their step completed).
+/// Without one, such puts are dropped and counted in `puts_dropped`.
+///
 /// Opt-in, with `reprise::redis`.
 
 #include <reprise/cache/types.hpp>
@@ -35,6 +40,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -53,12 +59,18 @@ struct tier_runner_stats {
   std::uint64_t bytes_put = 0, bytes_fetched = 0;
 };
 
+/// Copies GPU unit `unit` (a KV block, or a snapshot slot) into `out`, which is `unit_bytes(item)` long, in
+/// the order of the host pools' layers. Called by `run_puts`, before the step's other work.
+using device_reader = std::function<void(remote_item item, std::uint32_t unit, std::span<std::byte> out)>;
+
 template <class Cache>
 class tier_runner {
 public:
-  /// `kv_pools`, `snapshot_pools`: the engine's host pools, alive as long as the runner.
-  tier_runner(redis_store& store, std::vector<host_pool_view> kv_pools, std::vector<host_pool_view> snapshot_pools)
-      : store_(&store), pools_{std::move(kv_pools), std::move(snapshot_pools)} {}
+  /// `kv_pools`, `snapshot_pools`: the engine's host pools, alive as long as the runner. `read_device`:
+  /// for write-through puts (may be empty without write-through).
+  tier_runner(redis_store& store, std::vector<host_pool_view> kv_pools, std::vector<host_pool_view> snapshot_pools,
+              device_reader read_device = {})
+      : store_(&store), pools_{std::move(kv_pools), std::move(snapshot_pools)}, read_device_(std::move(read_device)) {}
 
   /// Bytes of one unit's payload.
   std::size_t unit_bytes(remote_item item) const noexcept {
@@ -67,17 +79,26 @@ public:
     return n;
   }
 
-  /// Copies each put's unit and header now (the transfers that follow overwrite the unit) and hands them to
-  /// the store. A put the store's full queue refuses is dropped: the value is simply not shared.
+  /// Copies each put's unit (a host unit, or a GPU unit through the `device_reader`) and header now (the
+  /// transfers that follow overwrite the unit) and hands them to the store. A put the store's full queue
+  /// refuses is dropped: the value is simply not shared.
   void run_puts(const transfer_plan& t) {
     for (const remote_put& p : t.remote_puts) {
+      if (p.device && !read_device_) {
+        ++stats_.puts_dropped;
+        continue;
+      }
       pending_put put;
       put.header.assign(p.header.begin(), p.header.end());
       put.payload.resize(unit_bytes(p.item));
-      std::size_t at = 0;
-      for (const host_pool_view& v : pools(p.item)) {
-        std::memcpy(put.payload.data() + at, v.base + std::size_t{p.unit} * v.unit_bytes, v.unit_bytes);
-        at += v.unit_bytes;
+      if (p.device) {
+        read_device_(p.item, p.unit, put.payload);
+      } else {
+        std::size_t at = 0;
+        for (const host_pool_view& v : pools(p.item)) {
+          std::memcpy(put.payload.data() + at, v.base + std::size_t{p.unit} * v.unit_bytes, v.unit_bytes);
+          at += v.unit_bytes;
+        }
       }
       auto id = store_->put(p.key, put.header, put.payload);
       if (!id) {
@@ -175,6 +196,7 @@ private:
 
   redis_store* store_;
   std::vector<host_pool_view> pools_[2];
+  device_reader read_device_;
   std::unordered_map<request_id, pending_put> puts_;
   std::unordered_map<request_id, pending_fetch> fetches_;
   tier_runner_stats stats_;
