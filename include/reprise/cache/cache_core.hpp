@@ -426,7 +426,12 @@ struct cache_core {
         const std::uint32_t local_usable = choose_restore<B>(r, matched, prompt).usable;
         // The matched host blocks stay while units are reserved (the fetched chain hangs under them).
         for (const host_unit u : host->hits) ledger.hold_block(u);
-        const auto limit = static_cast<std::uint32_t>((prompt.size() - 1) / B);
+        auto limit = static_cast<std::uint32_t>((prompt.size() - 1) / B);
+        if constexpr (restores) {
+          // Recurrent layers use KV only up to the restored snapshot, and the store holds snapshots on the
+          // alignment grid only: blocks past the prompt's last grid position would never be onboarded.
+          limit = std::min(limit, static_cast<std::uint32_t>((prompt.size() - 1) / geometry.alignment * geometry.alignment / B));
+        }
         auto block_tokens = [&](std::uint32_t i) { return prompt.subspan(std::size_t{i} * B).template first<B>(); };
 
         // The chain the fetched blocks continue: keys, serial, in-process key of the last matched block.

@@ -10,16 +10,20 @@
 /// works and byte gauges are the model's real bytes. The presets' own compile-time types run through the same
 /// loop (`replay_with_preset_type`), which tests use to show that the typed and runtime forms agree.
 
+#include "sim/fleet_store.hpp"
 #include "sim/progress.hpp"
 #include "sim/replay.hpp"
 
 #include <reprise/cache/prefix_cache.hpp>
+#include <reprise/keys/content_key.hpp>
 #include <reprise/policy/policies.hpp>
 #include <reprise/policy/tiers.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <memory>
+#include <optional>
 #include <string>
 #include <span>
 #include <type_traits>
@@ -29,8 +33,9 @@ namespace reprise::sim::adapter {
 
 using clock_type = std::chrono::steady_clock;
 
-/// The cache options of a replay: `kv_blocks` blocks, the snapshot budgets in the model's real bytes.
-inline cache_options options_for(const replay_config& c, std::uint32_t kv_blocks) {
+/// The cache options of a replay: `kv_blocks` blocks, the snapshot budgets in the model's real bytes, the
+/// fleet's content keys `keys` for a remote tier.
+inline cache_options options_for(const replay_config& c, std::uint32_t kv_blocks, const remote_keyer* keys = nullptr) {
   cache_options o;
   o.kv_blocks = kv_blocks;
   o.max_sequences = c.concurrency + 1;
@@ -41,6 +46,11 @@ inline cache_options options_for(const replay_config& c, std::uint32_t kv_blocks
   o.hasher_seed = c.hasher_seed;
   o.host_kv_budget_bytes = c.host_kv_budget_bytes;
   o.host_snapshot_budget_bytes = restores_snapshots(c.policy) ? c.host_snapshot_budget_bytes : 0;
+  o.remote_keys = keys;
+  if (keys != nullptr) {
+    o.remote_snapshot_candidates = c.remote_snapshot_candidates;
+    o.remote_write_through = c.remote_write_through;
+  }
   return o;
 }
 
@@ -76,6 +86,8 @@ struct fleet_context {
   /// Requests admitted and not finished yet, on whichever engine serves them.
   std::vector<std::uint8_t> live;
   clock_type::duration in_cache{};
+  /// The remote tier every engine shares (null without one).
+  fleet_store* store = nullptr;
 };
 
 /// One engine: its cache, the requests it has in flight, and its share of the report.
@@ -86,6 +98,7 @@ template <class Cache>
 class engine {
 public:
   static constexpr bool host = policy::tier_traits<typename Cache::tiers_type>::host;
+  static constexpr bool remote = policy::tier_traits<typename Cache::tiers_type>::remote;
 
   engine(Cache cache, fleet_context& f, std::uint32_t index)
       : cache_(std::move(cache)), f_(f), index_(index),
@@ -106,6 +119,7 @@ public:
     }
 
     const extra_keys keys{.tenant_salt = r.tenant};
+    if constexpr (remote) fetch_from_store(i, prompt, keys);
     std::uint64_t host_blocks_before = 0, host_tails_before = 0;
     auto admit = [&] {
       if constexpr (host) {
@@ -227,6 +241,21 @@ public:
     rep.kv_offload_moves += kv_offload_moves_;
     rep.snapshot_offload_moves += snapshot_offload_moves_;
     rep.kv_onboard_moves += kv_onboard_moves_;
+    rep.remote_puts += mm.remote_puts;
+    rep.remote_bytes_put += mm.remote_bytes_put;
+    rep.remote_fetches += mm.remote_fetches;
+    rep.remote_block_hits += remote_block_hits_;
+    rep.remote_snapshot_hits += remote_snapshot_hits_;
+    rep.remote_misses += mm.remote_misses;
+    rep.remote_rejected += mm.remote_rejected;
+    rep.remote_bytes_fetched += mm.remote_bytes_fetched;
+    if (!rep.error.empty()) return;
+    if (remote_puts_ != mm.remote_puts)
+      rep.error = label_ + "take_transfers listed " + std::to_string(remote_puts_) + " remote puts; the metrics count " +
+                  std::to_string(mm.remote_puts);
+    if (remote_block_hits_ + remote_snapshot_hits_ != mm.remote_hits)
+      rep.error = label_ + std::to_string(remote_block_hits_ + remote_snapshot_hits_) +
+                  " fetches were kept; the metrics count " + std::to_string(mm.remote_hits);
     if (!rep.error.empty()) return;
     if (kv_offload_moves_ != mm.host_blocks_offloaded || snapshot_offload_moves_ != mm.host_snapshots_offloaded ||
         kv_onboard_moves_ != mm.host_blocks_onboarded + mm.host_tails_onboarded)
@@ -264,10 +293,44 @@ private:
     in_flight_.clear();
   }
 
-  /// The step's moves, which an engine issues before the step's work: counted, not executed.
+  /// Prefetches request `i` from the fleet's store and reports every fetch, before its admit: the puts of
+  /// what the reservations evicted go first, then each fetch is answered by the store (a hit's header, or a
+  /// miss) and the cache keeps what verifies.
+  void fetch_from_store(std::uint32_t i, std::span<const token> prompt, const extra_keys& keys) {
+    const auto t0 = clock_type::now();
+    auto plan = cache_.prefetch(prompt, keys);
+    if (!plan) {
+      f_.in_cache += clock_type::now() - t0;
+      misuse("prefetch", plan.error(), i);
+      return;
+    }
+    fetches_.assign(plan->fetches.begin(), plan->fetches.end());
+    take_transfers();
+    f_.in_cache += clock_type::now() - t0;
+    for (const remote_fetch& fetch : fetches_) {
+      const bool block = fetch.item == remote_item::block;
+      const bool found = f_.store->get(fetch.key, block ? f_.rep.bytes_per_kv_block : f_.rep.bytes_per_snapshot, header_);
+      const auto t1 = clock_type::now();
+      const std::uint64_t kept = cache_.metrics().remote_hits;
+      if (auto done = cache_.fetched(fetch.item, fetch.unit, found ? std::span<const std::byte>(header_)
+                                                                   : std::span<const std::byte>());
+          !done)
+        misuse("fetched", done.error(), i);
+      if (cache_.metrics().remote_hits != kept) ++(block ? remote_block_hits_ : remote_snapshot_hits_);
+      f_.in_cache += clock_type::now() - t1;
+    }
+  }
+
+  /// The step's moves, which an engine issues before the step's work: counted, not executed (the remote
+  /// puts go to the fleet's store).
   void take_transfers() {
     if constexpr (host) {
       const transfer_plan moves = cache_.take_transfers();
+      if constexpr (remote) {
+        for (const remote_put& p : moves.remote_puts)
+          f_.store->put(p.key, p.header, p.item == remote_item::block ? f_.rep.bytes_per_kv_block : f_.rep.bytes_per_snapshot);
+        remote_puts_ += moves.remote_puts.size();
+      }
       transfer_steps_ += !moves.empty();
       kv_offload_moves_ += moves.kv_offload.size();
       snapshot_offload_moves_ += moves.snapshot_offload.size();
@@ -307,14 +370,39 @@ private:
   double kv_sum_ = 0, snap_sum_ = 0;
   std::uint64_t samples_ = 0;
   std::uint64_t transfer_steps_ = 0, kv_offload_moves_ = 0, snapshot_offload_moves_ = 0, kv_onboard_moves_ = 0;
+  std::uint64_t remote_puts_ = 0, remote_block_hits_ = 0, remote_snapshot_hits_ = 0;
+  std::vector<remote_fetch> fetches_;
+  std::vector<std::byte> header_;
 };
 
 /// Creates the engines' caches (typed: `Cache::create(o)`, runtime: from the model's config) and replays `t`,
 /// each request on the engine `route_requests` picks.
 template <class Cache>
 void run(const trace& t, const replay_config& c, std::uint32_t kv_blocks, replay_report& rep, progress* bar) {
-  const cache_options o = options_for(c, kv_blocks);
   fleet_context f{.t = t, .c = c, .kv_blocks = kv_blocks, .rep = rep, .continued = {}, .live = {}};
+  // The remote tier: the fleet's content keys (the model's name stands in for its weights' revision) and
+  // the store every engine shares.
+  std::optional<content_keyer> keyer;
+  std::unique_ptr<fleet_store> store;
+  if constexpr (policy::tier_traits<typename Cache::tiers_type>::remote) {
+    auto fingerprint = model_fingerprint::make(c.model.config, c.model.name);
+    auto made = fingerprint ? content_keyer::make({.fleet_seed = c.hasher_seed, .fingerprint = *fingerprint}, c.model.config)
+                            : result<content_keyer>(failure{fingerprint.error()});
+    if (!made) {
+      rep.error = "no content keys for this model: " + std::string(to_string(made.error()));
+      return;
+    }
+    keyer.emplace(std::move(*made));
+    if (c.remote_redis.empty()) {
+      store = std::make_unique<modelled_store>(c.remote_budget_bytes);
+    } else {
+      store = make_redis_fleet_store(c.remote_redis, c.remote_stand_in_bytes, rep.error);
+      if (!store) return;
+    }
+    f.store = store.get();
+    rep.remote_store = store->describe();
+  }
+  const cache_options o = options_for(c, kv_blocks, keyer ? &*keyer : nullptr);
   rep.per_engine.assign(c.engines, {});
   std::vector<engine<Cache>> fleet;
   fleet.reserve(c.engines);
@@ -374,6 +462,15 @@ void run(const trace& t, const replay_config& c, std::uint32_t kv_blocks, replay
     mean_snapshot += e.mean_snapshot();
     e.collect();
   }
+  if (store) {
+    const fleet_store_stats st = store->stats();
+    rep.remote_store_evictions = st.evictions;
+    rep.peak_remote_bytes = static_cast<double>(st.peak_bytes_held);
+    rep.remote_failures = st.failures;
+    rep.remote_wrong_payloads = st.wrong_payloads;
+    if (st.wrong_payloads != 0 && rep.error.empty())
+      rep.error = "the store returned " + std::to_string(st.wrong_payloads) + " values with other bytes than were put";
+  }
   rep.mean_kv_bytes = mean_kv / static_cast<double>(fleet.size());
   rep.mean_snapshot_bytes = mean_snapshot / static_cast<double>(fleet.size());
 }
@@ -414,9 +511,12 @@ runner attention_runner(policy_kind p) {
 }
 
 /// The replay of policy `p` for a runtime model with or without recurrent layers, with or without a host
-/// tier (null: does not apply).
-inline runner runtime_runner(policy_kind p, bool recurrent, bool host) {
+/// tier and a remote tier below it (null: does not apply).
+inline runner runtime_runner(policy_kind p, bool recurrent, bool host, bool remote) {
   using host_tiers = policy::tiers<policy::host_tier>;
+  using remote_tiers = policy::tiers<policy::host_tier, policy::remote_tier>;
+  if (host && remote)
+    return recurrent ? recurrent_runner<dynamic_model, remote_tiers>(p) : attention_runner<dynamic_model, remote_tiers>(p);
   if (host)
     return recurrent ? recurrent_runner<dynamic_model, host_tiers>(p) : attention_runner<dynamic_model, host_tiers>(p);
   return recurrent ? recurrent_runner<dynamic_model>(p) : attention_runner<dynamic_model>(p);

@@ -42,6 +42,9 @@ bool prepare(const trace& t, const replay_config& c, runner run_fn, replay_repor
   rep.host_snapshot_budget_bytes = restores_snapshots(c.policy) ? c.host_snapshot_budget_bytes : 0;
   rep.engines = c.engines;
   rep.affinity = c.affinity;
+  rep.remote_tier = c.remote_tier;
+  rep.remote_write_through = c.remote_tier && c.remote_write_through;
+  rep.remote_budget_bytes = c.remote_tier && c.remote_redis.empty() ? c.remote_budget_bytes : 0;
   if (has_host_tier(c) && !takes_host_tier(c.policy)) {
     rep.error = "policy " + std::string(to_string(c.policy)) +
                 " takes no host tier: it skips no prefill, so a block brought back from host memory would save "
@@ -51,6 +54,19 @@ bool prepare(const trace& t, const replay_config& c, runner run_fn, replay_repor
   if (rep.host_snapshot_budget_bytes != 0 && !has_host_tier(c)) {
     rep.error = "a host snapshot budget needs a host KV budget (a snapshot in host memory is found through its "
                 "KV blocks, which must be kept there too)";
+    return false;
+  }
+  if (c.remote_tier && !has_host_tier(c)) {
+    rep.error = "a remote tier needs a host KV budget (values go to the store when the host tier evicts them, and "
+                "come back through host memory)";
+    return false;
+  }
+  if (c.remote_tier && c.remote_snapshot_candidates == 0) {
+    rep.error = "a remote tier asks the store for at least one snapshot per prompt (remote snapshot candidates >= 1)";
+    return false;
+  }
+  if (!c.remote_redis.empty() && !c.remote_tier) {
+    rep.error = "a live store (remote_redis) is the remote tier's: turn the remote tier on";
     return false;
   }
   if (c.engines == 0) {
@@ -93,7 +109,7 @@ std::string supported_block_sizes_text() {
 
 replay_report replay(const trace& t, const replay_config& c, progress* bar) {
   replay_report rep;
-  const runner run_fn = runtime_runner(c.policy, c.model.config.has_recurrent(), has_host_tier(c));
+  const runner run_fn = runtime_runner(c.policy, c.model.config.has_recurrent(), has_host_tier(c), c.remote_tier);
   std::uint32_t kv_blocks = 0;
   if (!prepare(t, c, run_fn, rep, kv_blocks)) return rep;
   run_fn(t, c, kv_blocks, rep, bar);
@@ -104,8 +120,8 @@ replay_report replay(const trace& t, const replay_config& c, progress* bar) {
 
 replay_report replay_with_preset_type(const trace& t, const replay_config& c) {
   replay_report rep;
-  if (has_host_tier(c)) {
-    rep.error = "the presets' own types replay without a host tier";
+  if (has_host_tier(c) || c.remote_tier) {
+    rep.error = "the presets' own types replay without a host or remote tier";
     return rep;
   }
   const runner run_fn = preset_runner(c.model.preset, c.policy);

@@ -96,7 +96,7 @@ cli_parse parse_command_line(int argc, const char* const* argv) {
   app.footer("BYTES: 512MiB, 40GiB, 1.5G or a plain number (K/M/G/T and KiB..TiB are powers of 1024).\n"
              "Traces: docs/sim-trace-format.md. Run `reprise-sim COMMAND --help` for a command's options.");
 
-  std::string workload, model, policy = "all", on_error_text = "fail", axis, values, affinity = "on";
+  std::string workload, model, policy = "all", on_error_text = "fail", axis, values, affinity = "on", remote_write = "back";
   bool no_progress = false;
 
   app.add_subcommand("models", "list the preset models, their block and snapshot sizes and policies");
@@ -162,6 +162,30 @@ cli_parse parse_command_line(int argc, const char* const* argv) {
                   "on: every request of a conversation goes to the engine its first request went to; off: round "
                   "robin (default on)")
         ->check(CLI::IsMember({"on", "off"}));
+    auto* remote = c->add_flag("--remote-tier", o.cache.remote_tier,
+                               "a store shared by the engines below their host tiers: what a host tier evicts is put "
+                               "there (prefill-exact blocks and snapshots), every request is prefetched from it "
+                               "(needs --host-kv-budget)");
+    c->add_option("--remote-budget", o.cache.remote_budget_bytes,
+                  "the modelled store's capacity, least recently used values evicted first (default 0: unlimited)")
+        ->transform(bytes_in(0, L::max_bytes))
+        ->needs(remote);
+    c->add_option("--remote-write", remote_write,
+                  "when values reach the store: back (when a host tier evicts them; default) or through (as soon as "
+                  "the step that computed them completed)")
+        ->check(CLI::IsMember({"back", "through"}))
+        ->needs(remote);
+    c->add_option("--remote-candidates", o.cache.remote_snapshot_candidates,
+                  "snapshots a prefetch asks the store for, deepest first (default 2)")
+        ->check(range(1, L::max_remote_candidates))
+        ->needs(remote);
+    auto* redis = c->add_option("--remote-redis", o.cache.remote_redis,
+                                "HOST:PORT of a live Redis / Valkey server to use as the store instead of the model")
+                      ->needs(remote);
+    c->add_option("--remote-stand-in-bytes", o.cache.remote_stand_in_bytes,
+                  "with --remote-redis: the payload stored with each value in place of its real bytes (default 4KiB)")
+        ->transform(bytes_in(1, std::uint64_t{1} << 28))
+        ->needs(redis);
     c->add_option("--ttl", o.cache.snapshot_ttl_steps, "snapshot time to live in steps (0: none)")
         ->check(range(0, ~std::uint64_t{0}));
     c->add_option("--max-snapshots-per-path", o.cache.max_snapshots_per_path, "snapshots kept per path (0: no cap)")
@@ -187,8 +211,8 @@ cli_parse parse_command_line(int argc, const char* const* argv) {
   sweep
       ->add_option("--axis", axis,
                    "the swept value: snapshot_budget, snapshot_interval, block_size, kv_budget, host_kv_budget, "
-                   "host_snapshot_budget, or host_scale (both host budgets, as multiples of --kv-budget and "
-                   "--snapshot-budget); hyphens work too")
+                   "host_snapshot_budget, host_scale (both host budgets, as multiples of --kv-budget and "
+                   "--snapshot-budget), or engines (the fleet's size); hyphens work too")
       ->check(CLI::Validator(
           [](std::string& s) -> std::string {
             return parse_sweep_axis(s) ? std::string() : "unknown axis '" + s + "'";
@@ -229,6 +253,7 @@ cli_parse parse_command_line(int argc, const char* const* argv) {
     if (!model.empty()) o.model_name = model;
     o.progress = !no_progress;
     o.cache.affinity = affinity == "on";
+    o.cache.remote_write_through = remote_write == "through";
     if (policy != "all") {
       const std::string e = split_each(policy, [&](const std::string& name) -> std::string {
         const auto p = parse_policy(name);
@@ -250,12 +275,18 @@ cli_parse parse_command_line(int argc, const char* const* argv) {
                               *o.axis == sweep_axis::host_kv_budget || *o.axis == sweep_axis::host_snapshot_budget;
           if (!budget && *v > 0xffff'ffffu)
             return "value " + item + " not in range [" + (zero_ok ? "0" : "1") + " - 4294967295]";
+          if (*o.axis == sweep_axis::engines && *v > L::max_engines)
+            return "value " + item + " not in range [1 - " + std::to_string(L::max_engines) + "] (engines)";
           o.values.push_back(*v);
           return {};
         });
         if (!e.empty()) throw CLI::ValidationError("--values", e);
       }
     }
+    const bool host_axis = o.axis && sweep_takes_zero(*o.axis);
+    if (o.cache.remote_tier && o.cache.host_kv_budget_bytes == 0 && !host_axis)
+      throw CLI::ValidationError("--remote-tier", "needs --host-kv-budget: values go to the store when a host tier "
+                                                  "evicts them, and come back through host memory");
     result.run = true;
   } catch (const CLI::CallForHelp&) {
     result.text = app.help(); // the selected subcommand's help when there is one

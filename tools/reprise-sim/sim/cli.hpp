@@ -34,6 +34,7 @@ struct cli_limits {
   static constexpr std::uint32_t max_concurrency = 65536;
   static constexpr std::uint32_t max_snapshots_per_path = 0xffff'ffffu;
   static constexpr std::uint32_t max_engines = 1024; ///< each engine's cache is built in full
+  static constexpr std::uint32_t max_remote_candidates = 64;
   static constexpr std::uint64_t max_bytes = (std::uint64_t{1} << 63) - 1;
 };
 

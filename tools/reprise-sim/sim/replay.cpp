@@ -391,6 +391,17 @@ std::string format_report(const replay_report& r) {
     line("host bytes peak KV / snapshots", bytes(r.peak_host_kv_bytes) + " / " + bytes(r.peak_host_snapshot_bytes));
     line("steps with transfers", count(r.transfer_steps));
   }
+  if (r.remote_tier) {
+    line("remote tier", r.remote_store + (r.remote_write_through ? ", write-through" : ", write-back"));
+    line("store puts", count(r.remote_puts) + " (" + bytes(static_cast<double>(r.remote_bytes_put)) + ")");
+    line("fetches planned / kept", count(r.remote_fetches) + " / " + count(r.remote_block_hits) + " blocks + " +
+                                       count(r.remote_snapshot_hits) + " snapshots (" +
+                                       bytes(static_cast<double>(r.remote_bytes_fetched)) + ")");
+    line("fetch misses / rejected", count(r.remote_misses) + " / " + count(r.remote_rejected));
+    if (r.remote_budget_bytes || r.peak_remote_bytes > 0)
+      line("store evictions / peak bytes", count(r.remote_store_evictions) + " / " + bytes(r.peak_remote_bytes));
+    if (r.remote_failures) line("store failures (timeouts, errors)", count(r.remote_failures));
+  }
   if (r.engines > 1) {
     std::snprintf(buf, sizeof buf, "  %-10s %9s %9s %12s %16s\n", "engine", "requests", "hit rate", "KV hit rate",
                   "computed tokens");
@@ -415,10 +426,12 @@ std::string format_summary(std::span<const replay_report> reports) {
   char buf[512];
   // The host tier's column appears only when some replay has one, so other tables read as they always have.
   const bool host = std::any_of(reports.begin(), reports.end(), [](const replay_report& r) { return r.host_kv_budget_bytes != 0; });
+  const bool remote = std::any_of(reports.begin(), reports.end(), [](const replay_report& r) { return r.remote_tier; });
   std::snprintf(buf, sizeof buf, "%-22s %9s %16s %9s %9s %16s %12s", "policy", "hit rate", "computed tokens",
                 "computed", "/ floor", "lost tokens", "peak bytes");
   s += buf;
-  s += host ? "   KV from host\n" : "\n";
+  s += host ? "   KV from host" : "";
+  s += remote ? "  KV from store\n" : "\n";
   for (const replay_report& r : reports) {
     if (!r.error.empty()) {
       std::snprintf(buf, sizeof buf, "%-22s error: %s\n", r.policy.c_str(), r.error.c_str());
@@ -440,11 +453,19 @@ std::string format_summary(std::span<const replay_report> reports) {
       std::snprintf(buf, sizeof buf, " %12.2f %%", 100 * from_host);
       s += buf;
     }
+    if (remote) {
+      const double from_store = r.kv_matched_tokens ? static_cast<double>(r.remote_block_hits * r.block_size) /
+                                                          static_cast<double>(r.kv_matched_tokens) : 0;
+      std::snprintf(buf, sizeof buf, " %12.2f %%", 100 * from_store);
+      s += buf;
+    }
     s += "\n";
   }
   s += "(computed: prefill tokens computed, also as % of prompt tokens; / floor: computed over the tokens no earlier\n"
        " prompt + reply covers; peak bytes: KV + snapshots";
-  s += host ? " in GPU memory; KV from host: KV-matched tokens onboarded from the host tier)\n" : ")\n";
+  s += host ? " in GPU memory; KV from host: KV-matched tokens onboarded from the host tier" : "";
+  s += remote ? ", of which KV from store: fetched from the fleet's store" : "";
+  s += ")\n";
   return s;
 }
 
@@ -462,7 +483,11 @@ std::vector<std::string> report_columns() {
           "gpu_snapshot_hits", "host_snapshot_hits", "host_blocks_offloaded", "host_snapshots_offloaded",
           "host_bytes_offloaded", "host_bytes_onboarded", "host_block_evictions", "host_snapshot_evictions",
           "peak_host_kv_bytes", "peak_host_snapshot_bytes", "transfer_steps", "engines", "affinity",
-          "engine_requests", "engine_hit_rates", "engine_prefill_tokens"};
+          "engine_requests", "engine_hit_rates", "engine_prefill_tokens",
+          // Added with the remote tier.
+          "remote_tier", "remote_store", "remote_budget_bytes", "remote_puts", "remote_bytes_put", "remote_fetches",
+          "remote_block_hits", "remote_snapshot_hits", "remote_misses", "remote_rejected", "remote_bytes_fetched",
+          "remote_store_evictions", "peak_remote_bytes", "remote_failures", "remote_write"};
 }
 
 void write_report_row(csv_writer& w, const replay_report& r) {
@@ -497,6 +522,10 @@ void write_report_row(csv_writer& w, const replay_report& r) {
     computed += (computed.empty() ? "" : " ") + std::to_string(e.prefill_tokens());
   }
   w.cell(requests).cell(hit_rates).cell(computed);
+  w.cell(r.remote_tier ? "on" : "off").cell(r.remote_store).cell(r.remote_budget_bytes).cell(r.remote_puts);
+  w.cell(r.remote_bytes_put).cell(r.remote_fetches).cell(r.remote_block_hits).cell(r.remote_snapshot_hits);
+  w.cell(r.remote_misses).cell(r.remote_rejected).cell(r.remote_bytes_fetched).cell(r.remote_store_evictions);
+  w.cell(r.peak_remote_bytes).cell(r.remote_failures).cell(!r.remote_tier ? "" : r.remote_write_through ? "through" : "back");
   w.end_row();
 }
 

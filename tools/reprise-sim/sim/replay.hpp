@@ -91,6 +91,23 @@ struct replay_config {
   /// How requests reach engines: on, a conversation stays on the engine its first request went to; off,
   /// round robin (`route_requests`).
   bool affinity = true;
+  /// A remote tier shared by the fleet's engines (`policy::remote_tier`, below each engine's host tier, so
+  /// it needs a host KV budget): what the host tiers evict is put there (prefill-exact blocks and snapshots),
+  /// and every request is prefetched from it before its admit. Not for `memory_only`.
+  bool remote_tier = false;
+  /// The modelled store's capacity: header + payload bytes of the values it keeps, least recently used
+  /// evicted first; 0: unlimited.
+  std::uint64_t remote_budget_bytes = 0;
+  /// Write-through (`cache_options::remote_write_through`): every prefill-exact block and snapshot is put
+  /// once its step completed; off, only what the host tiers evict (write-back).
+  bool remote_write_through = false;
+  /// Snapshots a prefetch asks the store for (`cache_options::remote_snapshot_candidates`).
+  std::uint32_t remote_snapshot_candidates = 2;
+  /// A live Redis / Valkey server ("host:port") instead of the modelled store; empty: modelled.
+  std::string remote_redis;
+  /// With `remote_redis`: the payload stored with every value (a stand-in for its real bytes, checked on
+  /// every hit).
+  std::uint64_t remote_stand_in_bytes = 4096;
 };
 
 /// Whether `c` gives the cache a host tier.
@@ -169,6 +186,21 @@ struct replay_report {
   double peak_host_kv_bytes = 0, peak_host_snapshot_bytes = 0;
   /// What `take_transfers` returned, once per step: steps with at least one move, and the moves of each kind.
   std::uint64_t transfer_steps = 0, kv_offload_moves = 0, snapshot_offload_moves = 0, kv_onboard_moves = 0;
+
+  // --- remote tier (`policy::remote_tier`): counts summed over the engines, the store's own figures ---
+  bool remote_tier = false;
+  bool remote_write_through = false;
+  std::string remote_store;              ///< what served it ("modelled, 2 GiB LRU", "redis at ...")
+  std::uint64_t remote_budget_bytes = 0; ///< modelled store capacity (0: unlimited)
+  std::uint64_t remote_puts = 0, remote_bytes_put = 0;
+  std::uint64_t remote_fetches = 0;      ///< fetches the prefetches planned
+  /// Fetched values the caches verified and kept, by kind; a fetched block is onboarded as a host hit.
+  std::uint64_t remote_block_hits = 0, remote_snapshot_hits = 0;
+  std::uint64_t remote_misses = 0, remote_rejected = 0, remote_bytes_fetched = 0;
+  std::uint64_t remote_store_evictions = 0; ///< values the modelled store dropped for its budget
+  double peak_remote_bytes = 0;             ///< the modelled store's largest content (header + payload bytes)
+  std::uint64_t remote_failures = 0;        ///< live store: timeouts, unavailable, server errors
+  std::uint64_t remote_wrong_payloads = 0;  ///< live store: values read back with other bytes than put (0)
 
   // --- cache events ---
   std::uint64_t blocks_shared = 0;

@@ -24,13 +24,15 @@ std::string_view to_string(sweep_axis a) noexcept {
   case sweep_axis::host_kv_budget: return "host_kv_budget";
   case sweep_axis::host_snapshot_budget: return "host_snapshot_budget";
   case sweep_axis::host_scale: return "host_scale";
+  case sweep_axis::engines: return "engines";
   }
   return "?";
 }
 
 std::optional<sweep_axis> parse_sweep_axis(std::string_view name) noexcept {
   for (auto a : {sweep_axis::snapshot_budget, sweep_axis::snapshot_interval, sweep_axis::block_size, sweep_axis::kv_budget,
-                 sweep_axis::host_kv_budget, sweep_axis::host_snapshot_budget, sweep_axis::host_scale}) {
+                 sweep_axis::host_kv_budget, sweep_axis::host_snapshot_budget, sweep_axis::host_scale,
+                 sweep_axis::engines}) {
     const std::string_view n = to_string(a);
     if (name.size() == n.size() && std::equal(n.begin(), n.end(), name.begin(), [](char want, char got) {
           return got == want || (want == '_' && got == '-');
@@ -71,6 +73,7 @@ std::vector<std::uint64_t> default_sweep_values(sweep_axis a, const replay_confi
     for (std::uint64_t k : host_factors) v.push_back(k * base.snapshot_budget_bytes);
     break;
   case sweep_axis::host_scale: v.assign(std::begin(host_factors), std::end(host_factors)); break;
+  case sweep_axis::engines: v = {1, 2, 4, 8, 16}; break;
   }
   return v;
 }
@@ -97,6 +100,7 @@ sweep_result run_sweep(const trace& t, const replay_config& base, const std::vec
         if (value == 0) c.host_snapshot_budget_bytes = 0; // no host tier at all
         break;
       case sweep_axis::host_snapshot_budget: c.host_snapshot_budget_bytes = value; break;
+      case sweep_axis::engines: c.engines = static_cast<std::uint32_t>(value); break;
       case sweep_axis::host_scale: {
         constexpr std::uint64_t most = ~std::uint64_t{0};
         if ((base.kv_budget_bytes != 0 && value > most / base.kv_budget_bytes) ||
@@ -115,6 +119,11 @@ sweep_result run_sweep(const trace& t, const replay_config& base, const std::vec
         if (variant && c.snapshot_interval % variant->alignment() != 0) c.snapshot_interval = 0;
         break;
       }
+      }
+      // No host tier: nothing below it either.
+      if (c.host_kv_budget_bytes == 0) {
+        c.remote_tier = false;
+        c.remote_redis.clear();
       }
       replay_report r;
       if (error.empty()) {
@@ -150,6 +159,7 @@ axis_text axis_of(sweep_axis a) {
   case sweep_axis::host_kv_budget: return {"host KV budget", axis_format::bytes, false};
   case sweep_axis::host_snapshot_budget: return {"host snapshot budget", axis_format::bytes, false};
   case sweep_axis::host_scale: return {"host memory (x the GPU KV and snapshot budgets)", axis_format::number, false};
+  case sweep_axis::engines: return {"engines", axis_format::number, true};
   }
   return {"", axis_format::number, false};
 }
@@ -279,7 +289,9 @@ std::vector<std::string> write_sweep(const sweep_result& s, const std::string& d
     if (s.axis == sweep_axis::host_snapshot_budget && r.host_kv_budget_bytes)
       add("host KV " + format_bytes(static_cast<double>(r.host_kv_budget_bytes)));
     if (r.concurrency > 1) add(std::to_string(r.concurrency) + " in flight");
-    if (r.engines > 1) add(std::to_string(r.engines) + " engines, affinity " + (r.affinity ? "on" : "off"));
+    if (s.axis == sweep_axis::engines) add(std::string("affinity ") + (r.affinity ? "on" : "off"));
+    else if (r.engines > 1) add(std::to_string(r.engines) + " engines, affinity " + (r.affinity ? "on" : "off"));
+    if (r.remote_tier) add("remote tier: " + r.remote_store + (r.remote_write_through ? ", write-through" : ""));
     fixed = line;
     if (r.snapshot_interval) break; // prefer a report that shows the interval
   }

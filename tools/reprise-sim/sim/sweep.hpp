@@ -26,6 +26,7 @@ enum class sweep_axis : std::uint8_t {
   host_kv_budget,
   host_snapshot_budget,
   host_scale,
+  engines, ///< `replay_config::engines`: the fleet's size, each engine with the budgets given
 };
 
 std::string_view to_string(sweep_axis a) noexcept;
@@ -35,7 +36,7 @@ std::optional<sweep_axis> parse_sweep_axis(std::string_view name) noexcept;
 bool sweep_takes_zero(sweep_axis a) noexcept;
 /// Default values: budgets in powers of two around the model's snapshot size, intervals as multiples of
 /// the alignment unit, block sizes 16 / 64 / 256; host budgets 0, 1, 2, 5 and 10 times the GPU budget of
-/// the same kind in `base` (host_scale: those factors).
+/// the same kind in `base` (host_scale: those factors); engines 1, 2, 4, 8, 16.
 std::vector<std::uint64_t> default_sweep_values(sweep_axis a, const replay_config& base);
 
 struct sweep_point {
