@@ -426,6 +426,17 @@ struct cache_core {
         const std::uint32_t local_usable = choose_restore<B>(r, matched, prompt).usable;
         // The matched host blocks stay while units are reserved (the fetched chain hangs under them).
         for (const host_unit u : host->hits) ledger.hold_block(u);
+        // A fetch may miss: it may push a host unit down to the store (written back, or there already), never
+        // drop one the store cannot hold (a turn end, a decode-filled or partial block).
+        auto store_can_hold_block = [&](host_unit u) noexcept {
+          const host_block_node& n = ledger.block(u);
+          return rs.host_fetched[u] != 0 ||
+                 (!is_zero(rs.host_key[u]) && n.kind == exactness::prefill_exact && n.fill == geometry.block_size);
+        };
+        auto store_can_hold_snapshot = [&](host_unit u) noexcept {
+          return rs.snapshot_fetched[u] != 0 ||
+                 (!is_zero(rs.snapshot_key[u]) && ledger.snapshot(u).kind == exactness::prefill_exact);
+        };
         auto limit = static_cast<std::uint32_t>((prompt.size() - 1) / B);
         if constexpr (restores) {
           // Recurrent layers use KV only up to the restored snapshot, and the store holds snapshots on the
@@ -460,7 +471,7 @@ struct cache_core {
         for (std::uint32_t i = matched; chain_ok && i < limit && !is_zero(key); ++i) {
           const content_key next = rs.keyer->chain(key, block_tokens(i));
           if (is_zero(next)) break;
-          const host_unit u = ledger.reserve_block();
+          const host_unit u = ledger.reserve_block(store_can_hold_block);
           if (u == no_host_unit) break;
           pending_fetch& p = rs.kv_pending[u];
           p.active = true;
@@ -503,7 +514,7 @@ struct cache_core {
             if (ledger.find_snapshot(block_serial, exactness::prefill_exact) != no_host_unit) continue;
             const content_key snapshot_key = rs.keyer->snapshot(block_key, p);
             if (is_zero(snapshot_key)) continue;
-            const host_unit u = ledger.reserve_snapshot();
+            const host_unit u = ledger.reserve_snapshot(store_can_hold_snapshot);
             if (u == no_host_unit) break;
             pending_fetch& f = rs.snapshot_pending[u];
             f.active = true;

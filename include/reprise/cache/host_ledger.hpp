@@ -221,9 +221,11 @@ public:
   }
 
   /// A block unit for a fetch from the remote tier (as `store_block` takes one), reserved until
-  /// `commit_reserved_block` or `release_reserved_block`. `no_host_unit` when none is reusable.
-  host_unit reserve_block() noexcept {
-    const host_unit u = take_block();
+  /// `commit_reserved_block` or `release_reserved_block`. `no_host_unit` when none is reusable, or when no unit
+  /// is free and `may_evict(u)` refuses the least recently used one, `u`.
+  template <class MayEvict>
+  host_unit reserve_block(MayEvict&& may_evict) noexcept {
+    const host_unit u = take(blocks_, remote_item::block, metrics_->host_blocks_held, metrics_->host_block_evictions, may_evict);
     if (u != no_host_unit) blocks_.node(u).state = host_state::reserved;
     return u;
   }
@@ -294,8 +296,11 @@ public:
   }
 
   /// As `reserve_block`, for a snapshot.
-  host_unit reserve_snapshot() noexcept {
-    const host_unit u = snapshots_.size() == 0 ? no_host_unit : take_snapshot();
+  template <class MayEvict>
+  host_unit reserve_snapshot(MayEvict&& may_evict) noexcept {
+    const host_unit u = snapshots_.size() == 0 ? no_host_unit
+                                               : take(snapshots_, remote_item::snapshot, metrics_->host_snapshots_held,
+                                                      metrics_->host_snapshot_evictions, may_evict);
     if (u != no_host_unit) snapshots_.node(u).state = host_state::reserved;
     return u;
   }
@@ -309,16 +314,18 @@ private:
     return take(snapshots_, remote_item::snapshot, metrics_->host_snapshots_held, metrics_->host_snapshot_evictions);
   }
 
-  /// A safe free unit of `p`, else its LRU one evicted (the evict hook called first, `held` and `evictions`
-  /// moved); unlinked from both queues, state free. `no_host_unit` when neither is reusable.
-  template <class Pool>
-  host_unit take(Pool& p, remote_item item, std::uint32_t& held, std::uint64_t& evictions) noexcept {
+  /// A safe free unit of `p`, else its LRU one evicted if `may_evict` lets it (the evict hook called first,
+  /// `held` and `evictions` moved); unlinked from both queues, state free. `no_host_unit` when neither is
+  /// reusable.
+  template <class Pool, class MayEvict = bool (*)(host_unit) noexcept>
+  host_unit take(Pool& p, remote_item item, std::uint32_t& held, std::uint64_t& evictions,
+                 MayEvict&& may_evict = [](host_unit) noexcept { return true; }) noexcept {
     auto* n = p.free().front_safe();
     if (n != nullptr) {
       p.free().erase(*n, clock_->safe_before);
     } else {
       n = p.lru().front_safe();
-      if (n == nullptr) return no_host_unit;
+      if (n == nullptr || !may_evict(p.id_of(*n))) return no_host_unit;
       if (evict_hook_ != nullptr) evict_hook_(evict_context_, item, p.id_of(*n));
       p.lru().erase(*n, clock_->safe_before);
       p.index().erase(p.index().iterator_to(*n));
