@@ -23,7 +23,8 @@ namespace reprise::policy {
 struct host_tier {};
 
 /// A store shared by a fleet of engine processes (Redis / Valkey through `reprise::redis`, or any store the
-/// engine drives), below the host tier: what the host tier evicts is written there (write-back), and
+/// engine drives), below the host tier: what the host tier evicts is written there (write-back; or every
+/// value once its step completed, with `cache_options::remote_write_through`), and
 /// `prefetch` plans fetches of what a prompt would reuse into host units. Only writer-independent state
 /// goes there: prefill-exact blocks and prefill-exact snapshots, which every process of the fleet computes
 /// bit for bit alike (decode-filled blocks and turn ends stay in the engine that computed them). Names are
