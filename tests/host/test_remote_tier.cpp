@@ -262,6 +262,67 @@ TEST_CASE("write-through waits for the step, and drops a block reused before its
   CHECK(writer.cache.check_invariants().has_value());
 }
 
+TEST_CASE("a prefetch's reservations never evict what the store cannot hold: a turn end stays restorable") {
+  // chat keeps a conversation's turn end: a decode-continuation snapshot, the reply's decode-filled block and
+  // the partial block at its end. None of that can go to the store, so a fetch (which may miss) must not
+  // take its host units.
+  using chat_remote = prefix_cache<small_hybrid, policy::chat, xxh3_hasher, tiers>;
+  const content_keyer keys = make_keyer();
+  auto made = chat_remote::create({.kv_blocks = 24,
+                                   .snapshot_budget_bytes = 2 * small_hybrid::bytes_per_snapshot,
+                                   .hasher_seed = 2,
+                                   .host_kv_budget_bytes = 14 * small_hybrid::bytes_per_kv_block,
+                                   .host_snapshot_budget_bytes = 8 * small_hybrid::bytes_per_snapshot,
+                                   .remote_keys = &keys});
+  REQUIRE(made.has_value());
+  auto& c = *made;
+
+  // Turn 1: 200 prompt tokens, a 37-token reply; the turn end sits at 236.
+  std::vector<token_id> tokens = iota_tokens(200);
+  auto a = c.admit(1, tokens);
+  REQUIRE(a.has_value());
+  std::vector<std::uint32_t> written;
+  for (const capture_point& p : a->captures) written.push_back(static_cast<std::uint32_t>(p.position));
+  std::uint32_t n = 200;
+  REQUIRE(c.commit(1, n, written).has_value());
+  REQUIRE(c.step_complete(c.current_epoch()).has_value());
+  const std::vector<token_id> reply = iota_tokens(37, 70000);
+  for (std::size_t k = 0; k + 1 < reply.size(); ++k) {
+    REQUIRE(c.extend(1, std::vector<token_id>{reply[k]}).has_value());
+    REQUIRE(c.commit(1, ++n).has_value());
+  }
+  REQUIRE(c.finish(1).has_value());
+  tokens.insert(tokens.end(), reply.begin(), reply.end());
+  REQUIRE(c.step_complete(c.current_epoch()).has_value());
+  (void)c.take_transfers();
+
+  // Another prompt fills GPU memory: the partial block, blocks 13 .. 1 (leaf first: the partial block is
+  // the host tier's least recently used unit) and the turn end fill the host tier.
+  auto b = c.admit(2, iota_tokens(23 * B, 100000));
+  REQUIRE(b.has_value());
+  CHECK(c.take_transfers().kv_offload.size() == 14);
+  REQUIRE(c.release(2).has_value());
+  REQUIRE(c.step_complete(c.current_epoch()).has_value());
+  REQUIRE(c.metrics().host_blocks_held == c.host_kv_units());
+
+  // A prompt of new content: every fetch would miss. Its first block reservation meets the partial block.
+  auto plan = c.prefetch(iota_tokens(3 * A + 5, 500000));
+  REQUIRE(plan.has_value());
+  for (const remote_fetch& f : plan->fetches) CHECK(f.item != remote_item::block);
+  for (const remote_fetch& f : plan->fetches) REQUIRE(c.fetched(f.item, f.unit, {}).has_value());
+  CHECK(c.take_transfers().remote_puts.empty());
+  CHECK(c.metrics().host_block_evictions == 0);
+  CHECK(c.metrics().host_blocks_held == c.host_kv_units());
+
+  // Turn 2 restores the turn end from the host tier, with every block up to it.
+  auto t2 = c.admit(3, concat(tokens, iota_tokens(20, 90000)));
+  REQUIRE(t2.has_value());
+  CHECK(t2->usable_tokens == 236);
+  CHECK(t2->restore_from_host);
+  CHECK(t2->restore_exactness == exactness::decode_continuation);
+  CHECK(c.check_invariants().has_value());
+}
+
 TEST_CASE("fetched rejects a unit no fetch is pending for, and changes nothing") {
   const content_keyer keys = make_keyer();
   std::map<content_key, stored_value> store;

@@ -163,8 +163,8 @@ cli_parse parse_command_line(int argc, const char* const* argv) {
                   "robin (default on)")
         ->check(CLI::IsMember({"on", "off"}));
     auto* remote = c->add_flag("--remote-tier", o.cache.remote_tier,
-                               "a store shared by the engines below their host tiers: what a host tier evicts is put "
-                               "there (prefill-exact blocks and snapshots), every request is prefetched from it "
+                               "a store shared by the engines below their host tiers: prefill-exact blocks and "
+                               "snapshots are put there (see --remote-write), every request is prefetched from it "
                                "(needs --host-kv-budget)");
     c->add_option("--remote-budget", o.cache.remote_budget_bytes,
                   "the modelled store's capacity, least recently used values evicted first (default 0: unlimited)")
