@@ -11,6 +11,8 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 using namespace reprise::sim;
 using namespace reprise::testing;
 
@@ -72,6 +74,8 @@ TEST_CASE("a fleet whose redis-server is gone gets misses, and the replay comple
   CHECK(r.remote_failures > 0);
   CHECK(r.remote_block_hits + r.remote_snapshot_hits == 0);
   CHECK(r.remote_misses == r.remote_fetches);
+  CHECK(std::any_of(r.warnings.begin(), r.warnings.end(),
+                    [](const std::string& w) { return w.find("failed") != std::string::npos; }));
   c.remote_tier = false;
   c.remote_redis.clear();
   // Near what no remote tier computes: a little more, as the host units reserved for the fetches that missed

@@ -163,6 +163,9 @@ TEST_CASE("remote tier misuses are clear errors") {
   CHECK(simulate(t, c).error.find("turn the remote tier on") != std::string::npos);
   c = fleet(policy_kind::memory_only, 2, true);
   CHECK(simulate(t, c).error.find("takes no host tier") != std::string::npos);
+  c = fleet(policy_kind::strict, 2, true);
+  c.remote_budget_bytes = 1024; // less than one KV block: the store could hold nothing
+  CHECK(simulate(t, c).error.find("is below one KV block") != std::string::npos);
   if (!has_redis_fleet_store()) {
     c = fleet(policy_kind::strict, 1, true);
     c.remote_redis = "127.0.0.1:6379";

@@ -468,6 +468,10 @@ void run(const trace& t, const replay_config& c, std::uint32_t kv_blocks, replay
     rep.peak_remote_bytes = static_cast<double>(st.peak_bytes_held);
     rep.remote_failures = st.failures;
     rep.remote_wrong_payloads = st.wrong_payloads;
+    if (st.failures != 0)
+      rep.warnings.push_back("the store (" + rep.remote_store + ") failed " + std::to_string(st.failures) +
+                             " requests (unreachable, timed out or refused): their fetches count as misses and "
+                             "their puts are lost");
     if (st.wrong_payloads != 0 && rep.error.empty())
       rep.error = "the store returned " + std::to_string(st.wrong_payloads) + " values with other bytes than were put";
   }

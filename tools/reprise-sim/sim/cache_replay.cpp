@@ -65,6 +65,13 @@ bool prepare(const trace& t, const replay_config& c, runner run_fn, replay_repor
     rep.error = "a remote tier asks the store for at least one snapshot per prompt (remote snapshot candidates >= 1)";
     return false;
   }
+  if (c.remote_tier && c.remote_redis.empty() && c.remote_budget_bytes != 0 &&
+      c.remote_budget_bytes < m.bytes_per_kv_block()) {
+    rep.error = "remote budget " + format_bytes(static_cast<double>(c.remote_budget_bytes)) +
+                " is below one KV block (" + format_bytes(static_cast<double>(m.bytes_per_kv_block())) +
+                "): the store could hold nothing (0 is unlimited)";
+    return false;
+  }
   if (!c.remote_redis.empty() && !c.remote_tier) {
     rep.error = "a live store (remote_redis) is the remote tier's: turn the remote tier on";
     return false;
