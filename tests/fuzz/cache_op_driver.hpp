@@ -71,6 +71,7 @@ struct driver_stats {
   std::uint64_t remote_puts = 0;               ///< values written to the store
   std::uint64_t remote_puts_through = 0;       ///< of them, written through from GPU memory
   std::uint64_t remote_hits = 0;               ///< fetched values the cache kept
+  std::uint64_t remote_probed = 0;             ///< prefetches given what a probe found in the store
   std::uint64_t remote_rejected = 0;           ///< fetched values with a corrupted header, dropped
 };
 
@@ -840,12 +841,32 @@ private:
   /// policy::remote_tier: prefetches `s`'s prompt, runs the puts the reservations caused, and answers every
   /// fetch from the store: usually as stored, one in eight as a miss, one in eight with a corrupted header
   /// and another prefix's contents written into the unit (the cache must drop it unused).
+  ///
+  /// Half the time it probes first: the probe must change nothing, and the prefetch then fetches only keys
+  /// the store had.
   void prefetch(byte_source& in, const oracle_seq& s) {
     const cache_metrics before = cache_.metrics();
-    auto plan = cache_.prefetch(s.tokens, {.tenant_salt = static_cast<std::uint64_t>(s.tenant)});
+    const extra_keys keys{.tenant_salt = static_cast<std::uint64_t>(s.tenant)};
+    std::vector<content_key> present;
+    const bool probed = in.below(2) == 0;
+    if (probed) {
+      const observed unprobed = observe();
+      auto listed = cache_.probe(s.tokens, keys);
+      expect(listed.has_value(), "probe failed");
+      if (!listed.has_value()) return;
+      expect(observe() == unprobed && cache_.metrics() == before, "probe changed the cache");
+      for (const remote_probe& k : listed->keys)
+        if (store_.contains(k.key)) present.push_back(k.key);
+      ++stats.remote_probed;
+    }
+    auto plan = probed ? cache_.prefetch(s.tokens, keys, present) : cache_.prefetch(s.tokens, keys);
     expect(plan.has_value(), "prefetch failed");
     if (!plan.has_value()) return;
     const std::vector<remote_fetch> fetches(plan->fetches.begin(), plan->fetches.end());
+    if (probed)
+      for (const remote_fetch& f : fetches)
+        expect(std::find(present.begin(), present.end(), f.key) != present.end(),
+               "prefetch: a key the probe did not find in the store is fetched");
     apply_transfers();
     const auto now = static_cast<std::int64_t>(cache_.current_epoch());
     for (const remote_fetch& f : fetches) {

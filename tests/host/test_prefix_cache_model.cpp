@@ -68,6 +68,7 @@ TEST_CASE("random operation streams keep every oracle check and invariant") {
       stats.remote_puts += out.stats.remote_puts;
       stats.remote_puts_through += out.stats.remote_puts_through;
       stats.remote_hits += out.stats.remote_hits;
+      stats.remote_probed += out.stats.remote_probed;
       stats.remote_rejected += out.stats.remote_rejected;
     }
     const std::string label = std::string(names[policy]) + (runtime ? " (runtime)" : " (typed)");
@@ -82,7 +83,8 @@ TEST_CASE("random operation streams keep every oracle check and invariant") {
             ", restores of off-grid/checkpoint/turn-end snapshots ", stats.restores_off_grid, "/",
             stats.restores_checkpoint, "/", stats.restores_turn_end, "; host tier: blocks offloaded/onboarded ",
             stats.host_offloads, "/", stats.host_onboards, ", restores from the host ", stats.restores_from_host,
-            "; remote tier: puts ", stats.remote_puts, " (written through ", stats.remote_puts_through, "), hits ", stats.remote_hits, ", rejected ", stats.remote_rejected);
+            "; remote tier: puts ", stats.remote_puts, " (written through ", stats.remote_puts_through, "), hits ", stats.remote_hits, ", rejected ", stats.remote_rejected, ", probed prefetches ",
+            stats.remote_probed);
     // The streams must exercise what they claim to test.
     CHECK(total.lookups > 500);
     CHECK(total.blocks_shared > 100);
@@ -106,6 +108,7 @@ TEST_CASE("random operation streams keep every oracle check and invariant") {
         CHECK(stats.remote_puts > stats.remote_puts_through);
         CHECK(stats.remote_hits > 50);
         CHECK(stats.remote_rejected > 5);
+        CHECK(stats.remote_probed > 50);
       }
     } else {
       CHECK(stats.host_offloads + stats.host_onboards + stats.restores_from_host == 0);

@@ -108,9 +108,17 @@ struct process {
   }
 
   /// Prefetches `prompt` and answers every fetch from `store` (a corrupted header where `corrupt` says).
+  /// With `probed`, asks the store which keys it has first, and fetches only those.
   fetch_plan prefetch(const std::vector<token_id>& prompt, std::map<content_key, stored_value>& store,
-                      bool corrupt = false) {
-    auto plan = cache.prefetch(prompt);
+                      bool corrupt = false, bool probed = false) {
+    std::vector<content_key> present;
+    if (probed) {
+      auto probe = cache.probe(prompt);
+      REQUIRE(probe.has_value());
+      for (const remote_probe& k : probe->keys)
+        if (store.contains(k.key)) present.push_back(k.key);
+    }
+    auto plan = probed ? cache.prefetch(prompt, {}, present) : cache.prefetch(prompt);
     REQUIRE(plan.has_value());
     const std::vector<remote_fetch> fetches(plan->fetches.begin(), plan->fetches.end());
     run_transfers(store); // the puts of what the reservations evicted, before the fetches write the units
@@ -321,6 +329,62 @@ TEST_CASE("a prefetch's reservations never evict what the store cannot hold: a t
   CHECK(t2->restore_from_host);
   CHECK(t2->restore_exactness == exactness::decode_continuation);
   CHECK(c.check_invariants().has_value());
+}
+
+TEST_CASE("probe: a prefetch given what the store has fetches only that, and reserves nothing for new content") {
+  const content_keyer keys = make_keyer();
+  std::map<content_key, stored_value> store;
+  process writer(keys, 6, 12, /*write_through=*/true);
+  const std::vector<token_id> prompt = iota_tokens(2 * A + 9); // 8 full blocks, a snapshot at 2A
+  writer.serve(1, prompt, store);
+  writer.run_transfers(store);
+  REQUIRE(store.size() == 9);
+
+  // The next turn: 3A new tokens. The last grid position is 5A: 20 blocks and 5 snapshot positions could be
+  // fetched; the store has 8 blocks and one snapshot.
+  const std::vector<token_id> next = concat(prompt, iota_tokens(3 * A, 5000));
+  process reader(keys, 24, 24);
+  const cache_metrics before = reader.cache.metrics();
+  auto listed = reader.cache.probe(next);
+  REQUIRE(listed.has_value());
+  REQUIRE(listed->keys.size() == 25);
+  for (std::size_t i = 0; i < listed->keys.size(); ++i)
+    CHECK(listed->keys[i].item == (i < 20 ? remote_item::block : remote_item::snapshot));
+  std::size_t known = 0;
+  for (const remote_probe& k : listed->keys) known += store.contains(k.key);
+  CHECK(known == 9);
+  CHECK(reader.cache.metrics() == before); // a probe reserves and changes nothing
+  CHECK(reader.cache.check_invariants().has_value());
+
+  const fetch_plan f = reader.prefetch(next, store, false, /*probed=*/true);
+  CHECK(f.blocks == 8);
+  CHECK(f.fetches.size() == 9);
+  CHECK(reader.cache.metrics().remote_misses == 0);
+  CHECK(reader.cache.metrics().remote_hits == 9);
+  const admit_plan p = reader.serve(1, next, store);
+  CHECK(p.usable_tokens == 2 * A);
+  CHECK(p.restore_from_host);
+  CHECK(reader.restored == content_of(next, 2 * A, true)); // the writer's bytes
+
+  // Without the probe the same prompt reserves a unit for every candidate: 20 blocks and the 2 deepest
+  // snapshots (5A, 4A), of which the store has 8 blocks and neither snapshot: nothing to restore.
+  process optimist(keys, 24, 24);
+  const fetch_plan all = optimist.prefetch(next, store);
+  CHECK(all.blocks == 20);
+  CHECK(all.fetches.size() == 22);
+  CHECK(optimist.cache.metrics().remote_misses == 14);
+  CHECK(optimist.cache.metrics().remote_hits == 8);
+
+  // A store that lost a block in the middle: the chain stops there, and no snapshot is reachable, so a model
+  // with recurrent layers fetches nothing (blocks without a snapshot past the local restore point are
+  // recomputed anyway).
+  std::map<content_key, stored_value> gap = store;
+  gap.erase(listed->keys[3].key);
+  process late(keys, 24, 24);
+  const fetch_plan none = late.prefetch(next, gap, false, /*probed=*/true);
+  CHECK(none.fetches.empty());
+  CHECK(late.cache.metrics().host_blocks_held == 0);
+  CHECK(late.cache.check_invariants().has_value());
 }
 
 TEST_CASE("fetched rejects a unit no fetch is pending for, and changes nothing") {

@@ -405,133 +405,42 @@ struct cache_core {
   /// `remote_snapshot_candidates` positions on the alignment grid past what the local tiers restore, each
   /// into a reserved host unit. Changes no GPU state; host units it reserves may evict others (their puts
   /// come with the next `take_transfers`, which the engine runs before starting the fetches).
+  ///
+  /// With `in_store` (the keys a `probe` of this prompt found in the store), only those are fetched: the
+  /// blocks up to the first one absent and, for a model with recurrent layers, only up to the deepest
+  /// snapshot found (KV past it would be recomputed anyway). Without it every candidate is fetched, and
+  /// those the store lacks cost a reserved unit each until reported.
   /// Errors: as `admit`'s checks of the prompt (`invalid_argument`, `out_of_range`).
-  result<fetch_plan> prefetch(std::span<const token_id> prompt, const extra_keys& keys) {
+  result<fetch_plan> prefetch(std::span<const token_id> prompt, const extra_keys& keys,
+                              const std::span<const content_key>* in_store = nullptr) {
     if (prompt.empty() || keys.multimodal_digest.size() > max_multimodal_digest_bytes) return errc::invalid_argument;
     if (prompt.size() > max_sequence_tokens(geometry.block_size)) return errc::out_of_range;
     if constexpr (!has_remote) {
       return fetch_plan{};
     } else {
-      return with_block_size(geometry.block_size, [&](auto b) -> result<fetch_plan> {
-        constexpr std::uint32_t B = decltype(b)::value;
-        remote_tier_state& rs = *remote;
-        host_ledger& ledger = host->ledger;
-        rs.fetches.clear();
-        sequence_record& r = rs.scratch;
-        r.reset(0);
-        r.root = hasher.root(keys);
-        r.extras = stored_extra_keys::from(keys);
-        const std::uint32_t on_gpu = lookup<B>(r, prompt);
-        const std::uint32_t matched = on_gpu + host_hits();
-        const std::uint32_t local_usable = choose_restore<B>(r, matched, prompt).usable;
-        // The matched host blocks stay while units are reserved (the fetched chain hangs under them).
-        for (const host_unit u : host->hits) ledger.hold_block(u);
-        // A fetch may miss: it may push a host unit down to the store (written back, or there already), never
-        // drop one the store cannot hold (a turn end, a decode-filled or partial block).
-        auto store_can_hold_block = [&](host_unit u) noexcept {
-          const host_block_node& n = ledger.block(u);
-          return rs.host_fetched[u] != 0 ||
-                 (!is_zero(rs.host_key[u]) && n.kind == exactness::prefill_exact && n.fill == geometry.block_size);
-        };
-        auto store_can_hold_snapshot = [&](host_unit u) noexcept {
-          return rs.snapshot_fetched[u] != 0 ||
-                 (!is_zero(rs.snapshot_key[u]) && ledger.snapshot(u).kind == exactness::prefill_exact);
-        };
-        auto limit = static_cast<std::uint32_t>((prompt.size() - 1) / B);
-        if constexpr (restores) {
-          // Recurrent layers use KV only up to the restored snapshot, and the store holds snapshots on the
-          // alignment grid only: blocks past the prompt's last grid position would never be onboarded.
-          limit = std::min(limit, static_cast<std::uint32_t>((prompt.size() - 1) / geometry.alignment * geometry.alignment / B));
-        }
-        auto block_tokens = [&](std::uint32_t i) { return prompt.subspan(std::size_t{i} * B).template first<B>(); };
+      remote_tier_state& rs = *remote;
+      rs.present.clear();
+      if (in_store != nullptr) {
+        rs.present.assign(in_store->begin(), in_store->end());
+        std::sort(rs.present.begin(), rs.present.end());
+      }
+      return plan_remote(prompt, keys, in_store != nullptr ? remote_walk::present : remote_walk::all);
+    }
+  }
 
-        // The chain the fetched blocks continue: keys, serial, in-process key of the last matched block.
-        content_key key = rs.keyer->root(keys);
-        std::uint64_t serial = 0;
-        block_key chain = r.root;
-        bool chain_ok = true;
-        if (matched != 0) {
-          const std::uint32_t i = matched - 1;
-          chain_ok = matched_kind(r, i) == exactness::prefill_exact;
-          serial = matched_serial(r, i);
-          if (i < on_gpu) {
-            key = rs.gpu_key[static_cast<std::size_t>(r.blocks[i])];
-            chain = blocks.node(r.blocks[i]).key;
-          } else {
-            const host_unit u = host->hits[i - on_gpu];
-            key = rs.host_key[u];
-            chain = ledger.block(u).key;
-          }
-          chain_ok = chain_ok && serial != 0;
-        }
-        // Block i's content key and serial, matched or fetched, for the snapshot candidates below.
-        std::vector<std::pair<content_key, std::uint64_t>>& ends = fetch_ends_;
-        ends.clear();
-        std::uint32_t fetched_blocks = 0;
-        for (std::uint32_t i = matched; chain_ok && i < limit && !is_zero(key); ++i) {
-          const content_key next = rs.keyer->chain(key, block_tokens(i));
-          if (is_zero(next)) break;
-          const host_unit u = ledger.reserve_block(store_can_hold_block);
-          if (u == no_host_unit) break;
-          pending_fetch& p = rs.kv_pending[u];
-          p.active = true;
-          p.key = next;
-          p.parent = key;
-          p.chain_key = hasher.chain(chain, block_tokens(i));
-          p.serial = host->draw_serial();
-          p.parent_serial = serial;
-          p.depth = i;
-          p.tokens.assign(block_tokens(i).begin(), block_tokens(i).end());
-          p.extras = r.extras;
-          p.header.clear();
-          append_remote_header(p.header, remote_item::block, exactness::prefill_exact, (i + 1) * B, next, key,
-                               block_tokens(i));
-          rs.fetches.push_back({remote_item::block, u, next, static_cast<std::uint32_t>(p.header.size())});
-          ends.emplace_back(next, p.serial);
-          key = next;
-          chain = p.chain_key;
-          serial = p.serial;
-          ++fetched_blocks;
-        }
-        if constexpr (restores) {
-          // Snapshots on the alignment grid past the local restore point, deepest first, at block ends the
-          // prompt has (matched) or is fetching, with the block's key and serial.
-          const std::uint32_t A = geometry.alignment;
-          const std::uint32_t reach = (matched + fetched_blocks) * B;
-          std::uint32_t asked = 0;
-          for (std::uint32_t p = reach / A * A; p > local_usable && p != 0 && asked < options.remote_snapshot_candidates;
-               p -= A) {
-            const std::uint32_t i = p / B - 1;
-            content_key block_key{};
-            std::uint64_t block_serial = 0;
-            if (i >= matched) {
-              std::tie(block_key, block_serial) = ends[i - matched];
-            } else if (matched_kind(r, i) == exactness::prefill_exact) {
-              block_serial = matched_serial(r, i);
-              block_key = i < on_gpu ? rs.gpu_key[static_cast<std::size_t>(r.blocks[i])] : rs.host_key[host->hits[i - on_gpu]];
-            }
-            if (is_zero(block_key) || block_serial == 0) continue;
-            if (ledger.find_snapshot(block_serial, exactness::prefill_exact) != no_host_unit) continue;
-            const content_key snapshot_key = rs.keyer->snapshot(block_key, p);
-            if (is_zero(snapshot_key)) continue;
-            const host_unit u = ledger.reserve_snapshot(store_can_hold_snapshot);
-            if (u == no_host_unit) break;
-            pending_fetch& f = rs.snapshot_pending[u];
-            f.active = true;
-            f.key = snapshot_key;
-            f.parent = block_key;
-            f.serial = block_serial;
-            f.depth = p;
-            f.header.clear();
-            append_remote_header(f.header, remote_item::snapshot, exactness::prefill_exact, p, snapshot_key, block_key, {});
-            rs.fetches.push_back({remote_item::snapshot, u, snapshot_key, static_cast<std::uint32_t>(f.header.size())});
-            ++asked;
-          }
-        }
-        for (const host_unit u : host->hits) ledger.unhold_block(u);
-        metrics.remote_fetches += rs.fetches.size();
-        return fetch_plan{rs.fetches, fetched_blocks};
-      });
+  /// The content keys a `prefetch` of `prompt` could ask the store for now, blocks in chain order then
+  /// snapshots deepest first, with nothing reserved and nothing changed. An engine asks the store which of
+  /// them it has (one pipelined round trip: `redis_store::probe`) and passes those to `prefetch`, so that
+  /// a prompt's new content, which no engine computed yet, reserves no host unit.
+  /// Errors: as `prefetch`'s.
+  result<probe_plan> probe(std::span<const token_id> prompt, const extra_keys& keys) {
+    if (prompt.empty() || keys.multimodal_digest.size() > max_multimodal_digest_bytes) return errc::invalid_argument;
+    if (prompt.size() > max_sequence_tokens(geometry.block_size)) return errc::out_of_range;
+    if constexpr (!has_remote) {
+      return probe_plan{};
+    } else {
+      if (auto walked = plan_remote(prompt, keys, remote_walk::probe); !walked) return walked.error();
+      return probe_plan{remote->probes};
     }
   }
 
@@ -583,6 +492,181 @@ struct cache_core {
       }
       return {};
     }
+  }
+
+  /// What `prefetch` and `probe` walk: the chain of prefill-exact blocks past the prompt's local match and the
+  /// snapshot candidates on the alignment grid past its local restore point.
+  enum class remote_walk : std::uint8_t {
+    probe,   ///< list every key (`remote->probes`), reserve nothing
+    all,     ///< fetch every candidate
+    present, ///< fetch the candidates in `remote->present` (sorted)
+  };
+
+  result<fetch_plan> plan_remote(std::span<const token_id> prompt, const extra_keys& keys, remote_walk walk) {
+    return with_block_size(geometry.block_size, [&](auto b) -> result<fetch_plan> {
+      constexpr std::uint32_t B = decltype(b)::value;
+      remote_tier_state& rs = *remote;
+      host_ledger& ledger = host->ledger;
+      const bool probing = walk == remote_walk::probe;
+      auto in_store = [&](const content_key& k) {
+        return walk != remote_walk::present || std::binary_search(rs.present.begin(), rs.present.end(), k);
+      };
+      if (probing) rs.probes.clear();
+      else rs.fetches.clear();
+      sequence_record& r = rs.scratch;
+      r.reset(0);
+      r.root = hasher.root(keys);
+      r.extras = stored_extra_keys::from(keys);
+      const std::uint32_t on_gpu = lookup<B>(r, prompt);
+      const std::uint32_t matched = on_gpu + host_hits();
+      const std::uint32_t local_usable = choose_restore<B>(r, matched, prompt).usable;
+      auto limit = static_cast<std::uint32_t>((prompt.size() - 1) / B);
+      if constexpr (restores) {
+        // Recurrent layers use KV only up to the restored snapshot, and the store holds snapshots on the
+        // alignment grid only: blocks past the prompt's last grid position would never be onboarded.
+        limit = std::min(limit, static_cast<std::uint32_t>((prompt.size() - 1) / geometry.alignment * geometry.alignment / B));
+      }
+      auto block_tokens = [&](std::uint32_t i) { return prompt.subspan(std::size_t{i} * B).template first<B>(); };
+
+      // The chain the fetched blocks continue: keys, serial, in-process key of the last matched block.
+      content_key key = rs.keyer->root(keys);
+      std::uint64_t serial = 0;
+      block_key chain = r.root;
+      bool chain_ok = true;
+      if (matched != 0) {
+        const std::uint32_t i = matched - 1;
+        chain_ok = matched_kind(r, i) == exactness::prefill_exact;
+        serial = matched_serial(r, i);
+        if (i < on_gpu) {
+          key = rs.gpu_key[static_cast<std::size_t>(r.blocks[i])];
+          chain = blocks.node(r.blocks[i]).key;
+        } else {
+          key = rs.host_key[host->hits[i - on_gpu]];
+          chain = ledger.block(host->hits[i - on_gpu]).key;
+        }
+        chain_ok = chain_ok && serial != 0;
+      }
+      const content_key parent_of_walk = key;
+
+      // The content keys of blocks matched + 0, 1, ...: as far as the chain goes (and, given what the
+      // store has, up to the first block it lacks).
+      std::vector<content_key>& walked = rs.walked;
+      walked.clear();
+      for (std::uint32_t i = matched; chain_ok && i < limit && !is_zero(key); ++i) {
+        const content_key next = rs.keyer->chain(key, block_tokens(i));
+        if (is_zero(next) || !in_store(next)) break;
+        walked.push_back(next);
+        key = next;
+      }
+
+      // Snapshot candidates, deepest first: grid positions past the local restore point at block ends the
+      // prompt has (matched) or walked, whose block is prefill-exact and whose snapshot the host lacks.
+      std::vector<snapshot_candidate>& candidates = rs.candidates;
+      candidates.clear();
+      if constexpr (restores) {
+        const std::uint32_t A = geometry.alignment;
+        const std::uint32_t reach = (matched + static_cast<std::uint32_t>(walked.size())) * B;
+        for (std::uint32_t p = reach / A * A; p > local_usable && p != 0; p -= A) {
+          const std::uint32_t i = p / B - 1;
+          content_key block_key{};
+          if (i >= matched) {
+            block_key = walked[i - matched];
+          } else if (matched_kind(r, i) == exactness::prefill_exact) {
+            const std::uint64_t block_serial = matched_serial(r, i);
+            if (block_serial == 0 || ledger.find_snapshot(block_serial, exactness::prefill_exact) != no_host_unit)
+              continue;
+            block_key = i < on_gpu ? rs.gpu_key[static_cast<std::size_t>(r.blocks[i])] : rs.host_key[host->hits[i - on_gpu]];
+          }
+          if (is_zero(block_key)) continue;
+          const content_key snapshot_key = rs.keyer->snapshot(block_key, p);
+          if (is_zero(snapshot_key) || !in_store(snapshot_key)) continue;
+          candidates.push_back({p, block_key, snapshot_key});
+        }
+      }
+
+      if (probing) {
+        for (const content_key& k : walked) rs.probes.push_back({remote_item::block, k});
+        for (const snapshot_candidate& c : candidates) rs.probes.push_back({remote_item::snapshot, c.key});
+        return fetch_plan{};
+      }
+
+      // Blocks to fetch: all walked; given what the store has, a model with recurrent layers fetches them only
+      // up to its deepest snapshot (KV past the restore point is recomputed).
+      auto wanted = static_cast<std::uint32_t>(walked.size());
+      if constexpr (restores) {
+        if (walk == remote_walk::present)
+          wanted = candidates.empty() ? 0 : std::min(wanted, candidates.front().position / B > matched
+                                                                 ? candidates.front().position / B - matched
+                                                                 : 0);
+      }
+      // The matched host blocks stay while units are reserved (the fetched chain hangs under them).
+      for (const host_unit u : host->hits) ledger.hold_block(u);
+      // A fetch may miss: it may push a host unit down to the store (written back, or there already), never
+      // drop one the store cannot hold (a turn end, a decode-filled or partial block).
+      auto store_can_hold_block = [&](host_unit u) noexcept {
+        const host_block_node& n = ledger.block(u);
+        return rs.host_fetched[u] != 0 ||
+               (!is_zero(rs.host_key[u]) && n.kind == exactness::prefill_exact && n.fill == geometry.block_size);
+      };
+      auto store_can_hold_snapshot = [&](host_unit u) noexcept {
+        return rs.snapshot_fetched[u] != 0 ||
+               (!is_zero(rs.snapshot_key[u]) && ledger.snapshot(u).kind == exactness::prefill_exact);
+      };
+      // The serial of every fetched block, for the snapshots that hang under it.
+      std::vector<std::uint64_t>& serials = rs.walked_serials;
+      serials.clear();
+      key = parent_of_walk;
+      for (std::uint32_t k = 0; k < wanted; ++k) {
+        const std::uint32_t i = matched + k;
+        const content_key next = walked[k];
+        const host_unit u = ledger.reserve_block(store_can_hold_block);
+        if (u == no_host_unit) break;
+        pending_fetch& p = rs.kv_pending[u];
+        p.active = true;
+        p.key = next;
+        p.parent = key;
+        p.chain_key = hasher.chain(chain, block_tokens(i));
+        p.serial = host->draw_serial();
+        p.parent_serial = serial;
+        p.depth = i;
+        p.tokens.assign(block_tokens(i).begin(), block_tokens(i).end());
+        p.extras = r.extras;
+        p.header.clear();
+        append_remote_header(p.header, remote_item::block, exactness::prefill_exact, (i + 1) * B, next, key,
+                             block_tokens(i));
+        rs.fetches.push_back({remote_item::block, u, next, static_cast<std::uint32_t>(p.header.size())});
+        serials.push_back(p.serial);
+        key = next;
+        chain = p.chain_key;
+        serial = p.serial;
+      }
+      const auto fetched_blocks = static_cast<std::uint32_t>(serials.size());
+      if constexpr (restores) {
+        const std::uint32_t reach = (matched + fetched_blocks) * B;
+        std::uint32_t asked = 0;
+        for (const snapshot_candidate& c : candidates) {
+          if (c.position > reach) continue;
+          if (asked == options.remote_snapshot_candidates) break;
+          const std::uint32_t i = c.position / B - 1;
+          const std::uint64_t block_serial = i >= matched ? serials[i - matched] : matched_serial(r, i);
+          const host_unit u = ledger.reserve_snapshot(store_can_hold_snapshot);
+          if (u == no_host_unit) break;
+          pending_fetch& f = rs.snapshot_pending[u];
+          f.active = true;
+          f.key = c.key;
+          f.parent = c.block;
+          f.serial = block_serial;
+          f.depth = c.position;
+          f.header.clear();
+          append_remote_header(f.header, remote_item::snapshot, exactness::prefill_exact, c.position, c.key, c.block, {});
+          rs.fetches.push_back({remote_item::snapshot, u, c.key, static_cast<std::uint32_t>(f.header.size())});
+          ++asked;
+        }
+      }
+      for (const host_unit u : host->hits) ledger.unhold_block(u);
+      metrics.remote_fetches += rs.fetches.size();
+      return fetch_plan{rs.fetches, fetched_blocks};
+    });
   }
 
   /// Matched position i of a prompt being admitted: GPU block r.blocks[i], then the host hits.
@@ -1335,7 +1419,6 @@ struct cache_core {
   in_step_sharing in_step;
   std::unique_ptr<host_tier_state> host; ///< `policy::host_tier` only
   std::unique_ptr<remote_tier_state> remote; ///< `policy::remote_tier` only
-  std::vector<std::pair<content_key, std::uint64_t>> fetch_ends_; ///< `prefetch` scratch
 };
 
 } // namespace reprise::detail

@@ -274,6 +274,24 @@ public:
     return st_->prefetch(prompt, keys);
   }
 
+  /// `policy::remote_tier`: as above, fetching only the values in `in_store`, the keys a `probe` of this
+  /// prompt found in the store: blocks up to the first one absent and, for a model with recurrent layers,
+  /// only up to the deepest snapshot found. A prompt's new content then reserves no host unit.
+  result<fetch_plan> prefetch(std::span<const token_id> prompt, const extra_keys& keys,
+                              std::span<const content_key> in_store) {
+    if (!st_) return errc::pool_exhausted;
+    return st_->prefetch(prompt, keys, &in_store);
+  }
+
+  /// `policy::remote_tier`: the content keys a `prefetch` of `prompt` could fetch now (blocks in chain
+  /// order, then snapshots deepest first), for the engine to ask the store which it has (`redis_store::probe`)
+  /// before `prefetch(prompt, keys, in_store)`. Reserves and changes nothing. The span stays valid until the
+  /// next `probe`. Without a remote tier: empty. Errors: as `prefetch`'s.
+  result<probe_plan> probe(std::span<const token_id> prompt, const extra_keys& keys = {}) {
+    if (!st_) return errc::pool_exhausted;
+    return st_->probe(prompt, keys);
+  }
+
   /// `policy::remote_tier`: the fetch into host unit `unit` finished; `header` is the header the store
   /// returned with the value (its payload already in the unit), empty for a miss. The value is used only
   /// if the header equals the one the prompt implies. Errors: `invalid_argument` when no fetch into that unit

@@ -74,6 +74,12 @@ struct write_through_entry {
   epoch_t epoch = 0;
 };
 
+/// A snapshot `prefetch` may fetch: its position, its block's content key and its own.
+struct snapshot_candidate {
+  std::uint32_t position = 0;
+  content_key block{}, key{};
+};
+
 struct remote_tier_state {
   remote_tier_state(const remote_keyer& k, std::uint32_t gpu_blocks, std::uint32_t gpu_slots, std::uint32_t kv_units,
                     std::uint32_t snapshot_units)
@@ -107,7 +113,13 @@ struct remote_tier_state {
   std::vector<std::pair<std::size_t, std::size_t>> put_headers;
   std::vector<std::byte> header_bytes, taken_header_bytes;
   std::vector<remote_fetch> fetches;
-  sequence_record scratch; ///< `prefetch`'s lookup
+  std::vector<remote_probe> probes;
+  /// `prefetch` / `probe` scratch: its lookup, the keys the store has (sorted), the walked chain's block keys
+  /// and the serials drawn for the fetched ones, the snapshot candidates.
+  sequence_record scratch;
+  std::vector<content_key> present, walked;
+  std::vector<std::uint64_t> walked_serials;
+  std::vector<snapshot_candidate> candidates;
 };
 
 } // namespace reprise::detail

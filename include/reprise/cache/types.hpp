@@ -174,6 +174,18 @@ struct fetch_plan {
   std::uint32_t blocks = 0;
 };
 
+/// A key `probe` lists: a value a `prefetch` of the prompt could fetch, if the store has it.
+struct remote_probe {
+  remote_item item = remote_item::block;
+  content_key key{};
+};
+
+/// What `probe` listed: block keys in chain order, then snapshot keys deepest first. The span stays valid
+/// until the next `probe` or `prefetch`.
+struct probe_plan {
+  std::span<const remote_probe> keys{};
+};
+
 /// One unit moved between tiers: unit `src` of the source pool into unit `dst` of the destination pool (a
 /// unit is one KV block, or one snapshot slot, across every layer's pool).
 struct unit_move {
