@@ -16,10 +16,12 @@ CONFIGS = [
     ("on", "none", "affinity on, host 10x, no store"),
     ("on", "back", "affinity on, host 10x, store write-back"),
     ("on", "through", "affinity on, host 10x, store write-through"),
+    ("on", "through-unprobed", "affinity on, host 10x, store write-through, no probe"),
     ("off", "unlimited", "round robin, unlimited memory, no store"),
     ("off", "none", "round robin, host 10x, no store"),
     ("off", "back", "round robin, host 10x, store write-back"),
     ("off", "through", "round robin, host 10x, store write-through"),
+    ("off", "through-unprobed", "round robin, host 10x, store write-through, no probe"),
 ]
 
 
@@ -54,15 +56,18 @@ def main():
                     cells.append(f"{computed / floor:.2f}x ({computed / ref:.2f})")
                 print(f"| {label} | " + " | ".join(cells) + " |")
             print(f"\n{trace}, {policy}, 4 engines: the store\n")
-            print("| configuration | puts | GiB put | fetches | blocks / snapshots kept | GiB fetched | KV from store |")
-            print("|---|---|---|---|---|---|---|")
+            print("| configuration | puts | GiB put | keys probed / found | fetches | blocks / snapshots kept | GiB fetched "
+                  "| KV from store |")
+            print("|---|---|---|---|---|---|---|---|")
             for aff, remote, label in CONFIGS:
                 if remote in ("none", "unlimited"):
                     continue
                 r = data[(aff, remote, policy, 4)]
                 kv = int(r["kv_matched_tokens"])
                 from_store = int(r["remote_block_hits"]) * int(r["block_size"])
-                print(f"| {label} | {int(r['remote_puts']):,} | {int(r['remote_bytes_put']) / 2**30:.1f} | "
+                probed = (f"{int(r['remote_probed_keys']):,} / {int(r['remote_probed_found']):,}"
+                          if r.get("remote_probe") == "on" else "-")
+                print(f"| {label} | {int(r['remote_puts']):,} | {int(r['remote_bytes_put']) / 2**30:.1f} | {probed} | "
                       f"{int(r['remote_fetches']):,} | {int(r['remote_block_hits']):,} / {int(r['remote_snapshot_hits']):,} | "
                       f"{int(r['remote_bytes_fetched']) / 2**30:.1f} | {100 * from_store / kv if kv else 0:.1f} % |")
 

@@ -233,6 +233,8 @@ struct queued_request {
   std::span<const std::byte> payload;
   std::span<std::byte> destination;
   bool has_destination = false;
+  std::span<const content_key> keys; ///< probe
+  std::span<std::uint8_t> found;     ///< probe
   clock_type::time_point submitted_at{};
 };
 
@@ -275,6 +277,7 @@ public:
   void complete(completion c) {
     switch (c.status) {
     case store_status::stored: stored.fetch_add(1, std::memory_order_relaxed); break;
+    case store_status::answered: probes.fetch_add(1, std::memory_order_relaxed); break;
     case store_status::hit: hits.fetch_add(1, std::memory_order_relaxed); break;
     case store_status::miss: misses.fetch_add(1, std::memory_order_relaxed); break;
     case store_status::corrupt: corrupt.fetch_add(1, std::memory_order_relaxed); break;
@@ -318,7 +321,7 @@ public:
   std::atomic<std::size_t> in_flight{0};
   std::atomic<request_id> next_id{1};
   std::atomic<std::uint64_t> submitted{0}, rejected{0}, stored{0}, hits{0}, misses{0}, corrupt{0}, failed{0},
-      redirects{0}, reconnects{0};
+      redirects{0}, reconnects{0}, probes{0}, probed_keys{0}, probed_found{0};
 
   std::vector<std::thread> threads;
 };
@@ -372,6 +375,36 @@ public:
       pending = std::move(redirected);
     }
     return step::server_error;
+  }
+
+  /// As `run`, for commands whose keys lie in different slots (command i's in `slots[i]`): pipelined to each
+  /// node that owns some of them, one exchange per node; a command redirected is run again on its own.
+  step run_spread(std::span<const std::uint16_t> slots, std::span<const command> commands,
+                  std::vector<reply_ptr>& replies) {
+    replies.clear();
+    replies.resize(commands.size());
+    std::vector<std::vector<std::size_t>> by_node;
+    for (std::size_t i = 0; i < commands.size(); ++i) {
+      int target = -1;
+      if (const step s = route(slots[i], target); s != step::ok) return s;
+      if (by_node.size() <= static_cast<std::size_t>(target)) by_node.resize(static_cast<std::size_t>(target) + 1);
+      by_node[static_cast<std::size_t>(target)].push_back(i);
+    }
+    for (std::size_t t = 0; t < by_node.size(); ++t) {
+      if (by_node[t].empty()) continue;
+      std::vector<std::size_t> redirected;
+      std::optional<endpoint> moved_to, ask_to;
+      if (const step s = exchange(static_cast<int>(t), commands, by_node[t], false, replies, redirected, moved_to, ask_to);
+          s != step::ok)
+        return s;
+      for (const std::size_t i : redirected) {
+        store_.redirects.fetch_add(1, std::memory_order_relaxed);
+        std::vector<reply_ptr> one;
+        if (const step s = run(slots[i], commands.subspan(i, 1), one); s != step::ok) return s;
+        replies[i] = std::move(one[0]);
+      }
+    }
+    return step::ok;
   }
 
 private:
@@ -616,7 +649,7 @@ public:
     completion c;
     c.id = r.id;
     c.kind = r.kind;
-    c.status = r.kind == request_kind::put ? put(r) : get(r, c);
+    c.status = r.kind == request_kind::put ? put(r) : r.kind == request_kind::get ? get(r, c) : probe(r);
     return c;
   }
 
@@ -671,6 +704,32 @@ private:
     if (const step s = router_.run(slot, std::span<const command>(&cmd, 1), replies); s != step::ok)
       return to_status(s);
     return expect_ok(*replies[0]);
+  }
+
+  store_status probe(const queued_request& r) {
+    std::fill(r.found.begin(), r.found.end(), std::uint8_t{0});
+    std::vector<std::string> names(r.keys.size());
+    std::vector<std::uint16_t> slots(r.keys.size());
+    std::vector<command> commands(r.keys.size());
+    for (std::size_t i = 0; i < r.keys.size(); ++i) {
+      names[i] = store_.value_prefix(r.keys[i]) + "m";
+      slots[i] = cluster_slot(names[i]);
+      commands[i].arg("EXISTS").arg(names[i]);
+    }
+    std::vector<reply_ptr> replies;
+    if (const step s = router_.run_spread(slots, commands, replies); s != step::ok) return to_status(s);
+    for (const reply_ptr& reply : replies) {
+      if (reply->type == REDIS_REPLY_ERROR) return error_reply_status(*reply);
+      if (reply->type != REDIS_REPLY_INTEGER) return store_status::server_error;
+    }
+    std::uint64_t n = 0;
+    for (std::size_t i = 0; i < replies.size(); ++i) {
+      r.found[i] = replies[i]->integer > 0 ? 1 : 0;
+      n += r.found[i];
+    }
+    store_.probed_keys.fetch_add(r.keys.size(), std::memory_order_relaxed);
+    store_.probed_found.fetch_add(n, std::memory_order_relaxed);
+    return store_status::answered;
   }
 
   static store_status expect_ok(const redisReply& reply) noexcept {
@@ -858,6 +917,15 @@ result<request_id> redis_store::put(const content_key& key, std::span<const std:
   return impl_->submit(r);
 }
 
+result<request_id> redis_store::probe(std::span<const content_key> keys, std::span<std::uint8_t> found) {
+  if (keys.size() != found.size()) return failure{errc::invalid_argument};
+  queued_request r;
+  r.kind = request_kind::probe;
+  r.keys = keys;
+  r.found = found;
+  return impl_->submit(r);
+}
+
 result<request_id> redis_store::get(const content_key& key) {
   queued_request r;
   r.kind = request_kind::get;
@@ -895,6 +963,9 @@ redis_store_stats redis_store::stats() const noexcept {
   s.stored = get(impl_->stored);
   s.hits = get(impl_->hits);
   s.misses = get(impl_->misses);
+  s.probes = get(impl_->probes);
+  s.probed_keys = get(impl_->probed_keys);
+  s.probed_found = get(impl_->probed_found);
   s.corrupt = get(impl_->corrupt);
   s.failed = get(impl_->failed);
   s.redirects = get(impl_->redirects);

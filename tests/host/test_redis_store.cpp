@@ -107,6 +107,15 @@ completion get_into(redis_store& s, const content_key& k, std::span<std::byte> d
   return await(s, *id);
 }
 
+/// Probes `keys`; the flags it wrote, or nothing when the probe failed (`status` says how it ended).
+std::vector<std::uint8_t> probe_sync(redis_store& s, const std::vector<content_key>& keys, store_status& status) {
+  std::vector<std::uint8_t> found(keys.size(), 7); // a failed probe must clear them
+  auto id = s.probe(keys, found);
+  REQUIRE(id.has_value());
+  status = await(s, *id).status;
+  return found;
+}
+
 bool same(std::span<const std::byte> a, std::span<const std::byte> b) {
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size()) == 0);
 }
@@ -244,6 +253,32 @@ TEST_CASE("single server: values round-trip bitwise chunked or not and absent ke
   const std::vector<std::byte> replacement = pattern((std::size_t{1} << 20) + 3, 555);
   REQUIRE(put_sync(*store, key_of(105), header, replacement) == store_status::stored);
   CHECK(same(get_sync(*store, key_of(105)).payload, replacement));
+
+  // A probe asks for every key in one pipelined exchange: which have a value, none read.
+  store_status status{};
+  const std::vector<content_key> asked{key_of(7777), key_of(100), key_of(1), key_of(105), key_of(8888), key_of(103)};
+  CHECK(probe_sync(*store, asked, status) == std::vector<std::uint8_t>{0, 1, 1, 1, 0, 1});
+  CHECK(status == store_status::answered);
+  CHECK(store->stats().probes == 1);
+  CHECK(store->stats().probed_keys == 6);
+  CHECK(store->stats().probed_found == 4);
+  CHECK(probe_sync(*store, {}, status).empty());
+  CHECK(status == store_status::answered);
+  std::vector<std::uint8_t> short_flags(2);
+  CHECK(store->probe(asked, short_flags).error() == errc::invalid_argument);
+  // A value whose manifest is gone is not there.
+  raw(c.get(), {"DEL", store->manifest_key(key_of(103))});
+  CHECK(probe_sync(*store, {key_of(103)}, status) == std::vector<std::uint8_t>{0});
+}
+
+TEST_CASE("a probe of a server that is not there fails, with every flag cleared") {
+  auto store = make_store(options_for({"127.0.0.1:1"}));
+  store_status status{};
+  const std::vector<std::uint8_t> found = probe_sync(*store, {key_of(1), key_of(2)}, status);
+  CHECK(status == store_status::unavailable);
+  CHECK(found == std::vector<std::uint8_t>{0, 0});
+  CHECK(store->stats().probes == 0);
+  CHECK(store->stats().failed == 1);
 }
 
 TEST_CASE("a corrupted or truncated or partly deleted value is a miss or corrupt and never data") {
@@ -550,6 +585,7 @@ TEST_CASE("Redis Cluster: slot routing and MOVED and ASK redirects") {
   all.topology = store_topology::cluster;
   all.chunk_bytes = 4096;
   auto seeded = make_store(all);
+  auto prober = make_store(options_for({cluster.nodes[2]->endpoint()}));
 
   const std::vector<std::byte> header = pattern(32, 4);
   std::vector<std::vector<std::byte>> values;
@@ -572,6 +608,20 @@ TEST_CASE("Redis Cluster: slot routing and MOVED and ASK redirects") {
   }
   CHECK(nodes_with_keys >= 2);
   CHECK(store->stats().redirects == 0);
+
+  // A probe spans the nodes: every key asked of the node that owns its slot.
+  std::vector<content_key> asked;
+  std::vector<std::uint8_t> expected;
+  for (int i = 0; i < 30; ++i) {
+    asked.push_back(key_of(static_cast<std::uint64_t>(i)));
+    expected.push_back(i < 24 ? 1 : 0);
+  }
+  store_status status{};
+  for (redis_store* s : {store.get(), seeded.get(), prober.get()}) {
+    CHECK(probe_sync(*s, asked, status) == expected);
+    CHECK(status == store_status::answered);
+  }
+  CHECK(prober->stats().redirects == 0);
 
   // Migrate the slot of value 1 (chunked) to another node by hand, as redis-cli --cluster reshard would.
   const content_key k = key_of(1);
@@ -606,6 +656,11 @@ TEST_CASE("Redis Cluster: slot routing and MOVED and ASK redirects") {
     raw_connection c = n->connect();
     REQUIRE(raw_string(c.get(), {"CLUSTER", "SETSLOT", slot_text, "NODE", to_id}) == "OK");
   }
+  // A probe with a stale map: the moved key is redirected, and found.
+  const std::uint64_t before_probe = prober->stats().redirects;
+  CHECK(probe_sync(*prober, asked, status) == expected);
+  CHECK(status == store_status::answered);
+  CHECK(prober->stats().redirects > before_probe);
   for (redis_store* s : {store.get(), seeded.get()}) {
     const std::uint64_t before_moved = s->stats().redirects;
     got = get_sync(*s, k);

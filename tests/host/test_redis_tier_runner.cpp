@@ -18,6 +18,8 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <optional>
+#include <thread>
 #include <vector>
 
 using namespace reprise;
@@ -53,7 +55,7 @@ std::vector<std::byte> content_of(std::span<const token_id> tokens, std::uint32_
 /// One engine process: a cache, its GPU "pools" and host pools of two layers each, and a tier runner.
 struct process {
   process(const content_keyer& keys, redis_store& store, bool write_through = false, bool reader = true)
-      : cache(make(keys, write_through)), gpu_kv(12, std::vector<std::byte>(unit_bytes)),
+      : cache(make(keys, write_through)), gpu_kv(24, std::vector<std::byte>(unit_bytes)),
         gpu_slots(cache.snapshot_slots(), std::vector<std::byte>(unit_bytes)),
         host_kv(cache.host_kv_units() * unit_bytes), host_slots(cache.host_snapshot_units() * unit_bytes),
         runner(store, layers(host_kv), layers(host_slots), reader ? read_gpu() : device_reader{}) {}
@@ -68,7 +70,7 @@ struct process {
   }
 
   static cache_type make(const content_keyer& keys, bool write_through) {
-    auto c = cache_type::create({.kv_blocks = 12,
+    auto c = cache_type::create({.kv_blocks = 24,
                                  .snapshot_budget_bytes = 2 * small_hybrid::bytes_per_snapshot,
                                  .hasher_seed = 3,
                                  .host_kv_budget_bytes = 16 * small_hybrid::bytes_per_kv_block,
@@ -139,6 +141,28 @@ struct process {
     runner.run_puts(cache.take_transfers());
     runner.start_fetches(cache, fetch_plan{fetches, plan->blocks});
     REQUIRE(runner.drain(cache, 5s));
+  }
+
+  /// As an engine that probes first: asks the store what it has of `prompt`, polls until the answer came,
+  /// then fetches only that. Returns the fetches planned.
+  std::size_t probe_and_prefetch(const std::vector<token_id>& prompt) {
+    auto listed = cache.probe(prompt);
+    REQUIRE(listed.has_value());
+    const request_id ticket = runner.start_probe(*listed);
+    std::optional<std::vector<content_key>> found;
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (!(found = runner.take_probe(ticket)) && std::chrono::steady_clock::now() < deadline) {
+      runner.poll(cache);
+      std::this_thread::sleep_for(1ms);
+    }
+    REQUIRE(found.has_value());
+    auto plan = cache.prefetch(prompt, {}, *found);
+    REQUIRE(plan.has_value());
+    const std::vector<remote_fetch> fetches(plan->fetches.begin(), plan->fetches.end());
+    runner.run_puts(cache.take_transfers());
+    runner.start_fetches(cache, fetch_plan{fetches, plan->blocks});
+    REQUIRE(runner.drain(cache, 5s));
+    return fetches.size();
   }
 
   cache_type cache;
@@ -299,4 +323,34 @@ TEST_CASE("a dead server turns fetches into misses within the timeout and blocks
   const admit_plan p = reader.serve(1, prompt);
   CHECK(p.usable_tokens == 0);
   CHECK(reader.cache.check_invariants().has_value());
+}
+
+TEST_CASE("probing first: only what redis has is fetched, and a dead server costs no fetch at all") {
+  require_redis_server();
+  redis_server server;
+  write_in_child(server);
+  auto store = redis_store::create(options_for(server));
+  REQUIRE(store.has_value());
+  const content_keyer keys = make_keyer();
+  process reader(keys, **store);
+  // 3A new tokens past what the child wrote: the optimistic prefetch would reserve 12 more blocks and ask
+  // for two snapshots (5A, 4A) the store does not have.
+  const std::vector<token_id> next = concat(prompt, iota_tokens(3 * A, 5000));
+  CHECK(reader.probe_and_prefetch(next) == 9);
+  CHECK(reader.runner.stats().probes_answered == 1);
+  CHECK(reader.runner.stats().keys_found == 9);
+  CHECK(reader.cache.metrics().remote_hits == 9);
+  CHECK(reader.cache.metrics().remote_misses == 0);
+  const admit_plan p = reader.serve(1, next);
+  CHECK(p.restore_from_host);
+  CHECK(p.usable_tokens == 2 * A);
+  CHECK(reader.restored == content_of(next, 2 * A, true)); // the child's bytes
+
+  process late(keys, **store);
+  server.kill();
+  CHECK(late.probe_and_prefetch(next) == 0);
+  CHECK(late.runner.stats().probes_failed == 1);
+  CHECK(late.cache.metrics().remote_fetches == 0);
+  CHECK(late.cache.metrics().host_blocks_held == 0);
+  CHECK(late.cache.check_invariants().has_value());
 }

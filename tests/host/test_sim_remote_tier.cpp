@@ -148,6 +148,41 @@ TEST_CASE("fleet: write-through lets round-robin engines reuse each other's pref
   CHECK(format_report(small).find("store evictions / peak bytes") != std::string::npos);
 }
 
+TEST_CASE("probing: a fleet fetches only what the store has, and a store with nothing costs nothing") {
+  const trace t = generate({.kind = workload_kind::chat, .requests = 800, .seed = 7, .active_sessions = 24});
+  for (const policy_kind p : {policy_kind::strict, policy_kind::chat}) {
+    CAPTURE(to_string(p));
+    replay_config c = fleet(p, 4, /*affinity=*/false);
+    c.remote_write_through = true;
+    c.remote_probe = false;
+    const replay_report unprobed = simulate(t, c);
+    c.remote_probe = true;
+    const replay_report probed = simulate(t, c);
+    check_remote_adds_up(unprobed);
+    check_remote_adds_up(probed);
+    CHECK(probed.remote_probe);
+    CHECK(!unprobed.remote_probe);
+    CHECK(unprobed.remote_probed_keys == 0);
+    CHECK(probed.remote_probed_keys > probed.remote_probed_found);
+    CHECK(probed.remote_fetches <= probed.remote_probed_found);
+    CHECK(probed.remote_misses == 0); // an unlimited store loses nothing between the probe and the get
+    CHECK(unprobed.remote_misses > 0);
+    CHECK(probed.remote_fetches < unprobed.remote_fetches);
+    CHECK(probed.prefill_tokens <= unprobed.prefill_tokens);
+  }
+
+  // One engine, chat: the store holds no turn end, and probing, it costs nothing against no store at all.
+  replay_config c = fleet(policy_kind::chat, 1, true);
+  c.remote_tier = false;
+  const replay_report none = simulate(t, c);
+  c.remote_tier = true;
+  const replay_report probed = simulate(t, c);
+  REQUIRE(none.error.empty());
+  check_remote_adds_up(probed);
+  CHECK(probed.prefill_tokens <= none.prefill_tokens);
+  CHECK(format_report(probed).find("keys probed / found") != std::string::npos);
+}
+
 TEST_CASE("remote tier misuses are clear errors") {
   const trace t = generate({.kind = workload_kind::chat, .requests = 50, .seed = 1, .active_sessions = 4});
   replay_config c = fleet(policy_kind::strict, 2, true);
@@ -225,9 +260,9 @@ TEST_CASE("a sweep along engines writes one row per fleet size with the remote c
   std::getline(in, header);
   CHECK(header.rfind("engines,model,policy,", 0) == 0);
   CHECK(header.find(",remote_tier,remote_store,remote_budget_bytes,remote_puts,") != std::string::npos);
-  CHECK(header.ends_with(",remote_write"));
+  CHECK(header.ends_with(",remote_write,remote_probe,remote_probed_keys,remote_probed_found"));
   std::string row;
   std::getline(in, row);
-  CHECK(row.ends_with(",through"));
+  CHECK(row.find(",through,on,") != std::string::npos);
   std::filesystem::remove_all(dir);
 }

@@ -599,6 +599,7 @@ struct cache_core {
                                                                  ? candidates.front().position / B - matched
                                                                  : 0);
       }
+      if (wanted == 0 && candidates.empty()) return fetch_plan{rs.fetches, 0}; // nothing to fetch, nothing touched
       // The matched host blocks stay while units are reserved (the fetched chain hangs under them).
       for (const host_unit u : host->hits) ledger.hold_block(u);
       // A fetch may miss: it may push a host unit down to the store (written back, or there already), never

@@ -116,12 +116,13 @@ struct redis_store_options {
 
 using request_id = std::uint64_t;
 
-enum class request_kind : std::uint8_t { put, get };
+enum class request_kind : std::uint8_t { put, get, probe };
 
 /// How a request ended. Only `stored` and `hit` are successes; every other status leaves the caller where
 /// a cache miss leaves it.
 enum class store_status : std::uint8_t {
   stored,       ///< put: chunks and manifest written
+  answered,     ///< probe: every key was asked, its flag written
   hit,          ///< get: the value was found, complete, and matches its digest
   miss,         ///< get: no value, a chunk evicted or missing, or a value of another size than the destination
   corrupt,      ///< get: a value is there but is not a whole, valid value of this format (wrong tag,
@@ -135,6 +136,7 @@ enum class store_status : std::uint8_t {
 constexpr std::string_view to_string(store_status s) noexcept {
   switch (s) {
   case store_status::stored: return "stored";
+  case store_status::answered: return "answered";
   case store_status::hit: return "hit";
   case store_status::miss: return "miss";
   case store_status::corrupt: return "corrupt";
@@ -166,6 +168,8 @@ struct redis_store_stats {
   std::uint64_t stored = 0;
   std::uint64_t hits = 0;
   std::uint64_t misses = 0;
+  std::uint64_t probes = 0;  ///< probes answered
+  std::uint64_t probed_keys = 0, probed_found = 0;
   std::uint64_t corrupt = 0;
   std::uint64_t failed = 0; ///< timeout, unavailable or server_error
   std::uint64_t redirects = 0; ///< MOVED and ASK followed
@@ -212,6 +216,14 @@ public:
   /// on a `hit`, after the value's sizes and digest were checked; on any other status it is untouched.
   /// Errors: `pool_exhausted`.
   result<request_id> get(const content_key& key, std::span<std::byte> destination);
+
+  /// Asks which of `keys` have a value (whether their manifest is there), without reading any: pipelined per
+  /// server, one round trip on a single node. `found` (as long as `keys`) receives 1 for each key with a
+  /// value and 0 for each without; both spans are borrowed until `poll` returns the completion, whose status
+  /// is `answered`, or a failure (then `found` is all 0). A key found may still miss on `get` (evicted or
+  /// overwritten meanwhile, or corrupt): a probe tells what is worth fetching, `get` what may be used.
+  /// Errors: `pool_exhausted`; `invalid_argument` when the spans' sizes differ.
+  result<request_id> probe(std::span<const content_key> keys, std::span<std::uint8_t> found);
 
   /// Moves up to `out.size()` finished requests into `out`, oldest first, and returns how many. Never waits
   /// for I/O (it only takes a lock that the I/O threads hold for a few instructions).

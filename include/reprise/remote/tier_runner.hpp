@@ -9,13 +9,19 @@
 /// const reprise::transfer_plan t = cache.take_transfers();
 /// runner.run_puts(t);                  // copies the evicted host units out first
 /// /* the engine's offloads, then onboards (t.kv_offload, t.snapshot_offload, t.kv_onboard) */
-/// // when a request arrives:
-/// auto f = cache.prefetch(prompt, keys);
-/// runner.run_puts(cache.take_transfers()); // what the reservations evicted, before the fetches write units
-/// runner.start_fetches(*f);
+/// // when a request arrives: ask the store what it has of the prompt (one pipelined round trip)
+/// auto probe = runner.start_probe(*cache.probe(prompt, keys));
 /// // once per step, before admitting:
 /// runner.poll(cache);                  // completed fetches -> host units -> cache.fetched(...)
+/// if (auto found = runner.take_probe(probe)) {          // the probe was answered: fetch what is there
+///   auto f = cache.prefetch(prompt, keys, *found);
+///   runner.run_puts(cache.take_transfers()); // what the reservations evicted, before the fetches write units
+///   runner.start_fetches(cache, *f);
+/// }
 /// \endcode
+///
+/// `cache.prefetch(prompt, keys)` without a probe fetches every candidate at once, saving the round trip;
+/// what the store lacks (a prompt's new content, always) then holds a reserved host unit until reported.
 ///
 /// The engine decides when a request whose fetches are still in flight is admitted (when they complete, or
 /// after a deadline: a fetch that completes later only fills the host tier for the next prompt). Network I/O
@@ -41,6 +47,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -57,6 +64,7 @@ struct tier_runner_stats {
   std::uint64_t puts_issued = 0, puts_stored = 0, puts_failed = 0, puts_dropped = 0;
   std::uint64_t fetches_issued = 0, fetch_hits = 0, fetch_misses = 0, fetches_dropped = 0;
   std::uint64_t bytes_put = 0, bytes_fetched = 0;
+  std::uint64_t probes_issued = 0, probes_answered = 0, probes_failed = 0, keys_found = 0;
 };
 
 /// Copies GPU unit `unit` (a KV block, or a snapshot slot) into `out`, which is `unit_bytes(item)` long, in
@@ -126,6 +134,36 @@ public:
     }
   }
 
+  /// Asks the store which of `plan`'s keys it has (the keys are copied). Returns the ticket for
+  /// `take_probe`; a probe the store's full queue refuses is answered at once, with nothing found.
+  request_id start_probe(const probe_plan& plan) {
+    const request_id ticket = next_ticket_++;
+    pending_probe probe;
+    probe.keys.reserve(plan.keys.size());
+    for (const remote_probe& k : plan.keys) probe.keys.push_back(k.key);
+    probe.found.assign(probe.keys.size(), 0);
+    auto id = store_->probe(probe.keys, probe.found);
+    if (!id) {
+      ++stats_.probes_failed;
+      answered_.emplace(ticket, std::vector<content_key>{});
+      return ticket;
+    }
+    ++stats_.probes_issued;
+    probe.ticket = ticket;
+    probes_.emplace(*id, std::move(probe));
+    return ticket;
+  }
+
+  /// The keys the store had, once the probe `ticket` was answered and `poll` collected it (none if it
+  /// failed: a store that is down costs no fetch); nothing while it runs. Each answer is handed out once.
+  std::optional<std::vector<content_key>> take_probe(request_id ticket) {
+    auto it = answered_.find(ticket);
+    if (it == answered_.end()) return std::nullopt;
+    std::vector<content_key> found = std::move(it->second);
+    answered_.erase(it);
+    return found;
+  }
+
   /// Collects finished requests without waiting: a fetched hit is scattered into its host unit and reported
   /// with the store's header, anything else reported as a miss; a finished put frees its buffers. Returns
   /// the requests finished.
@@ -143,7 +181,7 @@ public:
   bool drain(Cache& cache, std::chrono::milliseconds timeout) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     completion done[32];
-    while (!puts_.empty() || !fetches_.empty()) {
+    while (!puts_.empty() || !fetches_.empty() || !probes_.empty()) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) return false;
       const std::size_t n = store_->wait(done, left);
@@ -152,7 +190,7 @@ public:
     return true;
   }
 
-  std::size_t in_flight() const noexcept { return puts_.size() + fetches_.size(); }
+  std::size_t in_flight() const noexcept { return puts_.size() + fetches_.size() + probes_.size(); }
   const tier_runner_stats& stats() const noexcept { return stats_; }
 
 private:
@@ -164,12 +202,33 @@ private:
     std::uint32_t unit;
     std::vector<std::byte> staging;
   };
+  struct pending_probe {
+    request_id ticket = 0;
+    std::vector<content_key> keys;
+    std::vector<std::uint8_t> found;
+  };
 
   std::span<const host_pool_view> pools(remote_item item) const noexcept {
     return pools_[item == remote_item::block ? 0 : 1];
   }
 
   void finish(Cache& cache, const completion& c) {
+    if (c.kind == request_kind::probe) {
+      auto it = probes_.find(c.id);
+      if (it == probes_.end()) return;
+      std::vector<content_key> found;
+      if (c.status == store_status::answered) {
+        ++stats_.probes_answered;
+        for (std::size_t i = 0; i < it->second.keys.size(); ++i)
+          if (it->second.found[i] != 0) found.push_back(it->second.keys[i]);
+        stats_.keys_found += found.size();
+      } else {
+        ++stats_.probes_failed;
+      }
+      answered_.emplace(it->second.ticket, std::move(found));
+      probes_.erase(it);
+      return;
+    }
     if (c.kind == request_kind::put) {
       ++(c.status == store_status::stored ? stats_.puts_stored : stats_.puts_failed);
       puts_.erase(c.id);
@@ -199,6 +258,9 @@ private:
   device_reader read_device_;
   std::unordered_map<request_id, pending_put> puts_;
   std::unordered_map<request_id, pending_fetch> fetches_;
+  std::unordered_map<request_id, pending_probe> probes_;           ///< by the store's request id
+  std::unordered_map<request_id, std::vector<content_key>> answered_; ///< by ticket
+  request_id next_ticket_ = 1;
   tier_runner_stats stats_;
 };
 

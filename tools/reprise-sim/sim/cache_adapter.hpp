@@ -245,6 +245,8 @@ public:
     rep.remote_bytes_put += mm.remote_bytes_put;
     rep.remote_fetches += mm.remote_fetches;
     rep.remote_block_hits += remote_block_hits_;
+    rep.remote_probed_keys += probed_keys_;
+    rep.remote_probed_found += probed_found_;
     rep.remote_snapshot_hits += remote_snapshot_hits_;
     rep.remote_misses += mm.remote_misses;
     rep.remote_rejected += mm.remote_rejected;
@@ -298,15 +300,33 @@ private:
   /// miss) and the cache keeps what verifies.
   void fetch_from_store(std::uint32_t i, std::span<const token> prompt, const extra_keys& keys) {
     const auto t0 = clock_type::now();
-    auto plan = cache_.prefetch(prompt, keys);
-    if (!plan) {
+    if (f_.c.remote_probe) {
+      auto listed = cache_.probe(prompt, keys);
+      if (!listed) {
+        f_.in_cache += clock_type::now() - t0;
+        misuse("probe", listed.error(), i);
+        return;
+      }
+      probe_keys_.clear();
+      for (const remote_probe& k : listed->keys) probe_keys_.push_back(k.key);
       f_.in_cache += clock_type::now() - t0;
+      f_.store->probe(probe_keys_, probe_found_);
+      present_.clear();
+      for (std::size_t k = 0; k < probe_keys_.size(); ++k)
+        if (probe_found_[k] != 0) present_.push_back(probe_keys_[k]);
+      probed_keys_ += probe_keys_.size();
+      probed_found_ += present_.size();
+    }
+    const auto t_plan = clock_type::now();
+    auto plan = f_.c.remote_probe ? cache_.prefetch(prompt, keys, present_) : cache_.prefetch(prompt, keys);
+    if (!plan) {
+      f_.in_cache += clock_type::now() - t_plan;
       misuse("prefetch", plan.error(), i);
       return;
     }
     fetches_.assign(plan->fetches.begin(), plan->fetches.end());
     take_transfers();
-    f_.in_cache += clock_type::now() - t0;
+    f_.in_cache += clock_type::now() - t_plan;
     for (const remote_fetch& fetch : fetches_) {
       const bool block = fetch.item == remote_item::block;
       const bool found = f_.store->get(fetch.key, block ? f_.rep.bytes_per_kv_block : f_.rep.bytes_per_snapshot, header_);
@@ -371,6 +391,9 @@ private:
   std::uint64_t samples_ = 0;
   std::uint64_t transfer_steps_ = 0, kv_offload_moves_ = 0, snapshot_offload_moves_ = 0, kv_onboard_moves_ = 0;
   std::uint64_t remote_puts_ = 0, remote_block_hits_ = 0, remote_snapshot_hits_ = 0;
+  std::uint64_t probed_keys_ = 0, probed_found_ = 0;
+  std::vector<content_key> probe_keys_, present_;
+  std::vector<std::uint8_t> probe_found_;
   std::vector<remote_fetch> fetches_;
   std::vector<std::byte> header_;
 };

@@ -44,6 +44,7 @@ bool prepare(const trace& t, const replay_config& c, runner run_fn, replay_repor
   rep.affinity = c.affinity;
   rep.remote_tier = c.remote_tier;
   rep.remote_write_through = c.remote_tier && c.remote_write_through;
+  rep.remote_probe = c.remote_tier && c.remote_probe;
   rep.remote_budget_bytes = c.remote_tier && c.remote_redis.empty() ? c.remote_budget_bytes : 0;
   if (has_host_tier(c) && !takes_host_tier(c.policy)) {
     rep.error = "policy " + std::string(to_string(c.policy)) +

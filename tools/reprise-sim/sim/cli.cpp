@@ -96,7 +96,8 @@ cli_parse parse_command_line(int argc, const char* const* argv) {
   app.footer("BYTES: 512MiB, 40GiB, 1.5G or a plain number (K/M/G/T and KiB..TiB are powers of 1024).\n"
              "Traces: docs/sim-trace-format.md. Run `reprise-sim COMMAND --help` for a command's options.");
 
-  std::string workload, model, policy = "all", on_error_text = "fail", axis, values, affinity = "on", remote_write = "back";
+  std::string workload, model, policy = "all", on_error_text = "fail", axis, values, affinity = "on";
+  std::string remote_write = "back", remote_probe = "on";
   bool no_progress = false;
 
   app.add_subcommand("models", "list the preset models, their block and snapshot sizes and policies");
@@ -174,6 +175,11 @@ cli_parse parse_command_line(int argc, const char* const* argv) {
                   "when values reach the store: back (when a host tier evicts them; default) or through (as soon as "
                   "the step that computed them completed)")
         ->check(CLI::IsMember({"back", "through"}))
+        ->needs(remote);
+    c->add_option("--remote-probe", remote_probe,
+                  "on: ask the store which keys it has before every prefetch and fetch only those (default); off: "
+                  "fetch every candidate, a host unit reserved for each until it is answered")
+        ->check(CLI::IsMember({"on", "off"}))
         ->needs(remote);
     c->add_option("--remote-candidates", o.cache.remote_snapshot_candidates,
                   "snapshots a prefetch asks the store for, deepest first (default 2)")
@@ -254,6 +260,7 @@ cli_parse parse_command_line(int argc, const char* const* argv) {
     o.progress = !no_progress;
     o.cache.affinity = affinity == "on";
     o.cache.remote_write_through = remote_write == "through";
+    o.cache.remote_probe = remote_probe == "on";
     if (policy != "all") {
       const std::string e = split_each(policy, [&](const std::string& name) -> std::string {
         const auto p = parse_policy(name);

@@ -57,6 +57,11 @@ bool modelled_store::get(const content_key& key, std::uint64_t payload_bytes, st
   return true;
 }
 
+void modelled_store::probe(std::span<const content_key> keys, std::vector<std::uint8_t>& found) {
+  found.resize(keys.size());
+  for (std::size_t i = 0; i < keys.size(); ++i) found[i] = index_.contains(keys[i]) ? 1 : 0;
+}
+
 std::string modelled_store::describe() const {
   return budget_ == 0 ? "modelled, unlimited"
                       : "modelled, " + format_bytes(static_cast<double>(budget_)) + " LRU";
@@ -99,6 +104,16 @@ public:
     return true;
   }
 
+  void probe(std::span<const content_key> keys, std::vector<std::uint8_t>& found) override {
+    found.assign(keys.size(), 0);
+    auto id = store_->probe(keys, found);
+    if (!id) {
+      ++stats_.failures;
+      return;
+    }
+    if (!finished(*id)) std::fill(found.begin(), found.end(), std::uint8_t{0});
+  }
+
   fleet_store_stats stats() const override { return stats_; }
 
   std::string describe() const override {
@@ -113,7 +128,8 @@ private:
     }
     last_ = std::move(out[0]);
     if (last_.id != id) ++stats_.failures; // one request at a time: cannot happen
-    const bool ok = last_.id == id && (last_.status == remote::store_status::stored || last_.status == remote::store_status::hit);
+    const bool ok = last_.id == id && (last_.status == remote::store_status::stored || last_.status == remote::store_status::hit ||
+                                       last_.status == remote::store_status::answered);
     if (!ok && last_.status != remote::store_status::miss) ++stats_.failures;
     return ok;
   }

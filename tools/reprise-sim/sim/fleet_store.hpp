@@ -39,6 +39,9 @@ public:
   /// The header stored under `key` with a payload of `payload_bytes`, in `header`; false for a miss (then
   /// `header` is empty).
   virtual bool get(const content_key& key, std::uint64_t payload_bytes, std::vector<std::byte>& header) = 0;
+  /// Which of `keys` have a value: `found[i]` 1 or 0 (all 0 when the store failed). Touches no LRU order (a
+  /// Redis EXISTS does not).
+  virtual void probe(std::span<const content_key> keys, std::vector<std::uint8_t>& found) = 0;
   virtual fleet_store_stats stats() const = 0;
   /// "modelled, 2 GiB LRU" or "redis at 127.0.0.1:6379, 4 KiB stand-in payloads", for reports.
   virtual std::string describe() const = 0;
@@ -51,6 +54,7 @@ public:
   explicit modelled_store(std::uint64_t budget_bytes) : budget_(budget_bytes) {}
   void put(const content_key& key, std::span<const std::byte> header, std::uint64_t payload_bytes) override;
   bool get(const content_key& key, std::uint64_t payload_bytes, std::vector<std::byte>& header) override;
+  void probe(std::span<const content_key> keys, std::vector<std::uint8_t>& found) override;
   fleet_store_stats stats() const override { return stats_; }
   std::string describe() const override;
 

@@ -392,7 +392,10 @@ std::string format_report(const replay_report& r) {
     line("steps with transfers", count(r.transfer_steps));
   }
   if (r.remote_tier) {
-    line("remote tier", r.remote_store + (r.remote_write_through ? ", write-through" : ", write-back"));
+    line("remote tier", r.remote_store + (r.remote_write_through ? ", write-through" : ", write-back") +
+                            (r.remote_probe ? ", probed" : ", unprobed"));
+    if (r.remote_probe)
+      line("keys probed / found", count(r.remote_probed_keys) + " / " + count(r.remote_probed_found));
     line("store puts", count(r.remote_puts) + " (" + bytes(static_cast<double>(r.remote_bytes_put)) + ")");
     line("fetches planned / kept", count(r.remote_fetches) + " / " + count(r.remote_block_hits) + " blocks + " +
                                        count(r.remote_snapshot_hits) + " snapshots (" +
@@ -487,7 +490,9 @@ std::vector<std::string> report_columns() {
           // Added with the remote tier.
           "remote_tier", "remote_store", "remote_budget_bytes", "remote_puts", "remote_bytes_put", "remote_fetches",
           "remote_block_hits", "remote_snapshot_hits", "remote_misses", "remote_rejected", "remote_bytes_fetched",
-          "remote_store_evictions", "peak_remote_bytes", "remote_failures", "remote_write"};
+          "remote_store_evictions", "peak_remote_bytes", "remote_failures", "remote_write",
+          // Added with the probe.
+          "remote_probe", "remote_probed_keys", "remote_probed_found"};
 }
 
 void write_report_row(csv_writer& w, const replay_report& r) {
@@ -526,6 +531,7 @@ void write_report_row(csv_writer& w, const replay_report& r) {
   w.cell(r.remote_bytes_put).cell(r.remote_fetches).cell(r.remote_block_hits).cell(r.remote_snapshot_hits);
   w.cell(r.remote_misses).cell(r.remote_rejected).cell(r.remote_bytes_fetched).cell(r.remote_store_evictions);
   w.cell(r.peak_remote_bytes).cell(r.remote_failures).cell(!r.remote_tier ? "" : r.remote_write_through ? "through" : "back");
+  w.cell(!r.remote_tier ? "" : r.remote_probe ? "on" : "off").cell(r.remote_probed_keys).cell(r.remote_probed_found);
   w.end_row();
 }
 

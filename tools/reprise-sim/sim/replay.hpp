@@ -103,6 +103,9 @@ struct replay_config {
   bool remote_write_through = false;
   /// Snapshots a prefetch asks the store for (`cache_options::remote_snapshot_candidates`).
   std::uint32_t remote_snapshot_candidates = 2;
+  /// Probe before every prefetch (`probe`, then `prefetch` of the keys the store has): no host unit is
+  /// reserved for what the store lacks. Off: every candidate is fetched, and what misses held a unit.
+  bool remote_probe = true;
   /// A live Redis / Valkey server ("host:port") instead of the modelled store; empty: modelled.
   std::string remote_redis;
   /// With `remote_redis`: the payload stored with every value (a stand-in for its real bytes, checked on
@@ -190,6 +193,8 @@ struct replay_report {
   // --- remote tier (`policy::remote_tier`): counts summed over the engines, the store's own figures ---
   bool remote_tier = false;
   bool remote_write_through = false;
+  bool remote_probe = false;
+  std::uint64_t remote_probed_keys = 0, remote_probed_found = 0; ///< keys the probes asked for / found
   std::string remote_store;              ///< what served it ("modelled, 2 GiB LRU", "redis at ...")
   std::uint64_t remote_budget_bytes = 0; ///< modelled store capacity (0: unlimited)
   std::uint64_t remote_puts = 0, remote_bytes_put = 0;

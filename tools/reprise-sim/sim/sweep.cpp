@@ -291,7 +291,9 @@ std::vector<std::string> write_sweep(const sweep_result& s, const std::string& d
     if (r.concurrency > 1) add(std::to_string(r.concurrency) + " in flight");
     if (s.axis == sweep_axis::engines) add(std::string("affinity ") + (r.affinity ? "on" : "off"));
     else if (r.engines > 1) add(std::to_string(r.engines) + " engines, affinity " + (r.affinity ? "on" : "off"));
-    if (r.remote_tier) add("remote tier: " + r.remote_store + (r.remote_write_through ? ", write-through" : ""));
+    if (r.remote_tier)
+      add("remote tier: " + r.remote_store + (r.remote_write_through ? ", write-through" : "") +
+          (r.remote_probe ? "" : ", unprobed"));
     fixed = line;
     if (r.snapshot_interval) break; // prefer a report that shows the interval
   }
