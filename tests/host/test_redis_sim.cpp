@@ -61,7 +61,7 @@ TEST_CASE("a fleet on a live redis-server gets the results of the unlimited mode
   CHECK(live.prefill_tokens == modelled.prefill_tokens);
 }
 
-TEST_CASE("a fleet whose redis-server is gone gets misses, and the replay completes") {
+TEST_CASE("a fleet whose redis-server is gone fetches nothing, and the replay completes") {
   require_redis_server();
   const trace t = generate({.kind = workload_kind::chat, .requests = 60, .seed = 9, .active_sessions = 6});
   replay_config c = fleet();
@@ -69,18 +69,31 @@ TEST_CASE("a fleet whose redis-server is gone gets misses, and the replay comple
     redis_server server;
     c.remote_redis = server.endpoint();
   } // stopped: nothing listens on the port any more
+  replay_config none = c;
+  none.remote_tier = false;
+  none.remote_redis.clear();
+  const replay_report without = simulate(t, none);
+
+  // Probing (the default): every probe fails, so nothing is fetched and nothing reserved: the same prefill
+  // as no remote tier at all.
+  const replay_report probed = simulate(t, c);
+  REQUIRE(probed.error.empty());
+  CHECK(probed.remote_failures > 0);
+  CHECK(probed.remote_fetches == 0);
+  CHECK(probed.remote_probed_found == 0);
+  CHECK(probed.prefill_tokens == without.prefill_tokens);
+  CHECK(std::any_of(probed.warnings.begin(), probed.warnings.end(),
+                    [](const std::string& w) { return w.find("failed") != std::string::npos; }));
+
+  // Unprobed: every fetch misses; a little more prefill than no remote tier, as the host units reserved for
+  // the fetches that missed evicted what they held.
+  c.remote_probe = false;
   const replay_report r = simulate(t, c);
   REQUIRE(r.error.empty());
   CHECK(r.remote_failures > 0);
   CHECK(r.remote_block_hits + r.remote_snapshot_hits == 0);
   CHECK(r.remote_misses == r.remote_fetches);
-  CHECK(std::any_of(r.warnings.begin(), r.warnings.end(),
-                    [](const std::string& w) { return w.find("failed") != std::string::npos; }));
-  c.remote_tier = false;
-  c.remote_redis.clear();
-  // Near what no remote tier computes: a little more, as the host units reserved for the fetches that missed
-  // evicted what they held.
-  const replay_report without = simulate(t, c);
+  CHECK(r.remote_fetches > 0);
   CHECK(r.prefill_tokens >= without.prefill_tokens);
   CHECK(static_cast<double>(r.prefill_tokens) <= 1.05 * static_cast<double>(without.prefill_tokens));
 }
