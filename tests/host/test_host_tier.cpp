@@ -3,6 +3,7 @@
 // verified lookup (key, parent serial, tokens, class, extra keys) and onboarded; the cache plans every move
 // in `take_transfers` and the engine runs them before the step's other work.
 #include "support/cache_testing.hpp"
+#include "support/chat_turns.hpp"
 
 #include <doctest/doctest.h>
 
@@ -156,24 +157,7 @@ TEST_CASE("a turn end, partial block and snapshot, is offloaded and restored fro
 
   // Turn 1: 200 prompt tokens and a 37-token reply; the turn end sits at 236 (a tail of 12 tokens).
   std::vector<token_id> tokens = iota_tokens(200);
-  auto a = c.admit(1, tokens);
-  REQUIRE(a.has_value());
-  std::vector<std::uint32_t> written;
-  for (const capture_point& p : a->captures) written.push_back(static_cast<std::uint32_t>(p.position));
-  std::uint32_t n = 200;
-  REQUIRE(c.commit(1, n, written).has_value());
-  REQUIRE(c.step_complete(c.current_epoch()).has_value());
-  const std::vector<token_id> reply = iota_tokens(37, 70000);
-  for (std::size_t k = 0; k + 1 < reply.size(); ++k) {
-    REQUIRE(c.extend(1, std::vector<token_id>{reply[k]}).has_value());
-    REQUIRE(c.commit(1, ++n).has_value());
-  }
-  const auto f = c.finish(1);
-  REQUIRE(f.has_value());
-  REQUIRE(f->capture.position == 236);
-  tokens.insert(tokens.end(), reply.begin(), reply.end());
-  REQUIRE(c.step_complete(c.current_epoch()).has_value());
-  (void)c.take_transfers();
+  REQUIRE(chat_turn(c, 1, tokens, iota_tokens(37, 70000)).finished.capture.position == 236);
 
   // Another conversation fills GPU memory: the turn end's blocks, its partial block and its snapshot leave.
   auto b = c.admit(2, iota_tokens(23 * B, 100000));
@@ -249,34 +233,6 @@ chat_cache make_chat(std::uint32_t gpu_slots, std::uint32_t host_snapshots) {
   return std::move(*c);
 }
 
-/// One turn: admit `tokens`, commit it, decode `reply` (all but its last token fed), finish; `tokens` becomes
-/// prompt + reply. Returns the admit plan and the transfers of the finish.
-struct turn_result {
-  admit_plan admitted;
-  std::vector<unit_move> finish_snapshot_offload;
-};
-turn_result chat_turn(chat_cache& c, seq_id s, std::vector<token_id>& tokens, const std::vector<token_id>& reply) {
-  auto plan = c.admit(s, tokens);
-  REQUIRE(plan.has_value());
-  turn_result out{*plan, {}};
-  (void)c.take_transfers();
-  std::vector<std::uint32_t> written;
-  for (const capture_point& p : plan->captures) written.push_back(static_cast<std::uint32_t>(p.position));
-  auto n = static_cast<std::uint32_t>(tokens.size());
-  REQUIRE(c.commit(s, n, written).has_value());
-  REQUIRE(c.step_complete(c.current_epoch()).has_value());
-  for (std::size_t k = 0; k + 1 < reply.size(); ++k) {
-    REQUIRE(c.extend(s, std::vector<token_id>{reply[k]}).has_value());
-    REQUIRE(c.commit(s, ++n).has_value());
-    (void)c.take_transfers();
-  }
-  REQUIRE(c.finish(s).has_value());
-  const transfer_plan t = c.take_transfers();
-  out.finish_snapshot_offload.assign(t.snapshot_offload.begin(), t.snapshot_offload.end());
-  tokens.insert(tokens.end(), reply.begin(), reply.end());
-  REQUIRE(c.step_complete(c.current_epoch()).has_value());
-  return out;
-}
 
 } // namespace
 

@@ -5,6 +5,7 @@
 #include "sim/fleet_store.hpp"
 #include "sim/replay.hpp"
 #include "sim/workload.hpp"
+#include "support/sim_testing.hpp"
 #include "support/redis_testing.hpp"
 
 #include <reprise/remote/redis_store.hpp>
@@ -19,16 +20,7 @@ using namespace reprise::testing;
 namespace {
 
 replay_config fleet() {
-  replay_config c;
-  c.model = *find_preset("nemotron-h-8b");
-  c.policy = policy_kind::strict;
-  c.kv_budget_bytes = 256 * c.model.config.bytes_per_kv_block();
-  c.snapshot_budget_bytes = 2 * c.model.config.bytes_per_snapshot();
-  c.host_kv_budget_bytes = 4 * c.kv_budget_bytes;
-  c.host_snapshot_budget_bytes = 4 * c.snapshot_budget_bytes;
-  c.engines = 3;
-  c.affinity = false;
-  c.remote_tier = true;
+  replay_config c = remote_fleet(policy_kind::strict, 3, /*affinity=*/false);
   c.remote_write_through = true;
   return c;
 }

@@ -4,6 +4,7 @@
 // its own prompt implies, and restores from it. Two caches stand for two processes here, with a store in
 // memory and engine pools whose bytes are a function of the prefix they hold, so "bitwise" is checkable.
 #include "support/cache_testing.hpp"
+#include "support/chat_turns.hpp"
 
 #include <reprise/keys/content_key.hpp>
 
@@ -287,22 +288,7 @@ TEST_CASE("a prefetch's reservations never evict what the store cannot hold: a t
 
   // Turn 1: 200 prompt tokens, a 37-token reply; the turn end sits at 236.
   std::vector<token_id> tokens = iota_tokens(200);
-  auto a = c.admit(1, tokens);
-  REQUIRE(a.has_value());
-  std::vector<std::uint32_t> written;
-  for (const capture_point& p : a->captures) written.push_back(static_cast<std::uint32_t>(p.position));
-  std::uint32_t n = 200;
-  REQUIRE(c.commit(1, n, written).has_value());
-  REQUIRE(c.step_complete(c.current_epoch()).has_value());
-  const std::vector<token_id> reply = iota_tokens(37, 70000);
-  for (std::size_t k = 0; k + 1 < reply.size(); ++k) {
-    REQUIRE(c.extend(1, std::vector<token_id>{reply[k]}).has_value());
-    REQUIRE(c.commit(1, ++n).has_value());
-  }
-  REQUIRE(c.finish(1).has_value());
-  tokens.insert(tokens.end(), reply.begin(), reply.end());
-  REQUIRE(c.step_complete(c.current_epoch()).has_value());
-  (void)c.take_transfers();
+  REQUIRE(chat_turn(c, 1, tokens, iota_tokens(37, 70000)).finished.capture.position == 236);
 
   // Another prompt fills GPU memory: the partial block, blocks 13 .. 1 (leaf first: the partial block is
   // the host tier's least recently used unit) and the turn end fill the host tier.

@@ -7,6 +7,7 @@
 #include "sim/replay.hpp"
 #include "sim/sweep.hpp"
 #include "sim/workload.hpp"
+#include "support/sim_testing.hpp"
 
 #include <doctest/doctest.h>
 
@@ -29,24 +30,8 @@ content_key key_of(std::uint8_t k) {
 
 std::vector<std::byte> header_of(std::uint8_t k, std::size_t n = 16) { return std::vector<std::byte>(n, std::byte{k}); }
 
-replay_config nemotron(policy_kind p, std::uint64_t kv_blocks, std::uint64_t snapshot_slots) {
-  replay_config c;
-  c.model = *find_preset("nemotron-h-8b");
-  c.policy = p;
-  c.kv_budget_bytes = kv_blocks * c.model.config.bytes_per_kv_block();
-  c.snapshot_budget_bytes = snapshot_slots * c.model.config.bytes_per_snapshot();
-  return c;
-}
-
-/// A fleet of `engines` with small GPU pools and host tiers of 4x them, under a remote tier.
 replay_config fleet(policy_kind p, std::uint32_t engines, bool affinity) {
-  replay_config c = nemotron(p, 256, 2);
-  c.engines = engines;
-  c.affinity = affinity;
-  c.host_kv_budget_bytes = 4 * c.kv_budget_bytes;
-  c.host_snapshot_budget_bytes = 4 * c.snapshot_budget_bytes;
-  c.remote_tier = true;
-  return c;
+  return reprise::testing::remote_fleet(p, engines, affinity);
 }
 
 /// The remote counts agree with each other and with the host tier's.

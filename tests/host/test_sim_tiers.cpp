@@ -9,6 +9,7 @@
 #include "sim/sweep.hpp"
 #include "sim/trace_jsonl.hpp"
 #include "sim/workload.hpp"
+#include "support/sim_testing.hpp"
 
 #include <doctest/doctest.h>
 
@@ -18,17 +19,9 @@
 #include <sstream>
 
 using namespace reprise::sim;
+using reprise::testing::nemotron;
 
 namespace {
-
-replay_config nemotron(policy_kind p, std::uint64_t kv_blocks, std::uint64_t snapshot_slots) {
-  replay_config c;
-  c.model = *find_preset("nemotron-h-8b");
-  c.policy = p;
-  c.kv_budget_bytes = kv_blocks * c.model.config.bytes_per_kv_block();
-  c.snapshot_budget_bytes = snapshot_slots * c.model.config.bytes_per_snapshot();
-  return c;
-}
 
 trace parse_ok(const char* text) {
   parse_result r = parse_trace(text);
