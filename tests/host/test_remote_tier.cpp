@@ -373,6 +373,32 @@ TEST_CASE("probe: a prefetch given what the store has fetches only that, and res
   CHECK(late.cache.check_invariants().has_value());
 }
 
+TEST_CASE("probe: the keys of a prompt do not depend on the prompts probed before it") {
+  // A walk reuses the keys of earlier walks where the parent key and the block's tokens match; a block
+  // changed in the middle, another tenant or a shorter prompt must still get their own keys.
+  const content_keyer keys = make_keyer();
+  const std::vector<token_id> a = iota_tokens(5 * A + 9);
+  std::vector<token_id> changed = a;
+  changed[2 * A + 3] = 99999; // block 2A/B on differ, and so every key after it
+  const std::vector<std::pair<std::vector<token_id>, extra_keys>> prompts{
+      {a, {}}, {changed, {}}, {a, {.tenant_salt = 4}}, {std::vector<token_id>(a.begin(), a.begin() + 3 * A + 1), {}},
+      {a, {}}};
+  process seasoned(keys, 24, 24);
+  for (const auto& [prompt, extra] : prompts) {
+    process fresh(keys, 24, 24);
+    auto expected = fresh.cache.probe(prompt, extra);
+    REQUIRE(expected.has_value());
+    const std::vector<remote_probe> want(expected->keys.begin(), expected->keys.end());
+    auto got = seasoned.cache.probe(prompt, extra);
+    REQUIRE(got.has_value());
+    REQUIRE(got->keys.size() == want.size());
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      CHECK(got->keys[i].item == want[i].item);
+      CHECK(got->keys[i].key == want[i].key);
+    }
+  }
+}
+
 TEST_CASE("fetched rejects a unit no fetch is pending for, and changes nothing") {
   const content_keyer keys = make_keyer();
   std::map<content_key, stored_value> store;

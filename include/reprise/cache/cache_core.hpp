@@ -552,8 +552,22 @@ struct cache_core {
       // store has, up to the first block it lacks).
       std::vector<content_key>& walked = rs.walked;
       walked.clear();
+      rs.memo_parents.resize(limit);
+      rs.memo_keys.resize(limit);
+      rs.memo_tokens.resize(std::size_t{limit} * B);
+      auto chain_key = [&](std::uint32_t i, const content_key& parent) {
+        const std::span<const token_id> tokens = block_tokens(i);
+        token_id* remembered = rs.memo_tokens.data() + std::size_t{i} * B;
+        if (rs.memo_parents[i] == parent && !is_zero(rs.memo_keys[i]) && std::equal(tokens.begin(), tokens.end(), remembered))
+          return rs.memo_keys[i];
+        const content_key k = rs.keyer->chain(parent, tokens);
+        rs.memo_parents[i] = parent;
+        rs.memo_keys[i] = k;
+        std::copy(tokens.begin(), tokens.end(), remembered);
+        return k;
+      };
       for (std::uint32_t i = matched; chain_ok && i < limit && !is_zero(key); ++i) {
-        const content_key next = rs.keyer->chain(key, block_tokens(i));
+        const content_key next = chain_key(i, key);
         if (is_zero(next) || !in_store(next)) break;
         walked.push_back(next);
         key = next;

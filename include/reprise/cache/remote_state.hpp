@@ -120,6 +120,11 @@ struct remote_tier_state {
   std::vector<content_key> present, walked;
   std::vector<std::uint64_t> walked_serials;
   std::vector<snapshot_candidate> candidates;
+  /// The block keys of recent walks, by block index, with the parent each chained from and the block's tokens:
+  /// a key is a function of those alone, so one is reused when both match, and a `prefetch` after the `probe`
+  /// of its prompt does not hash the prompt again. Sized to the latest walk.
+  std::vector<content_key> memo_parents, memo_keys;
+  std::vector<token_id> memo_tokens;
 };
 
 } // namespace reprise::detail
