@@ -7,16 +7,22 @@
 /// numpy arrays they own, so a plan stays valid after later calls.
 ///
 /// The host tier (`policy::tiers<policy::host_tier>`) is a compile-time parameter too: every named policy that
-/// can have one is also instantiated with it, and a non-zero host budget picks that instantiation.
+/// can have one is also instantiated with it, and a non-zero host budget picks that instantiation; and with the
+/// remote tier below it (`policy::tiers<policy::host_tier, policy::remote_tier>`), picked by a fleet seed. The
+/// content keys of the remote tier need OpenSSL (`reprise::sha256`); a module built without it refuses them.
 
 #include "bindings.hpp"
 
 #include <reprise/cache/prefix_cache.hpp>
 #include <reprise/policy/tiers.hpp>
+#if REPRISE_PYTHON_HAS_CONTENT_KEYS
+#include <reprise/keys/content_key.hpp>
+#endif
 
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
 
 #include <array>
 #include <memory>
@@ -29,6 +35,7 @@ namespace {
 
 namespace pol = reprise::policy;
 using host_tiers = pol::tiers<pol::host_tier>;
+using remote_tiers = pol::tiers<pol::host_tier, pol::remote_tier>;
 
 /// The type-erased cache: one virtual call per operation in front of the C++ façade.
 class cache_base {
@@ -52,6 +59,10 @@ public:
   virtual transfer_plan take_transfers() = 0;
   virtual std::uint32_t host_kv_units() const = 0;
   virtual std::uint32_t host_snapshot_units() const = 0;
+  virtual result<probe_plan> probe(std::span<const token_id> prompt, const extra_keys& keys) = 0;
+  virtual result<fetch_plan> prefetch(std::span<const token_id> prompt, const extra_keys& keys,
+                                      const std::span<const content_key>* in_store) = 0;
+  virtual result<void> fetched(remote_item item, std::uint32_t unit, std::span<const std::byte> header) = 0;
 };
 
 template <class Policy, class Tiers>
@@ -82,6 +93,14 @@ public:
   transfer_plan take_transfers() override { return c_.take_transfers(); }
   std::uint32_t host_kv_units() const override { return c_.host_kv_units(); }
   std::uint32_t host_snapshot_units() const override { return c_.host_snapshot_units(); }
+  result<probe_plan> probe(std::span<const token_id> p, const extra_keys& k) override { return c_.probe(p, k); }
+  result<fetch_plan> prefetch(std::span<const token_id> p, const extra_keys& k,
+                              const std::span<const content_key>* in_store) override {
+    return in_store ? c_.prefetch(p, k, *in_store) : c_.prefetch(p, k);
+  }
+  result<void> fetched(remote_item item, std::uint32_t unit, std::span<const std::byte> header) override {
+    return c_.fetched(item, unit, header);
+  }
 
 private:
   cache_type c_;
@@ -94,6 +113,7 @@ struct named_policy {
   const char* doc;
   cache_factory make;      ///< policy::tiers<>
   cache_factory make_host; ///< policy::tiers<policy::host_tier>, or null: the policy cannot have a host tier
+  cache_factory make_remote; ///< policy::tiers<policy::host_tier, policy::remote_tier>, or null as make_host
 };
 
 template <class Policy, class Tiers>
@@ -106,8 +126,10 @@ result<std::unique_ptr<cache_base>> make_cache_of(const model_config& m, const c
 /// A policy's factories: without a tier and, when `host` is set, with the host tier.
 template <class Policy, bool host = true>
 constexpr named_policy named(const char* name, const char* doc) {
-  if constexpr (host) return {name, doc, &make_cache_of<Policy, pol::tiers<>>, &make_cache_of<Policy, host_tiers>};
-  else return {name, doc, &make_cache_of<Policy, pol::tiers<>>, nullptr};
+  if constexpr (host)
+    return {name, doc, &make_cache_of<Policy, pol::tiers<>>, &make_cache_of<Policy, host_tiers>,
+            &make_cache_of<Policy, remote_tiers>};
+  else return {name, doc, &make_cache_of<Policy, pol::tiers<>>, nullptr, nullptr};
 }
 
 // The policies this module is built with. Adding one is one line here (and one instantiation of the cache per
@@ -179,9 +201,49 @@ struct py_fork_plan {
   bool copy_recurrent_state;
 };
 
+/// A value for the fleet's store (remote tier), its key and header copied out.
+struct py_remote_put {
+  std::string item;
+  std::uint32_t unit;
+  bool device;
+  nb::bytes key, header;
+};
+
 struct py_transfers {
   nb::object kv_offload, snapshot_offload, kv_onboard;
+  std::vector<py_remote_put> remote_puts;
 };
+
+/// A fetch `prefetch` planned.
+struct py_remote_fetch {
+  std::string item;
+  std::uint32_t unit;
+  nb::bytes key;
+};
+
+struct py_fetch_plan {
+  std::vector<py_remote_fetch> fetches;
+  std::uint32_t blocks;
+};
+
+const char* item_name(remote_item i) { return i == remote_item::block ? "block" : "snapshot"; }
+
+remote_item item_of(const std::string& name) {
+  if (name == "block") return remote_item::block;
+  if (name == "snapshot") return remote_item::snapshot;
+  throw nb::value_error(("unknown remote item '" + name + "' (block or snapshot)").c_str());
+}
+
+nb::bytes bytes_of(const content_key& k) { return nb::bytes(reinterpret_cast<const char*>(k.bytes.data()), k.bytes.size()); }
+
+content_key key_of(nb::handle b, const char* what) {
+  const nb::bytes bytes = nb::cast<nb::bytes>(b);
+  if (bytes.size() != content_key{}.bytes.size())
+    throw nb::value_error((std::string(what) + ": a content key is 32 bytes").c_str());
+  content_key k;
+  std::memcpy(k.bytes.data(), bytes.c_str(), k.bytes.size());
+  return k;
+}
 
 /// int32 [n, 2] (src, dst) rows: the layout of `reprise.ops` pairs.
 nb::object move_array(std::span<const unit_move> moves) {
@@ -221,8 +283,10 @@ public:
            std::size_t snapshot_budget_bytes, std::uint64_t snapshot_ttl_steps, std::uint32_t max_snapshots_per_path,
            std::uint32_t capture_interval, std::optional<std::uint64_t> hasher_seed, bool share_in_step,
            std::uint32_t decode_checkpoint_interval, std::uint32_t decode_checkpoints_per_sequence,
-           std::size_t host_kv_budget_bytes, std::size_t host_snapshot_budget_bytes) {
-    const cache_options o{.kv_blocks = kv_blocks,
+           std::size_t host_kv_budget_bytes, std::size_t host_snapshot_budget_bytes,
+           std::optional<std::uint64_t> remote_fleet_seed, const std::string& remote_revision,
+           bool remote_write_through, std::uint32_t remote_snapshot_candidates) {
+    cache_options o{.kv_blocks = kv_blocks,
                           .max_sequences = max_sequences,
                           .snapshot_budget_bytes = snapshot_budget_bytes,
                           .snapshot_ttl_steps = snapshot_ttl_steps,
@@ -233,10 +297,31 @@ public:
                           .decode_checkpoint_interval = decode_checkpoint_interval,
                           .decode_checkpoints_per_sequence = decode_checkpoints_per_sequence,
                           .host_kv_budget_bytes = host_kv_budget_bytes,
-                          .host_snapshot_budget_bytes = host_snapshot_budget_bytes};
+                          .host_snapshot_budget_bytes = host_snapshot_budget_bytes,
+                          .remote_snapshot_candidates = remote_snapshot_candidates,
+                          .remote_write_through = remote_write_through};
+    const bool remote = remote_fleet_seed.has_value();
+    if (remote) {
+#if REPRISE_PYTHON_HAS_CONTENT_KEYS
+      auto fingerprint = model_fingerprint::make(m, remote_revision);
+      if (!fingerprint) raise(fingerprint.error(), "PrefixCache: the model's fingerprint for the remote tier");
+      auto keyer = content_keyer::make({.fleet_seed = *remote_fleet_seed, .fingerprint = *fingerprint}, m);
+      if (!keyer) raise(keyer.error(), "PrefixCache: the content keys of the remote tier");
+      keyer_ = std::make_unique<content_keyer>(std::move(*keyer));
+      o.remote_keys = keyer_.get();
+#else
+      raise(errc::unsupported_config,
+            "PrefixCache: this module was built without OpenSSL (reprise::sha256), which the remote tier's content "
+            "keys need");
+#endif
+    }
     // Either host budget asks for a host tier; the C++ checks then apply (a host KV budget below one block is
     // budget_too_small, host snapshots with a policy that restores none unsupported_config).
     const bool host = host_kv_budget_bytes != 0 || host_snapshot_budget_bytes != 0;
+    if (remote && !host)
+      raise(errc::unsupported_config,
+            "PrefixCache: the remote tier (remote_fleet_seed) sits below the host tier: values reach the store "
+            "from host units and come back through them; set host_kv_budget_bytes");
     for (const named_policy& p : policies)
       if (policy == p.name) {
         if (host && p.make_host == nullptr)
@@ -245,7 +330,8 @@ public:
                     "' has no host tier (it skips no prefill, so a block brought back from host memory would save "
                     "nothing; the C++ cache does not compile policy::tiers<policy::host_tier> with it): leave "
                     "host_kv_budget_bytes and host_snapshot_budget_bytes at 0");
-        impl_ = value_or_raise(host ? p.make_host(m, o) : p.make(m, o), "PrefixCache");
+        impl_ = value_or_raise(remote ? p.make_remote(m, o) : host ? p.make_host(m, o) : p.make(m, o), "PrefixCache");
+        remote_ = remote;
         policy_ = p.name;
         return;
       }
@@ -298,8 +384,45 @@ public:
 
   py_transfers take_transfers() {
     const transfer_plan t = impl_->take_transfers();
-    return {move_array(t.kv_offload), move_array(t.snapshot_offload), move_array(t.kv_onboard)};
+    std::vector<py_remote_put> puts;
+    puts.reserve(t.remote_puts.size());
+    for (const remote_put& p : t.remote_puts)
+      puts.push_back({item_name(p.item), p.unit, p.device, bytes_of(p.key),
+                      nb::bytes(reinterpret_cast<const char*>(p.header.data()), p.header.size())});
+    return {move_array(t.kv_offload), move_array(t.snapshot_offload), move_array(t.kv_onboard), std::move(puts)};
   }
+
+  nb::list probe(nb::handle tokens, const std::optional<py_extra_keys>& keys) {
+    const host_vector<token_id> t = as_int32_vector(tokens, "tokens");
+    const probe_plan p = value_or_raise(impl_->probe(span_of(t), keys ? keys->view() : extra_keys{}), "probe");
+    nb::list out;
+    for (const remote_probe& k : p.keys) out.append(nb::make_tuple(item_name(k.item), bytes_of(k.key)));
+    return out;
+  }
+
+  py_fetch_plan prefetch(nb::handle tokens, const std::optional<py_extra_keys>& keys, nb::handle in_store) {
+    const host_vector<token_id> t = as_int32_vector(tokens, "tokens");
+    std::vector<content_key> present;
+    if (!in_store.is_none())
+      for (nb::handle k : in_store) present.push_back(key_of(k, "prefetch: in_store"));
+    const std::span<const content_key> found(present);
+    const fetch_plan p = value_or_raise(
+        impl_->prefetch(span_of(t), keys ? keys->view() : extra_keys{}, in_store.is_none() ? nullptr : &found),
+        "prefetch");
+    py_fetch_plan out{{}, p.blocks};
+    for (const remote_fetch& f : p.fetches) out.fetches.push_back({item_name(f.item), f.unit, bytes_of(f.key)});
+    return out;
+  }
+
+  void fetched(const std::string& item, std::uint32_t unit, const std::optional<nb::bytes>& header) {
+    const remote_item i = item_of(item);
+    const std::span<const std::byte> h =
+        header ? std::span<const std::byte>(reinterpret_cast<const std::byte*>(header->c_str()), header->size())
+               : std::span<const std::byte>{};
+    check(impl_->fetched(i, unit, h), "fetched");
+  }
+
+  bool remote() const noexcept { return remote_; }
   void check_invariants() const { check(impl_->check_invariants(), "check_invariants"); }
   nb::object block_table(seq_id s) const { return owned_array(impl_->block_table(s)); }
 
@@ -345,6 +468,13 @@ public:
     REPRISE_METRIC(host_snapshot_evictions)
     REPRISE_METRIC(host_blocks_held)
     REPRISE_METRIC(host_snapshots_held)
+    REPRISE_METRIC(remote_puts)
+    REPRISE_METRIC(remote_bytes_put)
+    REPRISE_METRIC(remote_fetches)
+    REPRISE_METRIC(remote_hits)
+    REPRISE_METRIC(remote_misses)
+    REPRISE_METRIC(remote_rejected)
+    REPRISE_METRIC(remote_bytes_fetched)
 #undef REPRISE_METRIC
     return d;
   }
@@ -353,8 +483,12 @@ public:
   const std::string& policy() const { return policy_; }
 
 private:
+#if REPRISE_PYTHON_HAS_CONTENT_KEYS
+  std::unique_ptr<content_keyer> keyer_; ///< the remote tier's keys; the cache points to it, so it outlives it
+#endif
   std::unique_ptr<cache_base> impl_;
   std::string policy_;
+  bool remote_ = false;
 };
 
 } // namespace
@@ -443,6 +577,37 @@ void bind_cache(nb::module_& m) {
       .def_ro("copy_recurrent_state", &py_fork_plan::copy_recurrent_state,
               "Whether the engine must copy the source's live recurrent state into the destination's.");
 
+  nb::class_<py_remote_put>(m, "RemotePut",
+                            "A value for the fleet's store (remote tier): store `header` and the unit's bytes under "
+                            "`key`, reading the unit before the offloads that follow overwrite it.")
+      .def_ro("item", &py_remote_put::item, "'block' (a KV unit) or 'snapshot' (a snapshot unit).")
+      .def_ro("unit", &py_remote_put::unit,
+              "The unit to read: a host unit, or with `device` a GPU block / snapshot slot whose step completed.")
+      .def_ro("device", &py_remote_put::device, "Whether `unit` is in GPU memory (write-through).")
+      .def_ro("key", &py_remote_put::key, "The 32-byte content key to store it under.")
+      .def_ro("header", &py_remote_put::header, "The header to store with it, returned to fetched() on a hit.")
+      .def("__repr__", [](const py_remote_put& p) {
+        return "RemotePut(item='" + p.item + "', unit=" + std::to_string(p.unit) +
+               ", device=" + (p.device ? "True" : "False") + ")";
+      });
+
+  nb::class_<py_remote_fetch>(m, "RemoteFetch",
+                              "A fetch prefetch() planned: get `key` from the store into host unit `unit`, then "
+                              "report fetched(item, unit, header).")
+      .def_ro("item", &py_remote_fetch::item, "'block' (host KV pools) or 'snapshot' (host snapshot pools).")
+      .def_ro("unit", &py_remote_fetch::unit, "The reserved host unit.")
+      .def_ro("key", &py_remote_fetch::key, "The 32-byte content key.")
+      .def("__repr__", [](const py_remote_fetch& f) {
+        return "RemoteFetch(item='" + f.item + "', unit=" + std::to_string(f.unit) + ")";
+      });
+
+  nb::class_<py_fetch_plan>(m, "FetchPlan", "What prefetch() planned.")
+      .def_ro("fetches", &py_fetch_plan::fetches, "The RemoteFetch list, blocks first.")
+      .def_ro("blocks", &py_fetch_plan::blocks, "Blocks past the prompt's local match that are fetched.")
+      .def("__repr__", [](const py_fetch_plan& p) {
+        return "FetchPlan(fetches=" + std::to_string(p.fetches.size()) + ", blocks=" + std::to_string(p.blocks) + ")";
+      });
+
   nb::class_<py_transfers>(
       m, "Transfers",
       "The moves between GPU pools and host pools that the cache calls since the previous take_transfers() "
@@ -468,10 +633,13 @@ void bind_cache(nb::module_& m) {
       .def_prop_ro("kv_onboard", [](const py_transfers& t) { return t.kv_onboard; },
                    nb::for_getter(nb::sig("def kv_onboard(self) -> numpy.typing.NDArray[numpy.int32]")),
                    "int32 [n, 2] (host KV unit, GPU block): host to device, after the offloads.")
+      .def_ro("remote_puts", &py_transfers::remote_puts,
+              "Remote tier: the values for the store (RemotePut list); read their units first, before the "
+              "offloads.")
       .def_prop_ro("empty",
                    [](const py_transfers& t) {
                      return nb::len(t.kv_offload) == 0 && nb::len(t.snapshot_offload) == 0 &&
-                            nb::len(t.kv_onboard) == 0;
+                            nb::len(t.kv_onboard) == 0 && t.remote_puts.empty();
                    },
                    "Whether there is nothing to move.")
       .def("__repr__", [](const py_transfers& t) {
@@ -497,13 +665,16 @@ void bind_cache(nb::module_& m) {
   nb::class_<py_cache>(m, "PrefixCache", class_doc.c_str())
       .def(nb::init<const model_config&, const std::string&, std::uint32_t, std::uint32_t, std::size_t, std::uint64_t,
                     std::uint32_t, std::uint32_t, std::optional<std::uint64_t>, bool, std::uint32_t,
-                    std::uint32_t, std::size_t, std::size_t>(),
+                    std::uint32_t, std::size_t, std::size_t, std::optional<std::uint64_t>, const std::string&, bool,
+                    std::uint32_t>(),
            nb::arg("config"), nb::arg("policy") = "snapshot_restore", nb::kw_only(), nb::arg("kv_blocks"),
            nb::arg("max_sequences") = 256, nb::arg("snapshot_budget_bytes") = 0, nb::arg("snapshot_ttl_steps") = 0,
            nb::arg("max_snapshots_per_path") = 0, nb::arg("capture_interval") = 0,
            nb::arg("hasher_seed") = nb::none(), nb::arg("share_in_step") = false,
            nb::arg("decode_checkpoint_interval") = 0, nb::arg("decode_checkpoints_per_sequence") = 2,
            nb::arg("host_kv_budget_bytes") = 0, nb::arg("host_snapshot_budget_bytes") = 0,
+           nb::arg("remote_fleet_seed") = nb::none(), nb::arg("remote_revision") = "",
+           nb::arg("remote_write_through") = false, nb::arg("remote_snapshot_candidates") = 2,
            "Allocates every pool. `share_in_step` ('block_sharing' only): a prompt also shares the full blocks that "
            "prompts admitted earlier in the same step compute, before their commit (cache_options::share_in_step "
            "states the engine's precondition). A non-zero `host_kv_budget_bytes` or `host_snapshot_budget_bytes` "
@@ -517,7 +688,13 @@ void bind_cache(nb::module_& m) {
            "with a budget below one snapshot; with a host tier, a host KV budget below one KV block or a non-zero "
            "host snapshot budget below one snapshot), Misaligned (capture_interval 0 or off the alignment unit "
            "with 'snapshot_interval'; decode_checkpoint_interval off it with 'chat'), ValueError (unknown policy "
-           "name).")
+           "name). A `remote_fleet_seed` adds the remote tier below the host tier "
+           "(policy::tiers<policy::host_tier, policy::remote_tier>): prefill-exact blocks and snapshots named by "
+           "content keys that every process with the same seed, model and `remote_revision` (the weights' name) "
+           "computes alike; take_transfers() lists remote_puts for the store, probe() / prefetch() / fetched() "
+           "bring values back through host units. `remote_write_through`: put every value once its step "
+           "completed, from GPU memory; otherwise when the host tier evicts it. Raises UnsupportedConfig (no host "
+           "tier, 'memory_only', a module built without OpenSSL).")
       .def("admit", &py_cache::admit, nb::arg("seq_id"), nb::arg("tokens"), nb::arg("extra_keys") = nb::none(),
            nb::sig("def admit(self, seq_id: int, tokens: numpy.typing.ArrayLike, extra_keys: ExtraKeys | None = None) "
                    "-> AdmitPlan"),
@@ -554,6 +731,28 @@ void bind_cache(nb::module_& m) {
            "Host tier: the moves between GPU and host pools that admit, extend, fork and finish planned since the "
            "previous call, as a Transfers (see its order). Call it after the step's cache calls (or after each) "
            "and run the moves before the work those calls planned. Empty without a host tier.")
+      .def("probe", &py_cache::probe, nb::arg("tokens"), nb::arg("extra_keys") = nb::none(),
+           nb::sig("def probe(self, tokens: numpy.typing.ArrayLike, extra_keys: ExtraKeys | None = None) -> "
+                   "list[tuple[str, bytes]]"),
+           "Remote tier: the content keys a prefetch of `tokens` could fetch now, as (item, 32-byte key) pairs, "
+           "'block' keys in chain order then 'snapshot' keys deepest first. Reserves and changes nothing: ask the "
+           "store which it has, then prefetch(tokens, in_store=those). Empty without a remote tier. Raises "
+           "InvalidArgument, OutOfRange.")
+      .def("prefetch", &py_cache::prefetch, nb::arg("tokens"), nb::arg("extra_keys") = nb::none(),
+           nb::arg("in_store") = nb::none(),
+           nb::sig("def prefetch(self, tokens: numpy.typing.ArrayLike, extra_keys: ExtraKeys | None = None, "
+                   "in_store: collections.abc.Iterable[bytes] | None = None) -> FetchPlan"),
+           "Remote tier: plans fetches into reserved host units of what `tokens` would reuse and the GPU and host "
+           "tiers lack. With `in_store` (the keys a probe found in the store), only those: blocks up to the first "
+           "absent, for a model with recurrent layers only up to the deepest snapshot found. Run the remote_puts "
+           "of the next take_transfers() (what the reservations evicted) before writing the units; report each "
+           "fetch with fetched(). Raises InvalidArgument, OutOfRange, ValueError (a key not of 32 bytes).")
+      .def("fetched", &py_cache::fetched, nb::arg("item"), nb::arg("unit"), nb::arg("header") = nb::none(),
+           "Remote tier: the fetch into host unit `unit` ('block': of the host KV pools, 'snapshot': of the host "
+           "snapshot pools) finished; `header` is the header the store returned with the value (its payload "
+           "already written into the unit), None for a miss. The value is kept only if the header is, byte for "
+           "byte, the one the prompt implies. Raises InvalidArgument (no fetch pending into that unit).")
+      .def_prop_ro("remote_tier", &py_cache::remote, "Whether the cache has the remote tier.")
       .def("current_epoch", [](const py_cache& c) { return c.impl().current_epoch(); },
            "The step being scheduled now (starts at 0).")
       .def("metrics", &py_cache::metrics,

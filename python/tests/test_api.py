@@ -34,6 +34,7 @@ def test_type_stubs_are_shipped():
     text = (stubs / "__init__.pyi").read_text()
     assert "class PrefixCache" in text and "def admit(self, seq_id: int, tokens: numpy.typing.ArrayLike" in text
     assert "class Transfers" in text and "def take_transfers(self) -> Transfers" in text
+    assert "class FetchPlan" in text and "def probe(self, tokens: numpy.typing.ArrayLike" in text
     if reprise.HAS_OPS:
         assert "def mamba2_ssd_prefill" in (stubs / "ops.pyi").read_text()
         assert "def transfer_units" in (stubs / "ops.pyi").read_text()
