@@ -7,12 +7,13 @@
 // also counts heap allocations inside the timed loop (allocs_per_op), which should be 0.
 #include <reprise/reprise.hpp>
 
+#include "cpu_time_reporter.hpp"
+
 #include <benchmark/benchmark.h>
 
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <map>
 #include <new>
 #include <numeric>
 #include <string>
@@ -142,41 +143,26 @@ void register_benchmarks() {
     }
 }
 
-/// Forwards to the console reporter and keeps each run's time, to print cache / floor at the end.
-class ratio_reporter : public benchmark::ConsoleReporter {
-public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    // One time per configuration: the run itself, or with --benchmark_repetitions the median of the runs.
-    for (const Run& r : runs) {
-      const bool single = r.run_type == Run::RT_Iteration && r.repetitions <= 1;
-      const bool median = r.run_type == Run::RT_Aggregate && r.aggregate_name == "median";
-      if (single || median) times_[r.run_name.str()] = r.GetAdjustedCPUTime();
-    }
-    ConsoleReporter::ReportRuns(runs);
+/// cache / floor for every configuration run.
+void print_ratios(const reprise::bench::cpu_time_reporter& reporter) {
+  std::printf("\n%-22s %12s %12s %8s\n", "config (tokens/hit%)", "cache cpu us", "floor cpu us", "ratio");
+  for (const auto& [name, t] : reporter.times()) {
+    if (name.rfind("BM_cache/", 0) != 0) continue;
+    const std::string config = name.substr(9);
+    const double floor = reporter.time("BM_floor/" + config);
+    if (floor == 0) continue;
+    std::printf("%-22s %12.2f %12.2f %8.2f\n", config.c_str(), t, floor, t / floor);
   }
-  void print_ratios() const {
-    std::printf("\n%-22s %12s %12s %8s\n", "config (tokens/hit%)", "cache cpu us", "floor cpu us", "ratio");
-    for (const auto& [name, t] : times_) {
-      if (name.rfind("BM_cache/", 0) != 0) continue;
-      const std::string config = name.substr(9);
-      const auto floor = times_.find("BM_floor/" + config);
-      if (floor == times_.end()) continue;
-      std::printf("%-22s %12.2f %12.2f %8.2f\n", config.c_str(), t, floor->second, t / floor->second);
-    }
-  }
-
-private:
-  std::map<std::string, double> times_;
-};
+}
 } // namespace
 
 int main(int argc, char** argv) {
   register_benchmarks();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  ratio_reporter reporter;
+  reprise::bench::cpu_time_reporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
-  reporter.print_ratios();
+  print_ratios(reporter);
   benchmark::Shutdown();
   return 0;
 }

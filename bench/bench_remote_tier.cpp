@@ -14,10 +14,11 @@
 #include <reprise/keys/content_key.hpp>
 #include <reprise/reprise.hpp>
 
+#include "cpu_time_reporter.hpp"
+
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -132,35 +133,19 @@ void BM_admit(benchmark::State& state) {
   set_rate(state, tokens);
 }
 
-class ratio_reporter : public benchmark::ConsoleReporter {
-public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    for (const Run& r : runs) {
-      const bool single = r.run_type == Run::RT_Iteration && r.repetitions <= 1;
-      const bool median = r.run_type == Run::RT_Aggregate && r.aggregate_name == "median";
-      if (single || median) times_[r.run_name.str()] = r.GetAdjustedCPUTime();
-    }
-    ConsoleReporter::ReportRuns(runs);
+/// Each size's costs, and the probe's over the floor and over an admit.
+void print_ratios(const reprise::bench::cpu_time_reporter& reporter) {
+  std::printf("\n%-8s %10s %10s %10s %10s %16s %16s\n", "tokens", "floor us", "probe us", "+prefetch", "admit us",
+              "probe / floor", "probe / admit");
+  for (const auto& [name, t] : reporter.times()) {
+    if (name.rfind("BM_floor/", 0) != 0) continue;
+    const std::string arg = name.substr(9);
+    const double probe = reporter.time("BM_probe/" + arg), both = reporter.time("BM_probe_prefetch/" + arg),
+                 admit = reporter.time("BM_admit/" + arg);
+    std::printf("%-8s %10.1f %10.1f %10.1f %10.1f %16.2f %16.2f\n", arg.c_str(), t, probe, both, admit, probe / t,
+                probe / admit);
   }
-  void print_ratios() const {
-    std::printf("\n%-8s %10s %10s %10s %10s %16s %16s\n", "tokens", "floor us", "probe us", "+prefetch", "admit us",
-                "probe / floor", "probe / admit");
-    for (const auto& [name, t] : times_) {
-      if (name.rfind("BM_floor/", 0) != 0) continue;
-      const std::string arg = name.substr(9);
-      const auto at = [&](const char* bench) {
-        const auto it = times_.find(std::string(bench) + "/" + arg);
-        return it == times_.end() ? 0.0 : it->second;
-      };
-      const double probe = at("BM_probe"), both = at("BM_probe_prefetch"), admit = at("BM_admit");
-      std::printf("%-8s %10.1f %10.1f %10.1f %10.1f %16.2f %16.2f\n", arg.c_str(), t, probe, both, admit, probe / t,
-                  probe / admit);
-    }
-  }
-
-private:
-  std::map<std::string, double> times_;
-};
+}
 
 } // namespace
 
@@ -174,9 +159,9 @@ int main(int argc, char** argv) {
   }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  ratio_reporter reporter;
+  reprise::bench::cpu_time_reporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
-  reporter.print_ratios();
+  print_ratios(reporter);
   benchmark::Shutdown();
   return 0;
 }

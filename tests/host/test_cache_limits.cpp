@@ -3,10 +3,9 @@
 // epoch domain's end, a release of id 2^64 - 1, commit with very many captures, and a moved-from cache.
 // Every limit is an error with the cache unchanged, never a wrap.
 #include "support/cache_testing.hpp"
+#include "support/huge_tokens.hpp"
 
 #include <doctest/doctest.h>
-
-#include <sys/mman.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -19,27 +18,6 @@ using namespace reprise;
 using namespace reprise::testing;
 
 namespace {
-
-/// `count` tokens of reserved, never-touched address space (zero pages if read): lets a test pass a prompt
-/// of ~2^32 tokens without 16 GiB of memory. The cache must refuse such prompts before reading them.
-class huge_tokens {
-public:
-  explicit huge_tokens(std::size_t count) : bytes_(count * sizeof(token_id)) {
-    void* p = mmap(nullptr, bytes_, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    REQUIRE(p != MAP_FAILED);
-    data_ = static_cast<const token_id*>(p);
-    count_ = count;
-  }
-  ~huge_tokens() { munmap(const_cast<token_id*>(data_), bytes_); }
-  huge_tokens(const huge_tokens&) = delete;
-  huge_tokens& operator=(const huge_tokens&) = delete;
-  std::span<const token_id> first(std::size_t n) const { return {data_, n}; }
-
-private:
-  std::size_t bytes_;
-  const token_id* data_ = nullptr;
-  std::size_t count_ = 0;
-};
 
 constexpr std::uint64_t two_to_32 = std::uint64_t{1} << 32;
 

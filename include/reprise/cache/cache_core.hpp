@@ -413,8 +413,7 @@ struct cache_core {
   /// Errors: as `admit`'s checks of the prompt (`invalid_argument`, `out_of_range`).
   result<fetch_plan> prefetch(std::span<const token_id> prompt, const extra_keys& keys,
                               const std::span<const content_key>* in_store = nullptr) {
-    if (prompt.empty() || keys.multimodal_digest.size() > max_multimodal_digest_bytes) return errc::invalid_argument;
-    if (prompt.size() > max_sequence_tokens(geometry.block_size)) return errc::out_of_range;
+    if (const errc e = check_prompt(prompt, keys); e != errc{}) return e;
     if constexpr (!has_remote) {
       return fetch_plan{};
     } else {
@@ -434,8 +433,7 @@ struct cache_core {
   /// a prompt's new content, which no engine computed yet, reserves no host unit.
   /// Errors: as `prefetch`'s.
   result<probe_plan> probe(std::span<const token_id> prompt, const extra_keys& keys) {
-    if (prompt.empty() || keys.multimodal_digest.size() > max_multimodal_digest_bytes) return errc::invalid_argument;
-    if (prompt.size() > max_sequence_tokens(geometry.block_size)) return errc::out_of_range;
+    if (const errc e = check_prompt(prompt, keys); e != errc{}) return e;
     if constexpr (!has_remote) {
       return probe_plan{};
     } else {
@@ -723,11 +721,18 @@ struct cache_core {
   // ------------------------------------------------------------------------------------------------------
   // admit: check, look up (no change), choose the restore (no change), apply
 
+  /// The checks of a prompt that `admit`, `prefetch` and `probe` share: not empty, a multimodal digest the
+  /// cache can store (`invalid_argument`), not longer than positions can number (`out_of_range`).
+  errc check_prompt(std::span<const token_id> prompt, const extra_keys& keys) const noexcept {
+    if (prompt.empty() || keys.multimodal_digest.size() > max_multimodal_digest_bytes) return errc::invalid_argument;
+    if (prompt.size() > max_sequence_tokens(geometry.block_size)) return errc::out_of_range;
+    return errc{};
+  }
+
   result<admit_plan> admit(seq_id s, std::span<const token_id> prompt, const extra_keys& keys,
                            std::span<const std::uint32_t> offsets) {
     if (sequences.find(s) != nullptr) return errc::duplicate_sequence;
-    if (prompt.empty() || keys.multimodal_digest.size() > max_multimodal_digest_bytes) return errc::invalid_argument;
-    if (prompt.size() > max_sequence_tokens(geometry.block_size)) return errc::out_of_range;
+    if (const errc e = check_prompt(prompt, keys); e != errc{}) return e;
     const auto length = static_cast<std::uint32_t>(prompt.size());
     if constexpr (restores) {
       if (const errc e = traits::capture::validate(context_for(0, 0, length, offsets)); e != errc{}) return e;

@@ -118,8 +118,8 @@ using request_id = std::uint64_t;
 
 enum class request_kind : std::uint8_t { put, get, probe };
 
-/// How a request ended. Only `stored` and `hit` are successes; every other status leaves the caller where
-/// a cache miss leaves it.
+/// How a request ended. Only `stored`, `answered` and `hit` are successes; every other status leaves the caller
+/// where a cache miss leaves it.
 enum class store_status : std::uint8_t {
   stored,       ///< put: chunks and manifest written
   answered,     ///< probe: every key was asked, its flag written
