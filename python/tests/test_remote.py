@@ -122,12 +122,17 @@ def test_remote_tier_options_are_checked():
                             snapshot_budget_bytes=hybrid_config().bytes_per_snapshot,
                             host_kv_budget_bytes=hybrid_config().bytes_per_kv_block, remote_write_through=True)
     cache = make()
+    before = cache.metrics()
     with pytest.raises(ValueError, match="32 bytes"):
         cache.prefetch(tokens(A + 1), in_store=[b"short"])
     with pytest.raises(ValueError, match="block or snapshot"):
         cache.fetched("page", 0, None)
     with pytest.raises(reprise.InvalidArgument):  # no fetch pending into that unit
         cache.fetched("block", 0, None)
+    with pytest.raises(reprise.InvalidArgument):
+        cache.probe([])
+    assert cache.metrics() == before  # a call that raises changed nothing
+    cache.check_invariants()
     plain = reprise.PrefixCache(attention_config(), "block_sharing", kv_blocks=8)
     assert not plain.remote_tier and plain.probe(tokens(4 * B)) == []
     assert make(attention_config(), "block_sharing").remote_tier

@@ -265,7 +265,10 @@ TEST_CASE("single server: values round-trip bitwise chunked or not and absent ke
   CHECK(probe_sync(*store, {}, status).empty());
   CHECK(status == store_status::answered);
   std::vector<std::uint8_t> short_flags(2);
+  const std::uint64_t submitted = store->stats().submitted;
   CHECK(store->probe(asked, short_flags).error() == errc::invalid_argument);
+  CHECK(store->stats().submitted == submitted); // nothing enqueued
+  CHECK(store->in_flight() == 0);
   // A value whose manifest is gone is not there.
   raw(c.get(), {"DEL", store->manifest_key(key_of(103))});
   CHECK(probe_sync(*store, {key_of(103)}, status) == std::vector<std::uint8_t>{0});

@@ -5,12 +5,14 @@
 // memory and engine pools whose bytes are a function of the prefix they hold, so "bitwise" is checkable.
 #include "support/cache_testing.hpp"
 #include "support/chat_turns.hpp"
+#include "support/huge_tokens.hpp"
 
 #include <reprise/keys/content_key.hpp>
 
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -412,6 +414,17 @@ TEST_CASE("fetched rejects a unit no fetch is pending for, and changes nothing")
   CHECK(!f.fetches.empty());
   CHECK(p.cache.fetched(f.fetches[0].item, f.fetches[0].unit, {}).error() == errc::invalid_argument); // reported
   CHECK(p.cache.prefetch({}).error() == errc::invalid_argument);
+  // A bad prompt to probe, or to a prefetch given what the store has, changes nothing either.
+  const cache_metrics after = p.cache.metrics();
+  const std::vector<content_key> none;
+  const std::array<std::byte, max_multimodal_digest_bytes + 1> digest{};
+  CHECK(p.cache.probe({}).error() == errc::invalid_argument);
+  CHECK(p.cache.probe(iota_tokens(A), {.multimodal_digest = digest}).error() == errc::invalid_argument);
+  CHECK(p.cache.prefetch({}, {}, none).error() == errc::invalid_argument);
+  const huge_tokens huge(std::size_t{max_sequence_tokens(B)} + 1);
+  CHECK(p.cache.probe(huge.first(std::size_t{max_sequence_tokens(B)} + 1)).error() == errc::out_of_range);
+  CHECK(p.cache.prefetch(huge.first(std::size_t{max_sequence_tokens(B)} + 1), {}, none).error() == errc::out_of_range);
+  CHECK(p.cache.metrics() == after);
   CHECK(p.cache.check_invariants().has_value());
 }
 
