@@ -64,7 +64,7 @@ def main():
                     continue
                 r = data[(aff, remote, policy, 4)]
                 kv = int(r["kv_matched_tokens"])
-                from_store = int(r["remote_block_hits"]) * int(r["block_size"])
+                from_store = int(r["remote_blocks_onboarded"]) * int(r["block_size"])
                 probed = (f"{int(r['remote_probed_keys']):,} / {int(r['remote_probed_found']):,}"
                           if r.get("remote_probe") == "on" else "-")
                 print(f"| {label} | {int(r['remote_puts']):,} | {int(r['remote_bytes_put']) / 2**30:.1f} | {probed} | "

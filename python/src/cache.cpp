@@ -475,6 +475,7 @@ public:
     REPRISE_METRIC(remote_misses)
     REPRISE_METRIC(remote_rejected)
     REPRISE_METRIC(remote_bytes_fetched)
+    REPRISE_METRIC(remote_blocks_onboarded)
 #undef REPRISE_METRIC
     return d;
   }

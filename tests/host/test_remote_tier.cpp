@@ -175,6 +175,7 @@ TEST_CASE("a prefix one process computed is restored by another from the store, 
   CHECK(p.usable_tokens == 2 * A);
   CHECK(p.restore_from_host);
   CHECK(p.restore_exactness == exactness::prefill_exact);
+  CHECK(reader.cache.metrics().remote_blocks_onboarded == 8); // the 8 blocks onboarded came from the store
   CHECK(reader.restored == content_of(next, 2 * A, true)); // the writer's bytes
   REQUIRE(p.shared_blocks >= 8);
   for (std::uint32_t i = 0; i < 8; ++i) CHECK(reader.shared[i] == content_of(next, (i + 1) * B, false));

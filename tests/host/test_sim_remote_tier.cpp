@@ -45,6 +45,7 @@ void check_remote_adds_up(const replay_report& r) {
   CHECK(r.remote_rejected == 0); // the modelled store returns what was put
   CHECK(r.remote_bytes_put >= r.remote_puts * r.bytes_per_kv_block);
   CHECK(r.gpu_kv_hit_tokens() + r.host_kv_hit_tokens == r.kv_matched_tokens);
+  CHECK(r.remote_blocks_onboarded <= r.host_blocks_onboarded); // a fetched unit may be onboarded many times
 }
 
 } // namespace
@@ -245,7 +246,7 @@ TEST_CASE("a sweep along engines writes one row per fleet size with the remote c
   std::getline(in, header);
   CHECK(header.rfind("engines,model,policy,", 0) == 0);
   CHECK(header.find(",remote_tier,remote_store,remote_budget_bytes,remote_puts,") != std::string::npos);
-  CHECK(header.ends_with(",remote_write,remote_probe,remote_probed_keys,remote_probed_found"));
+  CHECK(header.ends_with(",remote_write,remote_probe,remote_probed_keys,remote_probed_found,remote_blocks_onboarded"));
   std::string row;
   std::getline(in, row);
   CHECK(row.find(",through,on,") != std::string::npos);

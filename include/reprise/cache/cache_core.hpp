@@ -204,6 +204,7 @@ struct cache_core {
           remote->host_key[u] = key;
           remote->host_parent[u] = parent_key;
           remote->host_fetched[u] = in_store;
+          remote->host_from_store[u] = 0;
         }
       }
     }
@@ -479,6 +480,7 @@ struct cache_core {
         rs.host_key[unit] = p.key;
         rs.host_parent[unit] = p.parent;
         rs.host_fetched[unit] = 1;
+        rs.host_from_store[unit] = 1;
         metrics.remote_bytes_fetched += geometry.bytes_per_kv_block;
       } else {
         ledger.commit_reserved_snapshot(unit, p.serial, exactness::prefill_exact);
@@ -1078,6 +1080,7 @@ struct cache_core {
         remote->gpu_key[static_cast<std::size_t>(b)] = remote->host_key[u];
         remote->gpu_parent[static_cast<std::size_t>(b)] = remote->host_parent[u];
         remote->gpu_in_store[static_cast<std::size_t>(b)] = remote->host_fetched[u];
+        metrics.remote_blocks_onboarded += remote->host_from_store[u];
       }
       h.kv_onboard.push_back({u, static_cast<std::uint32_t>(b)});
       r.blocks.push_back(b);

@@ -85,7 +85,7 @@ struct remote_tier_state {
                     std::uint32_t snapshot_units)
       : keyer(&k), gpu_key(gpu_blocks), gpu_parent(gpu_blocks), gpu_in_store(gpu_blocks, 0), slot_in_store(gpu_slots, 0),
         slot_epoch(gpu_slots, 0), host_key(kv_units), host_parent(kv_units),
-        host_fetched(kv_units, 0), snapshot_key(snapshot_units), snapshot_block(snapshot_units),
+        host_fetched(kv_units, 0), host_from_store(kv_units, 0), snapshot_key(snapshot_units), snapshot_block(snapshot_units),
         snapshot_position(snapshot_units, 0), snapshot_fetched(snapshot_units, 0), kv_pending(kv_units),
         snapshot_pending(snapshot_units) {}
 
@@ -103,6 +103,8 @@ struct remote_tier_state {
   /// value (it came from there, or was written through), so evicting it writes nothing back.
   std::vector<content_key> host_key, host_parent;
   std::vector<std::uint8_t> host_fetched;
+  /// By host KV unit: its bytes were fetched from the store (not offloaded from GPU memory since).
+  std::vector<std::uint8_t> host_from_store;
   std::vector<content_key> snapshot_key, snapshot_block;
   std::vector<std::uint32_t> snapshot_position;
   std::vector<std::uint8_t> snapshot_fetched;

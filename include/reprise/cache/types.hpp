@@ -350,6 +350,7 @@ struct cache_metrics {
   std::uint64_t remote_misses = 0;           ///< fetches reported absent
   std::uint64_t remote_rejected = 0;         ///< fetched values whose header differed: dropped, never used
   std::uint64_t remote_bytes_fetched = 0;    ///< payload bytes of the hits
+  std::uint64_t remote_blocks_onboarded = 0; ///< of host_blocks_onboarded, from units the store filled
 
   friend bool operator==(const cache_metrics&, const cache_metrics&) = default;
 };

@@ -245,6 +245,7 @@ public:
     rep.remote_bytes_put += mm.remote_bytes_put;
     rep.remote_fetches += mm.remote_fetches;
     rep.remote_block_hits += remote_block_hits_;
+    rep.remote_blocks_onboarded += mm.remote_blocks_onboarded;
     rep.remote_probed_keys += probed_keys_;
     rep.remote_probed_found += probed_found_;
     rep.remote_snapshot_hits += remote_snapshot_hits_;

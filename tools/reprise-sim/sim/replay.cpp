@@ -457,7 +457,7 @@ std::string format_summary(std::span<const replay_report> reports) {
       s += buf;
     }
     if (remote) {
-      const double from_store = r.kv_matched_tokens ? static_cast<double>(r.remote_block_hits * r.block_size) /
+      const double from_store = r.kv_matched_tokens ? static_cast<double>(r.remote_blocks_onboarded * r.block_size) /
                                                           static_cast<double>(r.kv_matched_tokens) : 0;
       std::snprintf(buf, sizeof buf, " %12.2f %%", 100 * from_store);
       s += buf;
@@ -467,7 +467,7 @@ std::string format_summary(std::span<const replay_report> reports) {
   s += "(computed: prefill tokens computed, also as % of prompt tokens; / floor: computed over the tokens no earlier\n"
        " prompt + reply covers; peak bytes: KV + snapshots";
   s += host ? " in GPU memory; KV from host: KV-matched tokens onboarded from the host tier" : "";
-  s += remote ? ", of which KV from store: fetched from the fleet's store" : "";
+  s += remote ? ", of which KV from store: onboarded from units fetched from the fleet's store" : "";
   s += ")\n";
   return s;
 }
@@ -492,7 +492,7 @@ std::vector<std::string> report_columns() {
           "remote_block_hits", "remote_snapshot_hits", "remote_misses", "remote_rejected", "remote_bytes_fetched",
           "remote_store_evictions", "peak_remote_bytes", "remote_failures", "remote_write",
           // Added with the probe.
-          "remote_probe", "remote_probed_keys", "remote_probed_found"};
+          "remote_probe", "remote_probed_keys", "remote_probed_found", "remote_blocks_onboarded"};
 }
 
 void write_report_row(csv_writer& w, const replay_report& r) {
@@ -532,6 +532,7 @@ void write_report_row(csv_writer& w, const replay_report& r) {
   w.cell(r.remote_misses).cell(r.remote_rejected).cell(r.remote_bytes_fetched).cell(r.remote_store_evictions);
   w.cell(r.peak_remote_bytes).cell(r.remote_failures).cell(!r.remote_tier ? "" : r.remote_write_through ? "through" : "back");
   w.cell(!r.remote_tier ? "" : r.remote_probe ? "on" : "off").cell(r.remote_probed_keys).cell(r.remote_probed_found);
+  w.cell(r.remote_blocks_onboarded);
   w.end_row();
 }
 

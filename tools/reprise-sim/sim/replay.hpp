@@ -201,6 +201,7 @@ struct replay_report {
   std::uint64_t remote_fetches = 0;      ///< fetches the prefetches planned
   /// Fetched values the caches verified and kept, by kind; a fetched block is onboarded as a host hit.
   std::uint64_t remote_block_hits = 0, remote_snapshot_hits = 0;
+  std::uint64_t remote_blocks_onboarded = 0; ///< of host_blocks_onboarded: blocks onboarded from fetched units
   std::uint64_t remote_misses = 0, remote_rejected = 0, remote_bytes_fetched = 0;
   std::uint64_t remote_store_evictions = 0; ///< values the modelled store dropped for its budget
   double peak_remote_bytes = 0;             ///< the modelled store's largest content (header + payload bytes)
