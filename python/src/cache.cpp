@@ -237,7 +237,10 @@ remote_item item_of(const std::string& name) {
 nb::bytes bytes_of(const content_key& k) { return nb::bytes(reinterpret_cast<const char*>(k.bytes.data()), k.bytes.size()); }
 
 content_key key_of(nb::handle b, const char* what) {
-  const nb::bytes bytes = nb::cast<nb::bytes>(b);
+  if (!nb::isinstance<nb::bytes>(b))
+    throw nb::type_error((std::string(what) + ": a content key is 32 bytes, not " +
+                          nb::type_name(b.type()).c_str()).c_str());
+  const nb::bytes bytes = nb::borrow<nb::bytes>(b);
   if (bytes.size() != content_key{}.bytes.size())
     throw nb::value_error((std::string(what) + ": a content key is 32 bytes").c_str());
   content_key k;

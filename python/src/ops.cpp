@@ -218,11 +218,13 @@ void bind_ops(nb::module_& m) {
   m.def("copy_units", &copy_units_py,
         nb::sig("def copy_units(pools: collections.abc.Sequence[numpy.typing.NDArray], "
                 "pairs: numpy.typing.NDArray[numpy.int32]) -> None"),
-        nb::arg("pools"), nb::arg("pairs"),
+        nb::arg("pools").noconvert(), nb::arg("pairs"),
         "For every pool (a writable C-contiguous array whose leading extent is the slot or block) and every "
         "(src, dst) pair of `pairs` (int32 [n, 2]): unit dst = unit src, byte for byte. Snapshot save, restore "
         "and fork over all recurrent layers' pools, or a KV block copy. Raises OutOfRange, OverlappingPairs, "
-        "InvalidArgument; nothing is written on error.");
+        "InvalidArgument; TypeError for a pool that is not a writable C-contiguous array (a strided view, a "
+        "negative stride, Fortran order), which a copy would be written into instead; nothing is written on "
+        "error.");
   m.def("transfer_units", &transfer_units_py,
         nb::sig("def transfer_units(src_pools: collections.abc.Sequence[numpy.typing.NDArray], "
                 "dst_pools: collections.abc.Sequence[numpy.typing.NDArray], "

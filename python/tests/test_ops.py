@@ -75,3 +75,63 @@ def test_outputs_are_never_converted_inputs_are():
         ops.causal_conv1d_update(x, w, None, pool, np.zeros((1, 2)), np.array([[0, 0]], np.int32))
     with pytest.raises(TypeError):
         ops.causal_conv1d_update(x, w, None, pool[:, ::-1], out, np.array([[0, 0]], np.int32))
+
+
+def _not_written_in_place(a):
+    """Arrays that hold `a`'s values but whose memory a C-contiguous write would miss: a strided view, a
+    negative stride, Fortran order."""
+    big = np.zeros((a.shape[0] * 2,) + a.shape[1:], a.dtype)
+    big[::2] = a
+    variants = [big[::2], np.ascontiguousarray(a[::-1])[::-1], np.asfortranarray(a)]
+    return [v for v in variants if not v.flags.c_contiguous]  # a leading extent of 1 is contiguous either way
+
+
+def test_every_output_and_pool_refuses_an_array_it_could_only_write_through_a_copy():
+    """Every state pool and output of every entry point is taken in place or refused with TypeError: a
+    converted copy would take the writes and be thrown away (copy_units once wrote nothing that way)."""
+    T, C, W = 4, 6, 4
+    x, w, bias = rand(T, C), rand(C, W), rand(C)
+    H, P, N = 2, 4, 8
+    xm, dt, A, Bm, Cm = rand(T, H, P), rand(T, H), -np.exp(rand(H)), rand(T, 1, N), rand(T, 1, N)
+    K, V = 16, 8
+    q, k, v = rand(T, H, K), rand(T, H, K), rand(T, H, V)
+    g, beta = -np.abs(rand(T, H, scale=0.1)), (1 / (1 + np.exp(-rand(T, H)))).astype(np.float32)
+    pair = np.array([[0, 1]], np.int32)
+    calls = {  # entry point: (build a call from its writable arrays, those arrays)
+        "copy_units": (lambda a, b: ops.copy_units([a, b], pair), [rand(3, 5, 2), rand(3, 4)]),
+        "transfer_units": (lambda a: ops.transfer_units([rand(3, 5, 2)], [a], pair), [rand(3, 5, 2)]),
+        "causal_conv1d_prefill": (lambda pool, out: ops.causal_conv1d_prefill(x, w, bias, pool, out, [0, T], [0],
+                                                                              [-1], [0]),
+                                  [np.zeros((2, W - 1, C), np.float32), np.zeros((T, C), np.float32)]),
+        "causal_conv1d_update": (lambda pool, out: ops.causal_conv1d_update(x[:1], w, bias, pool, out, pair),
+                                 [np.zeros((2, W - 1, C), np.float32), np.zeros((1, C), np.float32)]),
+        "mamba2_ssd_prefill": (lambda pool, y: ops.mamba2_ssd_prefill(xm, dt, A, Bm, Cm, pool, y, [0, T], [0], [-1],
+                                                                      [0], chunk=64),
+                               [np.zeros((2, H, P, N), np.float32), np.zeros((T, H, P), np.float32)]),
+        "mamba2_state_update": (lambda pool, y: ops.mamba2_state_update(xm[:1], dt[:1], A, Bm[:1], Cm[:1], pool, y,
+                                                                        pair),
+                                [np.zeros((2, H, P, N), np.float32), np.zeros((1, H, P), np.float32)]),
+        "gated_delta_chunked_prefill": (lambda pool, out: ops.gated_delta_chunked_prefill(
+            q, k, v, g, beta, pool, out, [0, T], [0], [-1], [0]),
+            [np.zeros((2, H, K, V), np.float32), np.zeros((T, H, V), np.float32)]),
+        "gated_delta_recurrent_step": (lambda pool, out: ops.gated_delta_recurrent_step(
+            q[:1], k[:1], v[:1], g[:1], beta[:1], pool, out, [0, 1], [0], pair),
+            [np.zeros((2, H, K, V), np.float32), np.zeros((1, H, V), np.float32)]),
+    }
+    public = {name for name in dir(ops) if not name.startswith("_")}
+    assert public == set(calls), "a new entry point needs its case here"
+    for name, (call, arrays) in calls.items():
+        call(*arrays)  # the arrays as given are written in place
+        for i, a in enumerate(arrays):
+            for bad in _not_written_in_place(a):
+                before = bad.copy()
+                args = list(arrays)
+                args[i] = bad
+                with pytest.raises(TypeError):
+                    call(*args)
+                np.testing.assert_array_equal(bad, before)
+            wrong_dtype = list(arrays)
+            wrong_dtype[i] = a.astype(np.float64)
+            if name not in ("copy_units", "transfer_units"):  # unit copies take any dtype
+                with pytest.raises(TypeError):
+                    call(*wrong_dtype)

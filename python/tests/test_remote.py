@@ -125,6 +125,10 @@ def test_remote_tier_options_are_checked():
     before = cache.metrics()
     with pytest.raises(ValueError, match="32 bytes"):
         cache.prefetch(tokens(A + 1), in_store=[b"short"])
+    # Keys of another type are a TypeError (they once raised RuntimeError: std::bad_cast).
+    for bad in (["k" * 32], [None], [bytearray(32)], [32], 7):
+        with pytest.raises(TypeError):
+            cache.prefetch(tokens(A + 1), in_store=bad)
     with pytest.raises(ValueError, match="block or snapshot"):
         cache.fetched("page", 0, None)
     with pytest.raises(reprise.InvalidArgument):  # no fetch pending into that unit

@@ -109,7 +109,12 @@ std::optional<manifest_fields> decode_manifest(const content_key& key, std::stri
     if (after_header - m.header_bytes != m.payload_bytes) return std::nullopt;
   } else {
     if (after_header != m.header_bytes) return std::nullopt;
-    if (m.chunk_bytes == 0 || m.chunk_count > max_chunk_count) return std::nullopt;
+    // No writer cuts chunks outside [min_chunk_bytes, max_chunk_bytes], nor chunks a payload that fits one:
+    // a manifest that claims so is refused before any chunk is asked for, which bounds the work a forged one
+    // causes (2^20 chunks take a payload of at least 1 GiB, which a get into a destination refuses by size).
+    if (m.chunk_bytes < min_chunk_bytes || m.chunk_bytes > max_chunk_bytes || m.payload_bytes <= m.chunk_bytes ||
+        m.chunk_count > max_chunk_count)
+      return std::nullopt;
     if ((m.payload_bytes + m.chunk_bytes - 1) / m.chunk_bytes != m.chunk_count) return std::nullopt;
   }
   return m;
@@ -235,6 +240,7 @@ struct queued_request {
   bool has_destination = false;
   std::span<const content_key> keys; ///< probe
   std::span<std::uint8_t> found;     ///< probe
+  buffer_owner keep_alive;           ///< released once the spans above are no longer touched
   clock_type::time_point submitted_at{};
 };
 
@@ -267,7 +273,7 @@ public:
     const request_id id = r.id;
     {
       std::lock_guard lock(queue_mutex);
-      queue.push_back(r);
+      queue.push_back(std::move(r));
     }
     queue_cv.notify_one();
     submitted.fetch_add(1, std::memory_order_relaxed);
@@ -831,12 +837,14 @@ void redis_store::impl::io_thread_main() {
 
   request_executor executor(*this);
   for (;;) {
+    // `r` ends with each iteration, after its completion is queued: its keep-alive owner is released once
+    // nothing here touches the request's borrowed bytes again, and not held while the thread waits.
     queued_request r;
     {
       std::unique_lock lock(queue_mutex);
       queue_cv.wait(lock, [&] { return stopping || !queue.empty(); });
       if (stopping) return;
-      r = queue.front();
+      r = std::move(queue.front());
       queue.pop_front();
     }
     completion c;
@@ -907,39 +915,44 @@ redis_store::~redis_store() {
 }
 
 result<request_id> redis_store::put(const content_key& key, std::span<const std::byte> header,
-                                    std::span<const std::byte> payload) {
+                                    std::span<const std::byte> payload, buffer_owner keep_alive) {
   if (header.size() > max_header_bytes) return failure{errc::invalid_argument};
   queued_request r;
   r.kind = request_kind::put;
   r.key = key;
   r.header = header;
   r.payload = payload;
-  return impl_->submit(r);
+  r.keep_alive = std::move(keep_alive);
+  return impl_->submit(std::move(r));
 }
 
-result<request_id> redis_store::probe(std::span<const content_key> keys, std::span<std::uint8_t> found) {
+result<request_id> redis_store::probe(std::span<const content_key> keys, std::span<std::uint8_t> found,
+                                      buffer_owner keep_alive) {
   if (keys.size() != found.size()) return failure{errc::invalid_argument};
   queued_request r;
   r.kind = request_kind::probe;
   r.keys = keys;
   r.found = found;
-  return impl_->submit(r);
+  r.keep_alive = std::move(keep_alive);
+  return impl_->submit(std::move(r));
 }
 
 result<request_id> redis_store::get(const content_key& key) {
   queued_request r;
   r.kind = request_kind::get;
   r.key = key;
-  return impl_->submit(r);
+  return impl_->submit(std::move(r));
 }
 
-result<request_id> redis_store::get(const content_key& key, std::span<std::byte> destination) {
+result<request_id> redis_store::get(const content_key& key, std::span<std::byte> destination,
+                                    buffer_owner keep_alive) {
   queued_request r;
   r.kind = request_kind::get;
   r.key = key;
   r.destination = destination;
   r.has_destination = true;
-  return impl_->submit(r);
+  r.keep_alive = std::move(keep_alive);
+  return impl_->submit(std::move(r));
 }
 
 std::size_t redis_store::poll(std::span<completion> out) { return impl_->take(out); }

@@ -620,11 +620,22 @@ private:
     for (const capture_point& c : plan->captures) {
       expect(c.position == length && length % interval_ == 0 && c.position > s.computed,
              "extend: decode checkpoint position");
+      expect(std::none_of(s.captures.begin(), s.captures.end(),
+                          [&](const pending_capture& p) { return p.point.position == c.position; }),
+             "extend: a checkpoint planned twice at one position");
       expect(!slot_held(c.slot) && reusable(slot_touched_[c.slot]), "extend: checkpoint slot still in use");
       s.captures.push_back({c, true});
       hand_out(c.slot);
       ++stats.checkpoints_planned;
     }
+    // An engine may extend by nothing (a step that sampled no token for the sequence): that reaches no new
+    // position, so it plans nothing and changes nothing (it once planned the checkpoint above again, once
+    // per call, into fresh slots). Reads no byte: the streams replay as before.
+    const observed extended = observe();
+    auto empty = cache_.extend(id, std::span<const token_id>{});
+    expect(empty.has_value() && empty->captures.empty() && empty->new_blocks.empty(),
+           "extend: an empty extend planned a capture or took a block");
+    expect(observe() == extended, "extend: an empty extend changed the cache");
   }
 
   void end(byte_source& in, bool finish) {
@@ -845,8 +856,9 @@ private:
   /// Half the time it probes first: the probe must change nothing, and the prefetch then fetches only keys
   /// the store had.
   void prefetch(byte_source& in, const oracle_seq& s) {
-    const cache_metrics before = cache_.metrics();
     const extra_keys keys{.tenant_salt = static_cast<std::uint64_t>(s.tenant)};
+    if (++prefetches_ % 8 == 0) long_prompt(s, keys); // reads no byte and changes nothing
+    const cache_metrics before = cache_.metrics();
     std::vector<content_key> present;
     const bool probed = in.below(2) == 0;
     if (probed) {
@@ -903,6 +915,25 @@ private:
     stats.remote_rejected += after.remote_rejected - before.remote_rejected;
   }
 
+  /// `s`'s prompt followed by 2^18 more tokens: a probe lists no more blocks than the host tier has units,
+  /// whatever the prompt's length (it once hashed every block of it and sized a key memo to it), and neither
+  /// it nor a prefetch given that the store has none of them changes anything.
+  void long_prompt(const oracle_seq& s, const extra_keys& keys) {
+    std::vector<token_id> prompt = s.tokens;
+    prompt.resize(prompt.size() + (std::size_t{1} << 18), static_cast<token_id>(50001));
+    const observed before = observe();
+    auto listed = cache_.probe(prompt, keys);
+    expect(listed.has_value(), "long probe failed");
+    if (!listed.has_value()) return;
+    const auto blocks_listed = std::count_if(listed->keys.begin(), listed->keys.end(),
+                                             [](const remote_probe& k) { return k.item == remote_item::block; });
+    expect(static_cast<std::size_t>(blocks_listed) <= cache_.host_kv_units(), "long probe: more blocks than host units");
+    const std::vector<content_key> none;
+    auto plan = cache_.prefetch(prompt, keys, none);
+    expect(plan.has_value() && plan->fetches.empty(), "long prefetch of nothing the store has fetched something");
+    expect(observe() == before, "long probe or prefetch changed the cache");
+  }
+
   /// The first commit, or the end, of a sequence: what it held in the host tier was read in this step.
   void release_host_holds(oracle_seq& s) {
     const auto now = static_cast<std::int64_t>(cache_.current_epoch());
@@ -928,6 +959,7 @@ private:
   const std::uint32_t B; // block size
   const std::uint32_t A; // alignment unit
   const bool share_in_step_;
+  std::uint64_t prefetches_ = 0;
   const std::uint32_t interval_;     // decode checkpoint interval (0: none)
   const std::uint32_t per_sequence_; // decode checkpoints a sequence keeps
   const bool model_checkpoint_bound_;

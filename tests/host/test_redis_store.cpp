@@ -27,6 +27,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 using namespace reprise;
@@ -346,6 +347,31 @@ TEST_CASE("a corrupted or truncated or partly deleted value is a miss or corrupt
     CHECK(get_sync(*store, k).status == store_status::server_error); // WRONGTYPE: the server refuses the GET
     raw(c.get(), {"DEL", manifest});
     check_not_data(store_status::miss);
+  }
+  SUBCASE("a forged manifest claiming 2^20 chunks is refused before any chunk is read") {
+    fresh();
+    const std::string m = raw_string(c.get(), {"GET", manifest});
+    const auto gets = [&] {
+      const std::string info = raw_string(c.get(), {"INFO", "commandstats"});
+      const std::size_t at = info.find("cmdstat_get:calls=");
+      return at == std::string::npos ? 0ul : std::stoul(info.substr(at + 18));
+    };
+    const auto forge = [&](std::uint64_t payload_bytes, std::uint64_t chunk_bytes, std::uint32_t chunks) {
+      std::string f = m;
+      for (int i = 0; i < 8; ++i) f[27 + static_cast<std::size_t>(i)] = static_cast<char>(payload_bytes >> (8 * i));
+      for (int i = 0; i < 8; ++i) f[35 + static_cast<std::size_t>(i)] = static_cast<char>(chunk_bytes >> (8 * i));
+      for (int i = 0; i < 4; ++i) f[43 + static_cast<std::size_t>(i)] = static_cast<char>(chunks >> (8 * i));
+      raw(c.get(), {"SET", manifest, f});
+    };
+    for (const auto& [payload_bytes, chunk_bytes, chunks] :
+         {std::tuple<std::uint64_t, std::uint64_t, std::uint32_t>{1u << 20, 1, 1u << 20}, // chunks below 1 KiB
+          {4096, 4096, 1},                                                                   // a payload that fits one
+          {std::uint64_t{1} << 40, std::uint64_t{1} << 30, 1u << 10}}) {                     // chunks above 256 MiB
+      forge(payload_bytes, chunk_bytes, chunks);
+      raw(c.get(), {"CONFIG", "RESETSTAT"});
+      check_not_data(store_status::corrupt);
+      CHECK(gets() == 2); // the two manifests of check_not_data, no chunk
+    }
   }
   SUBCASE("a value stored under another key's name") {
     fresh();

@@ -15,9 +15,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -353,4 +355,117 @@ TEST_CASE("probing first: only what redis has is fetched, and a dead server cost
   CHECK(late.cache.metrics().remote_fetches == 0);
   CHECK(late.cache.metrics().host_blocks_held == 0);
   CHECK(late.cache.check_invariants().has_value());
+}
+
+namespace {
+
+/// A store whose only I/O thread is kept busy by a get on `server`, paused: requests submitted meanwhile stay
+/// queued until `server.resume()`, then run against a live server.
+struct paused_store {
+  explicit paused_store(redis_server& s) : server(s) {
+    redis_store_options o = options_for(server);
+    o.io_threads = 1;
+    o.command_timeout = 5s;
+    o.queue_timeout = 0ms;
+    auto created = redis_store::create(o);
+    REQUIRE(created.has_value());
+    store = std::move(*created);
+    server.pause();
+    REQUIRE(store->get(content_key{}).has_value());
+  }
+  /// Resumes the server and collects every completion; returns them by status.
+  std::vector<completion> resume_and_collect() {
+    std::this_thread::sleep_for(50ms);
+    server.resume();
+    std::vector<completion> all;
+    completion done[32];
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (store->in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
+      const std::size_t n = store->wait(done, 100ms);
+      for (std::size_t k = 0; k < n; ++k) all.push_back(std::move(done[k]));
+    }
+    CHECK(store->in_flight() == 0);
+    return all;
+  }
+  static std::size_t count(const std::vector<completion>& all, store_status s) {
+    return static_cast<std::size_t>(std::count_if(all.begin(), all.end(), [s](const completion& c) { return c.status == s; }));
+  }
+
+  redis_server& server;
+  std::unique_ptr<redis_store> store;
+};
+
+} // namespace
+
+// A runner destroyed while the store still held its requests used to leave the store's I/O thread reading a
+// freed put buffer and writing fetched payloads into freed staging buffers (AddressSanitizer in CI reports
+// either). The runner now shares those buffers with the store, which releases them when it is done.
+TEST_CASE("a runner destroyed with puts, fetches and a probe in flight leaves the store no freed buffer") {
+  require_redis_server();
+  redis_server server;
+  write_in_child(server);
+  const content_keyer keys = make_keyer();
+  paused_store paused(server);
+  std::size_t fetches = 0;
+  {
+    auto engine = std::make_unique<process>(keys, *paused.store, /*write_through=*/true);
+    auto plan = engine->cache.prefetch(concat(prompt, iota_tokens(20, 5000)));
+    REQUIRE(plan.has_value());
+    const std::vector<remote_fetch> planned(plan->fetches.begin(), plan->fetches.end());
+    fetches = planned.size();
+    REQUIRE(fetches == 10); // blocks 0 .. 8 and the snapshot at 128: all but block 8 are in the store
+    engine->runner.run_puts(engine->cache.take_transfers());
+    engine->runner.start_fetches(engine->cache, fetch_plan{planned, plan->blocks});
+    engine->serve(1, iota_tokens(2 * A + 9, 700));
+    engine->run_transfers(); // write-through: 9 puts of the prefix just computed
+    auto listed = engine->cache.probe(iota_tokens(3 * A, 900));
+    REQUIRE(listed.has_value());
+    (void)engine->runner.start_probe(*listed);
+    CHECK(engine->runner.stats().puts_issued == 9);
+    CHECK(engine->runner.in_flight() == fetches + 9 + 1);
+  } // the runner, its cache and its pools are gone; every request is still queued behind the paused get
+  const std::vector<completion> all = paused.resume_and_collect();
+  CHECK(all.size() == 1 + fetches + 9 + 1);
+  CHECK(paused_store::count(all, store_status::hit) == 9); // the fetched payloads were written somewhere live
+  CHECK(paused_store::count(all, store_status::miss) == 1 + 1); // block 8, and the paused get's
+  CHECK(paused_store::count(all, store_status::stored) == 9);
+  CHECK(paused_store::count(all, store_status::answered) == 1);
+}
+
+TEST_CASE("abandon reports fetches in flight as misses at once and ignores their completions") {
+  require_redis_server();
+  redis_server server;
+  write_in_child(server);
+  const content_keyer keys = make_keyer();
+  paused_store paused(server);
+  process engine(keys, *paused.store);
+  const std::vector<token_id> next = concat(prompt, iota_tokens(20, 5000));
+  auto plan = engine.cache.prefetch(next);
+  REQUIRE(plan.has_value());
+  const std::vector<remote_fetch> planned(plan->fetches.begin(), plan->fetches.end());
+  engine.runner.start_fetches(engine.cache, fetch_plan{planned, plan->blocks});
+  auto listed = engine.cache.probe(next);
+  REQUIRE(listed.has_value());
+  const request_id ticket = engine.runner.start_probe(*listed);
+  const std::vector<std::byte> host_before = engine.host_kv;
+  engine.runner.abandon(engine.cache);
+  CHECK(engine.runner.in_flight() == 0);
+  CHECK(engine.runner.stats().fetches_dropped == planned.size());
+  CHECK(engine.cache.metrics().remote_misses == planned.size());
+  CHECK(engine.cache.metrics().remote_hits == 0);
+  const std::optional<std::vector<content_key>> found = engine.runner.take_probe(ticket);
+  REQUIRE(found.has_value());
+  CHECK(found->empty());
+  CHECK(engine.cache.check_invariants().has_value());
+
+  // The store still runs the abandoned requests; their completions are polled and ignored, and the host
+  // units the fetches had reserved are never written.
+  const std::vector<completion> all = paused.resume_and_collect();
+  CHECK(paused_store::count(all, store_status::hit) == 9);
+  CHECK(engine.runner.poll(engine.cache) == 0);
+  CHECK(engine.host_kv == host_before);
+  CHECK(engine.cache.metrics().remote_hits == 0);
+  const admit_plan p = engine.serve(1, next);
+  CHECK(p.usable_tokens == 0);
+  CHECK(engine.cache.check_invariants().has_value());
 }

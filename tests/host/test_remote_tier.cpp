@@ -11,6 +11,8 @@
 
 #include <doctest/doctest.h>
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -426,6 +428,43 @@ TEST_CASE("fetched rejects a unit no fetch is pending for, and changes nothing")
   CHECK(p.cache.probe(huge.first(std::size_t{max_sequence_tokens(B)} + 1)).error() == errc::out_of_range);
   CHECK(p.cache.prefetch(huge.first(std::size_t{max_sequence_tokens(B)} + 1), {}, none).error() == errc::out_of_range);
   CHECK(p.cache.metrics() == after);
+  CHECK(p.cache.check_invariants().has_value());
+}
+
+// A probe or a prefetch of a prompt of 2^31 tokens (accepted: the limit is 2^32 - 16) used to hash every block
+// of it and size its key memo to the whole prompt, gigabytes, while admit refuses it at once. The walk now
+// stops where no host unit could take another block.
+TEST_CASE("probe and prefetch of a 2^31-token prompt do work and take memory bounded by the host tier") {
+  const content_keyer keys = make_keyer();
+  std::map<content_key, stored_value> store;
+  process p(keys);
+  p.serve(1, iota_tokens(2 * A + 9), store); // something matched on the GPU, the rest new
+  const std::size_t n = std::size_t{1} << 31;
+  const huge_tokens huge(n);
+  auto peak_kib = [] {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_maxrss;
+  };
+  const long before = peak_kib();
+  for (int round = 0; round < 2; ++round) {
+    auto listed = p.cache.probe(huge.first(n));
+    REQUIRE(listed.has_value());
+    std::size_t blocks_listed = 0;
+    for (const remote_probe& k : listed->keys) blocks_listed += k.item == remote_item::block;
+    CHECK(blocks_listed > 0);
+    CHECK(blocks_listed <= p.cache.host_kv_units());
+    auto plan = p.cache.prefetch(huge.first(n));
+    REQUIRE(plan.has_value());
+    const std::vector<remote_fetch> fetches(plan->fetches.begin(), plan->fetches.end());
+    CAPTURE(round);
+    CHECK(!fetches.empty());
+    CHECK(plan->blocks <= p.cache.host_kv_units());
+    for (const remote_fetch& f : fetches) REQUIRE(p.cache.fetched(f.item, f.unit, {}).has_value());
+    REQUIRE(p.cache.step_complete(p.cache.current_epoch()).has_value()); // the units are free again
+  }
+  CHECK(peak_kib() - before < 64 * 1024); // the memo of the old walk alone took gigabytes
+  CHECK(p.cache.admit(2, huge.first(n)).error() == errc::pool_exhausted);
   CHECK(p.cache.check_invariants().has_value());
 }
 

@@ -421,6 +421,37 @@ TEST_CASE("decode checkpoints are bounded per sequence: the newest are kept") {
   CHECK(c.check_invariants().has_value());
 }
 
+// An empty extend used to plan the checkpoint at the sequence's length again, once per call: each took a
+// snapshot slot (evicting other conversations' snapshots) and the commit listing them failed.
+TEST_CASE("decode checkpoints: an empty extend plans nothing, and each position is planned once") {
+  auto c = make_checkpointing(2, 4);
+  std::vector<token_id> tokens = iota_tokens(60, 1);
+  REQUIRE(c.admit(1, tokens).has_value());
+  REQUIRE(c.commit(1, 60).has_value());
+  REQUIRE(c.step_complete(c.current_epoch()).has_value());
+  std::vector<std::uint32_t> planned;
+  for (token_id t = 0; t < 4; ++t) { // one token per call, no commit between: the checkpoint at 64 is planned
+    auto e = c.extend(1, std::vector<token_id>{t});
+    REQUIRE(e.has_value());
+    for (const capture_point& p : e->captures) planned.push_back(static_cast<std::uint32_t>(p.position));
+  }
+  CHECK(planned == std::vector<std::uint32_t>{64});
+  for (int k = 0; k < 3; ++k) {
+    auto e = c.extend(1, std::span<const token_id>{});
+    REQUIRE(e.has_value());
+    CHECK(e->captures.empty());
+    CHECK(e->new_blocks.empty());
+  }
+  CHECK(c.metrics().captures_planned == 1);
+  CHECK(c.commit(1, 64, planned).has_value());
+  REQUIRE(c.step_complete(c.current_epoch()).has_value());
+  CHECK(c.metrics().snapshots_held == 1);
+  auto e = c.extend(1, std::span<const token_id>{}); // after the commit too
+  REQUIRE(e.has_value());
+  CHECK(e->captures.empty());
+  CHECK(c.check_invariants().has_value());
+}
+
 TEST_CASE("decode checkpoints: bad input is an error and changes nothing") {
   SUBCASE("configuration") {
     auto off_grid = prefix_cache<small_hybrid, policy::chat>::create(

@@ -411,6 +411,9 @@ struct cache_core {
   /// blocks up to the first one absent and, for a model with recurrent layers, only up to the deepest
   /// snapshot found (KV past it would be recomputed anyway). Without it every candidate is fetched, and
   /// those the store lacks cost a reserved unit each until reported.
+  ///
+  /// Complexity: the prompt's lookup (as `admit`'s, up to its first miss), then at most as many block keys
+  /// as the host tier has KV units, and memory of the same order: a prompt of any length costs no more.
   /// Errors: as `admit`'s checks of the prompt (`invalid_argument`, `out_of_range`).
   result<fetch_plan> prefetch(std::span<const token_id> prompt, const extra_keys& keys,
                               const std::span<const content_key>* in_store = nullptr) {
@@ -431,8 +434,9 @@ struct cache_core {
   /// The content keys a `prefetch` of `prompt` could ask the store for now, blocks in chain order then
   /// snapshots deepest first, with nothing reserved and nothing changed. An engine asks the store which of
   /// them it has (one pipelined round trip: `redis_store::probe`) and passes those to `prefetch`, so that
-  /// a prompt's new content, which no engine computed yet, reserves no host unit.
-  /// Errors: as `prefetch`'s.
+  /// a prompt's new content, which no engine computed yet, reserves no host unit. Lists at most as many
+  /// blocks as the host tier has KV units past the prompt's local match (no more could be fetched).
+  /// Complexity: as `prefetch`'s. Errors: as `prefetch`'s.
   result<probe_plan> probe(std::span<const token_id> prompt, const extra_keys& keys) {
     if (const errc e = check_prompt(prompt, keys); e != errc{}) return e;
     if constexpr (!has_remote) {
@@ -521,6 +525,10 @@ struct cache_core {
       const std::uint32_t matched = on_gpu + host_hits();
       const std::uint32_t local_usable = choose_restore<B>(r, matched, prompt).usable;
       auto limit = static_cast<std::uint32_t>((prompt.size() - 1) / B);
+      // Fetched blocks need a host unit each, so a walk past the matched blocks plus every host KV unit could
+      // never be fetched: bounding it there bounds the work and memory of a call (keys hashed, the key memo,
+      // the keys listed) by the tiers' sizes, whatever the prompt's length.
+      limit = static_cast<std::uint32_t>(std::min<std::uint64_t>(limit, std::uint64_t{matched} + ledger.blocks().size()));
       if constexpr (restores) {
         // Recurrent layers use KV only up to the restored snapshot, and the store holds snapshots on the
         // alignment grid only: blocks past the prompt's last grid position would never be onboarded.
@@ -1236,18 +1244,21 @@ struct cache_core {
     r->tokens = new_total;
     plan.new_blocks = std::span<const block_id>(r->blocks).subspan(have);
     if constexpr (restores) {
-      if constexpr (traits::capture::at_decode) plan_checkpoint(*r, plan);
+      if constexpr (traits::capture::at_decode) {
+        if (!tokens.empty()) plan_checkpoint(*r, plan); // an empty extend reaches no new position
+      }
     }
     return plan;
   }
 
   /// `policy::decode_checkpoints`: a capture at the sequence's new length when it is a multiple of the
-  /// interval, within the per-path cap and when a slot is reusable. Complexity: O(1), plus O(chain) with a
-  /// per-path cap.
+  /// interval, not already planned, within the per-path cap and when a slot is reusable. Complexity: O(1),
+  /// plus O(chain) with a per-path cap.
   void plan_checkpoint(sequence_record& r, extend_plan& plan) noexcept {
     const std::uint32_t interval = options.decode_checkpoint_interval;
     const std::uint32_t p = r.tokens;
     if (interval == 0 || p % interval != 0 || p <= r.computed) return;
+    if (!r.captures.empty() && r.captures.back().position >= p) return; // pending captures are in order
     if (options.max_snapshots_per_path != 0) {
       if (snapshots_on_chain(r, blocks) >= options.max_snapshots_per_path) {
         ++metrics.captures_refused;

@@ -116,6 +116,14 @@ struct redis_store_options {
 
 using request_id = std::uint64_t;
 
+/// What keeps a request's borrowed bytes alive, when the caller wants the store to: the store holds it from
+/// submission until its I/O threads no longer touch the request's spans (the completion is queued, or the
+/// request is dropped by the destructor), then releases it, possibly on an I/O thread. A caller that owns its
+/// buffers through it may forget a request at any moment (be destroyed while the request is queued or
+/// running) without the store reading or writing freed memory; `tier_runner` does. Empty: the caller keeps
+/// the bytes alive until `poll` returns the completion.
+using buffer_owner = std::shared_ptr<const void>;
+
 enum class request_kind : std::uint8_t { put, get, probe };
 
 /// How a request ended. Only `stored`, `answered` and `hit` are successes; every other status leaves the caller
@@ -192,8 +200,8 @@ public:
   static result<std::unique_ptr<redis_store>> create(redis_store_options options);
 
   /// Stops the I/O threads: the request each is executing finishes (bounded by the timeouts), requests
-  /// still queued and completions not polled are dropped. Borrowed buffers are no longer touched once the
-  /// destructor returns.
+  /// still queued and completions not polled are dropped (their `keep_alive` owners released). Borrowed
+  /// buffers are no longer touched once the destructor returns.
   ~redis_store();
   redis_store(const redis_store&) = delete;
   redis_store& operator=(const redis_store&) = delete;
@@ -202,10 +210,12 @@ public:
   /// not copied (a 100 MiB snapshot copy would cost the scheduler milliseconds): both spans must stay valid
   /// and unchanged until `poll` returns this request's completion. Its status is `stored` or a failure.
   ///
+  /// `keep_alive`: see `buffer_owner`.
+  ///
   /// Errors (nothing is enqueued): `pool_exhausted` when `max_in_flight` requests are outstanding;
   /// `invalid_argument` for a header over 16 MiB.
   result<request_id> put(const content_key& key, std::span<const std::byte> header,
-                         std::span<const std::byte> payload);
+                         std::span<const std::byte> payload, buffer_owner keep_alive = {});
 
   /// Looks `key` up; a hit's completion owns the header and the payload. Errors: `pool_exhausted`.
   result<request_id> get(const content_key& key);
@@ -214,16 +224,19 @@ public:
   /// the device), saving a copy. `destination` is borrowed until `poll` returns the completion. A stored
   /// value whose payload size differs from `destination.size()` is a `miss`. The destination is written only
   /// on a `hit`, after the value's sizes and digest were checked; on any other status it is untouched.
+  /// `keep_alive`: see `buffer_owner`.
   /// Errors: `pool_exhausted`.
-  result<request_id> get(const content_key& key, std::span<std::byte> destination);
+  result<request_id> get(const content_key& key, std::span<std::byte> destination, buffer_owner keep_alive = {});
 
   /// Asks which of `keys` have a value (whether their manifest is there), without reading any: pipelined per
   /// server, one round trip on a single node. `found` (as long as `keys`) receives 1 for each key with a
   /// value and 0 for each without; both spans are borrowed until `poll` returns the completion, whose status
   /// is `answered`, or a failure (then `found` is all 0). A key found may still miss on `get` (evicted or
   /// overwritten meanwhile, or corrupt): a probe tells what is worth fetching, `get` what may be used.
+  /// `keep_alive`: see `buffer_owner`.
   /// Errors: `pool_exhausted`; `invalid_argument` when the spans' sizes differ.
-  result<request_id> probe(std::span<const content_key> keys, std::span<std::uint8_t> found);
+  result<request_id> probe(std::span<const content_key> keys, std::span<std::uint8_t> found,
+                           buffer_owner keep_alive = {});
 
   /// Moves up to `out.size()` finished requests into `out`, oldest first, and returns how many. Never waits
   /// for I/O (it only takes a lock that the I/O threads hold for a few instructions).

@@ -28,6 +28,13 @@
 /// runs on the store's threads; this class only enqueues, copies and polls, and never blocks except in
 /// `drain`.
 ///
+/// Lifetime: a runner may be destroyed at any moment, also with requests in flight. The buffers the store
+/// borrows (a put's copy, a fetch's staging buffer, a probe's keys and flags) are shared with the store
+/// (`redis_store::buffer_owner`), which releases them once its I/O threads are done with them; a destroyed
+/// runner's completions are then ignored by whoever polls the store. The cache's host units reserved for
+/// fetches still in flight stay reserved until reported: call `drain`, or `abandon` (which waits for
+/// nothing), before destroying a runner whose cache lives on.
+///
 /// The host pools: the engine describes each (KV units, snapshot units) as a list of per-layer pools of
 /// `units` units of `unit_bytes`; a value's payload is the concatenation of its unit's slice of every pool.
 ///
@@ -47,6 +54,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <unordered_map>
@@ -96,25 +104,25 @@ public:
         ++stats_.puts_dropped;
         continue;
       }
-      pending_put put;
-      put.header.assign(p.header.begin(), p.header.end());
-      put.payload.resize(unit_bytes(p.item));
+      auto put = std::make_shared<pending_put>();
+      put->header.assign(p.header.begin(), p.header.end());
+      put->payload.resize(unit_bytes(p.item));
       if (p.device) {
-        read_device_(p.item, p.unit, put.payload);
+        read_device_(p.item, p.unit, put->payload);
       } else {
         std::size_t at = 0;
         for (const host_pool_view& v : pools(p.item)) {
-          std::memcpy(put.payload.data() + at, v.base + std::size_t{p.unit} * v.unit_bytes, v.unit_bytes);
+          std::memcpy(put->payload.data() + at, v.base + std::size_t{p.unit} * v.unit_bytes, v.unit_bytes);
           at += v.unit_bytes;
         }
       }
-      auto id = store_->put(p.key, put.header, put.payload);
+      auto id = store_->put(p.key, put->header, put->payload, put);
       if (!id) {
         ++stats_.puts_dropped;
         continue;
       }
       ++stats_.puts_issued;
-      stats_.bytes_put += put.payload.size();
+      stats_.bytes_put += put->payload.size();
       puts_.emplace(*id, std::move(put));
     }
   }
@@ -122,8 +130,9 @@ public:
   /// Starts a get per fetch into a staging buffer; a fetch the store refuses is reported a miss at once.
   void start_fetches(Cache& cache, const fetch_plan& plan) {
     for (const remote_fetch& f : plan.fetches) {
-      pending_fetch fetch{f.item, f.unit, std::vector<std::byte>(unit_bytes(f.item))};
-      auto id = store_->get(f.key, fetch.staging);
+      auto fetch = std::make_shared<pending_fetch>(
+          pending_fetch{f.item, f.unit, std::vector<std::byte>(unit_bytes(f.item))});
+      auto id = store_->get(f.key, fetch->staging, fetch);
       if (!id) {
         ++stats_.fetches_dropped;
         (void)cache.fetched(f.item, f.unit, {});
@@ -138,18 +147,18 @@ public:
   /// `take_probe`; a probe the store's full queue refuses is answered at once, with nothing found.
   request_id start_probe(const probe_plan& plan) {
     const request_id ticket = next_ticket_++;
-    pending_probe probe;
-    probe.keys.reserve(plan.keys.size());
-    for (const remote_probe& k : plan.keys) probe.keys.push_back(k.key);
-    probe.found.assign(probe.keys.size(), 0);
-    auto id = store_->probe(probe.keys, probe.found);
+    auto probe = std::make_shared<pending_probe>();
+    probe->keys.reserve(plan.keys.size());
+    for (const remote_probe& k : plan.keys) probe->keys.push_back(k.key);
+    probe->found.assign(probe->keys.size(), 0);
+    auto id = store_->probe(probe->keys, probe->found, probe);
     if (!id) {
       ++stats_.probes_failed;
       answered_.emplace(ticket, std::vector<content_key>{});
       return ticket;
     }
     ++stats_.probes_issued;
-    probe.ticket = ticket;
+    probe->ticket = ticket;
     probes_.emplace(*id, std::move(probe));
     return ticket;
   }
@@ -190,6 +199,21 @@ public:
     return true;
   }
 
+  /// Gives up every request in flight without waiting: each fetch is reported to `cache` as a miss (its
+  /// host unit is never written: the store writes only the staging buffer it keeps alive), puts and probes
+  /// are forgotten (an unanswered probe's ticket is answered with nothing found). Their completions, polled
+  /// later, are ignored. For a shutdown or a store that stopped answering; `drain` first to keep results.
+  void abandon(Cache& cache) {
+    for (auto& [id, f] : fetches_) {
+      ++stats_.fetches_dropped;
+      (void)cache.fetched(f->item, f->unit, {});
+    }
+    for (auto& [id, p] : probes_) answered_.emplace(p->ticket, std::vector<content_key>{});
+    fetches_.clear();
+    puts_.clear();
+    probes_.clear();
+  }
+
   std::size_t in_flight() const noexcept { return puts_.size() + fetches_.size() + probes_.size(); }
   const tier_runner_stats& stats() const noexcept { return stats_; }
 
@@ -216,16 +240,17 @@ private:
     if (c.kind == request_kind::probe) {
       auto it = probes_.find(c.id);
       if (it == probes_.end()) return;
+      const pending_probe& probe = *it->second;
       std::vector<content_key> found;
       if (c.status == store_status::answered) {
         ++stats_.probes_answered;
-        for (std::size_t i = 0; i < it->second.keys.size(); ++i)
-          if (it->second.found[i] != 0) found.push_back(it->second.keys[i]);
+        for (std::size_t i = 0; i < probe.keys.size(); ++i)
+          if (probe.found[i] != 0) found.push_back(probe.keys[i]);
         stats_.keys_found += found.size();
       } else {
         ++stats_.probes_failed;
       }
-      answered_.emplace(it->second.ticket, std::move(found));
+      answered_.emplace(probe.ticket, std::move(found));
       probes_.erase(it);
       return;
     }
@@ -236,7 +261,7 @@ private:
     }
     auto it = fetches_.find(c.id);
     if (it == fetches_.end()) return;
-    pending_fetch& f = it->second;
+    const pending_fetch& f = *it->second;
     if (c.status == store_status::hit && c.payload_bytes == f.staging.size()) {
       std::size_t at = 0;
       for (const host_pool_view& v : pools(f.item)) {
@@ -256,9 +281,10 @@ private:
   redis_store* store_;
   std::vector<host_pool_view> pools_[2];
   device_reader read_device_;
-  std::unordered_map<request_id, pending_put> puts_;
-  std::unordered_map<request_id, pending_fetch> fetches_;
-  std::unordered_map<request_id, pending_probe> probes_;           ///< by the store's request id
+  // By the store's request id. Shared with the store (its `keep_alive`) while its I/O threads may touch them.
+  std::unordered_map<request_id, std::shared_ptr<pending_put>> puts_;
+  std::unordered_map<request_id, std::shared_ptr<pending_fetch>> fetches_;
+  std::unordered_map<request_id, std::shared_ptr<pending_probe>> probes_;
   std::unordered_map<request_id, std::vector<content_key>> answered_; ///< by ticket
   request_id next_ticket_ = 1;
   tier_runner_stats stats_;
