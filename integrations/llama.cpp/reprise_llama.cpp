@@ -44,6 +44,14 @@ bool parse_bytes(const std::string& whole, std::size_t& out) noexcept {
   return true;
 }
 
+std::string to_string(const adapter_stats& s) {
+  return "reprise: prompt tokens " + std::to_string(s.prompt_tokens) + " skipped " + std::to_string(s.skipped_tokens) +
+         " restores " + std::to_string(s.snapshot_restores) + " captures " + std::to_string(s.captures) +
+         " snapshot bytes held " + std::to_string(s.snapshot_bytes_held) + " of budget " +
+         std::to_string(s.snapshot_budget_bytes) + " (slots " + std::to_string(s.snapshot_slots) + ") kept KV cells " +
+         std::to_string(s.kv_cells_kept);
+}
+
 namespace {
 
 /// Faults a test injects to show that the exactness checks catch a wrong restore (REPRISE_LLAMA_FAULT):

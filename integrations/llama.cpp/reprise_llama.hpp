@@ -54,6 +54,10 @@ struct adapter_stats {
   std::uint32_t kv_cells_kept = 0; ///< cells the keeper holds
 };
 
+/// One log line: "reprise: prompt tokens P skipped S restores R captures C snapshot bytes held H of budget B
+/// (slots N) kept KV cells K".
+std::string to_string(const adapter_stats& s);
+
 class server_cache {
 public:
   virtual ~server_cache() = default;
