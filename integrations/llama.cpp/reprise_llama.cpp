@@ -49,7 +49,8 @@ std::string to_string(const adapter_stats& s) {
          " restores " + std::to_string(s.snapshot_restores) + " captures " + std::to_string(s.captures) +
          " snapshot bytes held " + std::to_string(s.snapshot_bytes_held) + " of budget " +
          std::to_string(s.snapshot_budget_bytes) + " (slots " + std::to_string(s.snapshot_slots) + ") kept KV cells " +
-         std::to_string(s.kv_cells_kept);
+         std::to_string(s.kv_cells_kept) + " requests out of cell order " + std::to_string(s.requests_out_of_order) +
+         " last in order " + (s.last_in_order ? "yes" : "no");
 }
 
 namespace {
@@ -283,6 +284,7 @@ public:
       drop(slot);
       return;
     }
+    note_order(slot, n_fed);
     auto fin = cache_.finish(s.seq, {.last_turn = last_turn});
     if (fin && fin->capture.slot != reprise::no_slot) {
       capture(slot, fin->capture.slot);
@@ -319,6 +321,18 @@ public:
   std::string describe() const override { return text_; }
 
 private:
+  /// Whether the slot's cells for [0, n) sit in position order (cell index increasing with position).
+  void note_order(int slot, std::uint32_t n) {
+    std::vector<std::uint32_t> cells(n);
+    const int32_t got = llama_reprise_kv_cells(ctx_, static_cast<llama_seq_id>(slot), 0, static_cast<llama_pos>(n),
+                                               cells.data(), static_cast<int32_t>(n));
+    bool ordered = got >= 0;
+    for (std::size_t j = 1; ordered && j < cells.size() && j < static_cast<std::size_t>(got); ++j)
+      ordered = cells[j] > cells[j - 1];
+    stats_.last_in_order = ordered;
+    if (!ordered) ++stats_.requests_out_of_order;
+  }
+
   void capture(int slot, reprise::slot_id dst) {
     const auto sid = static_cast<llama_seq_id>(slot);
     std::vector<std::uint8_t>& buf = snapshots_[static_cast<std::size_t>(dst)];

@@ -52,6 +52,10 @@ struct adapter_stats {
   std::size_t snapshot_budget_bytes = 0;
   std::uint32_t snapshot_slots = 0;
   std::uint32_t kv_cells_kept = 0; ///< cells the keeper holds
+  /// Requests whose KV cells were not in position order at their end (docs/llama.cpp.md: the CPU flash
+  /// attention kernel visits cells in cell order, so such a request may round differently from a cold run).
+  std::uint64_t requests_out_of_order = 0;
+  bool last_in_order = true; ///< the last finished request's cells were in position order
 };
 
 /// One log line: "reprise: prompt tokens P skipped S restores R captures C snapshot bytes held H of budget B
