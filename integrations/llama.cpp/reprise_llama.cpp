@@ -56,7 +56,9 @@ std::string to_string(const adapter_stats& s) {
 namespace {
 
 /// Faults a test injects to show that the exactness checks catch a wrong restore (REPRISE_LLAMA_FAULT):
-/// "state" flips the lowest bit of the restored snapshot's last float, "kv" leaves the last shared cell out.
+/// "state" flips the top exponent bit of every float in the second half of the restored snapshot (the last
+/// recurrent layer's SSM / delta-rule state: a state that survives the decay of the dozens of tokens a `strict`
+/// hit recomputes after the restore), "kv" leaves the first shared cell (position 0) out.
 enum class fault : std::uint8_t { none, state, kv };
 
 fault fault_from_env() {
@@ -136,6 +138,7 @@ class cache_impl final : public server_cache {
     reprise::seq_id seq = 0;
     std::vector<reprise::block_id> table;
     std::vector<reprise::token_id> tokens; ///< admitted prompt, then every extended token
+    std::uint32_t prompt_len = 0;
     std::uint32_t committed = 0;
     std::uint32_t tagged = 0; ///< blocks [0, tagged) of the table have their cells kept
     std::vector<reprise::capture_point> pending;
@@ -144,6 +147,7 @@ class cache_impl final : public server_cache {
 public:
   cache_impl(cache_t c, llama_context* ctx, const options& o, int n_slots, std::string text)
       : cache_(std::move(c)), ctx_(ctx), opts_(o), slots_(static_cast<std::size_t>(n_slots)),
+        has_attention_(llama_reprise_kv_cells(ctx, 0, 0, 1, nullptr, 0) >= 0),
         keeper_(static_cast<llama_seq_id>(llama_max_parallel_sequences()) - 1), text_(std::move(text)),
         fault_(fault_from_env()) {
     block_cells_.resize(cache_.kv_blocks());
@@ -160,6 +164,7 @@ public:
     s = slot_state{};
     s.seq = next_seq_++;
     s.tokens.assign(prompt.begin(), prompt.end());
+    s.prompt_len = static_cast<std::uint32_t>(prompt.size());
     auto plan = cache_.admit(s.seq, s.tokens);
     if (!plan) {
       error = "Reprise: admit failed: " + errc_text(plan.error());
@@ -179,15 +184,15 @@ public:
       for (const cell_ref& c : block_cells_[static_cast<std::size_t>(src)])
         if (c.pos < static_cast<llama_pos>(usable)) add.push_back(c.cell);
     }
-    if (add.size() != usable) {
+    if (has_attention_ && add.size() != usable) {
       error = "Reprise: " + std::to_string(usable) + " usable tokens but " + std::to_string(add.size()) +
               " cached cells (the adapter lost track of a block)";
       (void)cache_.release(s.seq);
       s.live = false;
       return -1;
     }
-    if (fault_ == fault::kv && !add.empty()) add.pop_back();
-    if (!add.empty() && !llama_reprise_kv_cells_seq_add(ctx_, add.data(), static_cast<int32_t>(add.size()), sid)) {
+    if (fault_ == fault::kv && !add.empty()) add.erase(add.begin());
+    if (has_attention_ && !add.empty() && !llama_reprise_kv_cells_seq_add(ctx_, add.data(), static_cast<int32_t>(add.size()), sid)) {
       error = "Reprise: sharing the cached cells failed";
       (void)cache_.release(s.seq);
       s.live = false;
@@ -198,9 +203,9 @@ public:
         std::vector<std::uint8_t>& buf = snapshots_[static_cast<std::size_t>(plan->restore_slot)];
         std::vector<std::uint8_t> faulty;
         const std::uint8_t* data = buf.data();
-        if (fault_ == fault::state && buf.size() >= 4) {
+        if (fault_ == fault::state && buf.size() >= 8) {
           faulty = buf;
-          faulty[faulty.size() - 4] ^= 1;
+          for (std::size_t i = faulty.size() - faulty.size() / 8 * 4; i + 4 <= faulty.size(); i += 4) faulty[i + 3] ^= 0x40;
           data = faulty.data();
         }
         if (buf.empty() ||
@@ -234,6 +239,10 @@ public:
 
   bool before_feed(int slot, std::uint32_t n_fed, std::string& error) override {
     slot_state& s = slots_[static_cast<std::size_t>(slot)];
+    // An attention-only model (`block_sharing`) publishes only what its prompts prefilled: llama.cpp's CPU
+    // kernels give a decoded token's KV other bits than a prefilled one's (docs/llama.cpp.md), and
+    // block_sharing has no exactness class to tell them apart. Decoded tokens are extended, never committed.
+    if (!restores) n_fed = std::min(n_fed, s.prompt_len);
     if (!s.live || n_fed <= s.committed) return true;
     std::vector<std::uint32_t> written;
     for (const reprise::capture_point& c : s.pending) {
@@ -299,6 +308,7 @@ public:
 
   void drop(int slot) override {
     slot_state& s = slots_[static_cast<std::size_t>(slot)];
+    stats_.last_in_order = true; // nothing of the request is kept or compared
     if (!s.live) return;
     (void)cache_.release(s.seq);
     s.live = false;
@@ -323,6 +333,7 @@ public:
 private:
   /// Whether the slot's cells for [0, n) sit in position order (cell index increasing with position).
   void note_order(int slot, std::uint32_t n) {
+    if (!has_attention_) return;
     std::vector<std::uint32_t> cells(n);
     const int32_t got = llama_reprise_kv_cells(ctx_, static_cast<llama_seq_id>(slot), 0, static_cast<llama_pos>(n),
                                                cells.data(), static_cast<int32_t>(n));
@@ -375,6 +386,7 @@ private:
   llama_context* ctx_;
   options opts_;
   std::vector<slot_state> slots_;
+  bool has_attention_; ///< the context has a unified attention memory (a model with attention layers)
   llama_seq_id keeper_;
   std::string text_;
   fault fault_;
@@ -415,13 +427,16 @@ std::unique_ptr<server_cache> server_cache::create(llama_context* ctx, const lla
             std::to_string(llama_max_parallel_sequences() - 2) + " slots)";
     return nullptr;
   }
-  if (llama_reprise_kv_cells(ctx, 0, 0, 1, nullptr, 0) < 0) {
-    error = "Reprise needs a unified attention KV cache (--kv-unified)";
-    return nullptr;
-  }
   bool recurrent = false;
   auto groups = layers_of(model, o.block_size, recurrent, error);
   if (!groups) return nullptr;
+  const bool attention = std::any_of(groups->begin(), groups->end(), [](const reprise::layer_spec& g) {
+    return g.family() == reprise::state_family::kv_block;
+  });
+  if (attention && llama_reprise_kv_cells(ctx, 0, 0, 1, nullptr, 0) < 0) {
+    error = "Reprise needs a unified attention KV cache (--kv-unified)";
+    return nullptr;
+  }
   auto cfg = reprise::model_config::make(*groups);
   if (!cfg) {
     error = "Reprise cannot describe this model's layers: " + errc_text(cfg.error());
@@ -429,7 +444,15 @@ std::unique_ptr<server_cache> server_cache::create(llama_context* ctx, const lla
   }
   std::string text = std::string("Reprise ") + (o.policy == mode::chat ? "chat" : "strict") + ": " +
                      std::to_string(groups->size()) + " layer groups";
-  if (!recurrent) return make<reprise::policy::block_sharing>(*cfg, ctx, o, n_slots, std::move(text), error);
+  if (!recurrent) {
+    if (o.policy == mode::chat) {
+      // chat resumes a turn where it ended, decoded KV included; an attention-only model has only
+      // block_sharing, which recomputes the turn's last partial block by prefill
+      error = "--reprise chat needs a model with recurrent layers; use --reprise strict for an attention-only model";
+      return nullptr;
+    }
+    return make<reprise::policy::block_sharing>(*cfg, ctx, o, n_slots, std::move(text), error);
+  }
   if (o.snapshot_budget_bytes == 0) {
     error = "Reprise needs --reprise-snapshot-bytes for a model with recurrent layers (one snapshot is " +
             std::to_string(cfg->facts().bytes_per_snapshot) + " bytes)";

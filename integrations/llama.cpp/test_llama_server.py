@@ -24,6 +24,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import zlib
 
 MODELS = ["nemotron_h", "qwen35", "llama"]  # Mamba2 + attention, gated delta + attention, attention only
 HYBRID = {"nemotron_h", "qwen35"}
@@ -62,11 +63,18 @@ class Server:
             time.sleep(0.2)
         raise RuntimeError(f"{name}: server did not become ready, see {self.log_path}")
 
-    def last_request_in_order(self):
-        """Reprise's log line for the request that just finished: were its KV cells in position order?"""
-        with open(self.log_path) as f:
-            found = [line for line in f if "last in order" in line]
-        return not found or found[-1].strip().endswith("last in order yes")
+    def last_request_in_order(self, n_requests):
+        """Reprise's log line for request n_requests (the server logs from its own thread, so wait for it): were
+        its KV cells in position order? None for a server without Reprise."""
+        deadline = time.time() + 30
+        while True:
+            with open(self.log_path) as f:
+                found = [line for line in f if "last in order" in line]
+            if len(found) >= n_requests:
+                return found[n_requests - 1].strip().endswith("last in order yes")
+            if time.time() > deadline:
+                return None
+            time.sleep(0.05)
 
     def complete(self, prompt, n_predict, cache_prompt=True, slot=-1):
         body = {"prompt": prompt, "n_predict": n_predict, "temperature": 0, "n_probs": 5, "return_tokens": True,
@@ -86,7 +94,7 @@ class Server:
         self.log.close()
 
 
-def workload(seed, n_conv=3, turns=3):
+def workload(seed, n_conv=3, turns=4):
     """Conversations sharing a system prompt: (conversation, user tokens, reply length) in arrival order."""
     rng = random.Random(seed)
     system = [rng.randrange(4, 128) for _ in range(70)]
@@ -122,9 +130,16 @@ def run_pair(candidate, reference, system, steps, ref_cache_prompt, ref_slots):
     r = Pair()
     for i, (c, user, n) in enumerate(steps):
         prompt = history.get(c, list(system)) + user
-        got = candidate.complete(prompt, n)
-        in_order = candidate.last_request_in_order()
         ref = reference.complete(prompt, n, cache_prompt=ref_cache_prompt, slot=c if ref_slots else -1)
+        try:
+            got = candidate.complete(prompt, n)
+        except urllib.error.HTTPError as e:
+            # a request the candidate fails (a decode refusing inconsistent positions) differs from the reference
+            print(f"     turn {i}: the candidate answered HTTP {e.code}", flush=True)
+            got = {"tokens": ref["tokens"], "completion_probabilities": [], "timings": {"prompt_n": len(prompt)}}
+        in_order = candidate.last_request_in_order(i + 1)
+        if in_order is None:
+            raise RuntimeError(f"turn {i}: no Reprise log line, see {candidate.log_path}")
         equal = output_of(got) == output_of(ref)
         if not in_order:
             r.out_of_order.append(i)
@@ -153,7 +168,7 @@ def check(cond, what, failures):
 
 
 def test_exactness(args, model, arch, failures):
-    system, steps = workload(seed=hash(arch) % 1000 + 7)
+    system, steps = workload(seed=zlib.crc32(arch.encode()))
     n_conv = 1 + max(c for c, _, _ in steps)
     budget = ["--reprise-snapshot-bytes", SNAPSHOT_BYTES] if arch in HYBRID else []
     if "strict" in args.only:
@@ -179,7 +194,7 @@ def test_exactness(args, model, arch, failures):
                       f"cells are in order (turns {r.mismatches})", failures)
         finally:
             ref.stop()
-    if "chat" in args.only:
+    if "chat" in args.only and arch in HYBRID:
         ref = Server(args.server, model, ["-np", str(n_conv), "--cache-ram", "0", "--ctx-checkpoints", "0"],
                      args.workdir, f"{arch}-session")
         try:
@@ -220,6 +235,7 @@ def test_errors(args, models, failures):
         (m, ["--reprise", "strict", "--reprise-snapshot-bytes", "1"], "budget_too_small"),
         (m, ["--reprise-snapshot-bytes", "1M"], "needs --reprise chat|strict"),
         (models["mamba"], ["--reprise", "chat", "--reprise-snapshot-bytes", "64M"], "Reprise cannot cache"),
+        (models["llama"], ["--reprise", "chat"], "--reprise chat needs a model with recurrent layers"),
     ]
     for model, extra, text in cases:
         rc, out = startup_error(args, model, extra)
