@@ -25,7 +25,8 @@ import time
 import urllib.request
 
 CONFIGS = [
-    ("llama.cpp default caching", []),
+    # -lv 4: llama.cpp logs its context checkpoints and host prompt cache at trace level
+    ("llama.cpp default caching", ["-lv", "4"]),
     ("caching off", ["--cache-ram", "0", "--ctx-checkpoints", "0"]),
     ("Reprise chat", ["--reprise", "chat", "--reprise-snapshot-bytes", "256M"]),
     ("Reprise strict", ["--reprise", "strict", "--reprise-snapshot-bytes", "256M"]),
@@ -77,7 +78,9 @@ def run_config(args, name, extra, systems, convs):
     log_path = os.path.join(args.workdir, re.sub(r"[^a-z]+", "-", name.lower()) + ".log")
     log = open(log_path, "w")
     proc = subprocess.Popen([args.server, "-m", args.model, "--host", "127.0.0.1", "--port", str(port), "-np", "4",
-                             "-c", str(args.ctx), "-t", str(args.threads), "--no-warmup", "--temp", "0"] + extra,
+                             "-c", str(args.ctx), "-t", str(args.threads), "--no-warmup", "--temp", "0"]
+                            + (["--override-kv", f"{args.arch}.context_length=int:{args.ctx}"] if args.arch else [])
+                            + extra,
                             stdout=log, stderr=subprocess.STDOUT)
     try:
         for _ in range(600):
@@ -135,13 +138,24 @@ def run_config(args, name, extra, systems, convs):
     if m:
         state = f"{int(m[-1][0]) / 2**20:.1f} MiB snapshots, {m[-1][1]} KV cells kept"
     else:
-        ck = re.findall(r"created context checkpoint .*size = ([0-9.]+) MiB", text)
+        # context checkpoints held per slot at the end: the count the last creation reports, less later erasures
+        held, size = {}, 0.0
+        for line in text.splitlines():
+            m = re.search(r"id +(\d+) \|.*created context checkpoint (\d+) of \d+ .*size = ([0-9.]+) MiB", line)
+            if m:
+                held[m.group(1)] = int(m.group(2))
+                size = float(m.group(3))
+                continue
+            m = re.search(r"id +(\d+) \|.*(erasing|erased|superseding) .*context checkpoint", line)
+            if m and held.get(m.group(1), 0) > 0:
+                held[m.group(1)] -= 1
         cache = re.findall(r"cache state: (\d+) prompts, ([0-9.]+) MiB", text)
         parts = []
-        if ck:
-            parts.append(f"{len(ck)} checkpoints created ({float(ck[-1]):.2f} MiB each)")
+        if held:
+            n = sum(held.values())
+            parts.append(f"{n * size:.1f} MiB in {n} context checkpoints")
         if cache:
-            parts.append(f"prompt cache {cache[-1][1]} MiB ({cache[-1][0]} prompts)")
+            parts.append(f"{float(cache[-1][1]):.1f} MiB host prompt cache ({cache[-1][0]} prompts)")
         state = ", ".join(parts) if parts else "-"
     totals["state"] = state
     return totals
@@ -159,6 +173,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--workdir", default="build-llama-bench")
     ap.add_argument("--out", default="")
+    ap.add_argument("--arch", default="", help="the GGUF's architecture: lifts its training context to --ctx "
+                    "(the random test models declare 256)")
     args = ap.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
     systems, convs = workload(args.seed, args.conversations, args.turns, args.vocab)

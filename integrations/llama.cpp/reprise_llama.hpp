@@ -39,7 +39,7 @@ bool parse_bytes(const std::string& text, std::size_t& out) noexcept;
 struct options {
   mode policy = mode::chat;
   std::size_t snapshot_budget_bytes = 0;
-  std::uint32_t block_size = 16;
+  std::uint32_t block_size = 32; // a multiple of the ubatches the exactness tests run (docs/llama.cpp.md)
 };
 
 /// What a server reports in its metrics.
