@@ -258,11 +258,13 @@ public:
       return false;
     }
     s.committed = n_fed;
-    // Keep the cells of every block that became full.
+    // Keep the cells of every block that became full (one scan of the cells for all of them).
     const std::uint32_t b = opts_.block_size;
-    while ((s.tagged + 1) * b <= n_fed && s.tagged < s.table.size()) {
-      tag_block(slot, s.table[s.tagged], s.tagged, (s.tagged + 1) * b);
-      ++s.tagged;
+    const auto full = std::min<std::uint32_t>(n_fed / b, static_cast<std::uint32_t>(s.table.size()));
+    if (full > s.tagged) {
+      tag_blocks(slot, std::span<const reprise::block_id>(s.table).subspan(s.tagged, full - s.tagged), s.tagged * b,
+                 full * b);
+      s.tagged = full;
     }
     return true;
   }
@@ -301,7 +303,7 @@ public:
       const auto pos = static_cast<std::uint32_t>(fin->capture.position);
       // The partial last block stays the cache's, kept with the snapshot.
       if (pos % b != 0 && pos / b < s.table.size() && pos / b >= s.tagged)
-        tag_block(slot, s.table[pos / b], pos / b, pos);
+        tag_blocks(slot, std::span<const reprise::block_id>(s.table).subspan(pos / b, 1), pos / b * b, pos);
     }
     s.live = false;
   }
@@ -354,19 +356,22 @@ private:
     ++stats_.captures;
   }
 
-  void tag_block(int slot, reprise::block_id id, std::uint32_t index, std::uint32_t end) {
-    release_block(id);
+  /// Keeps the cells of positions [p0, p1) of the slot for `ids` (consecutive blocks from position p0, the
+  /// last one possibly partial): the keeper holds them until each id is handed out again. A slot holds one cell
+  /// per position; if the cells found are not exactly that, the blocks stay untracked, and an admit that would
+  /// share them fails its cell count instead of sharing wrong cells.
+  void tag_blocks(int slot, std::span<const reprise::block_id> ids, std::uint32_t p0, std::uint32_t p1) {
+    for (reprise::block_id id : ids) release_block(id);
+    if (!has_attention_) return;
+    std::vector<std::uint32_t> cells(p1 - p0);
+    const int32_t n = llama_reprise_kv_cells(ctx_, static_cast<llama_seq_id>(slot), static_cast<llama_pos>(p0),
+                                             static_cast<llama_pos>(p1), cells.data(), static_cast<int32_t>(cells.size()));
+    if (n != static_cast<int32_t>(cells.size())) return;
     const std::uint32_t b = opts_.block_size;
-    const auto p0 = static_cast<llama_pos>(index * b);
-    const auto p1 = static_cast<llama_pos>(end);
-    std::vector<std::uint32_t> cells(b);
-    const int32_t n = llama_reprise_kv_cells(ctx_, static_cast<llama_seq_id>(slot), p0, p1, cells.data(), static_cast<int32_t>(b));
-    if (n < 0) return;
-    cells.resize(static_cast<std::size_t>(std::min<int32_t>(n, static_cast<int32_t>(b))));
-    std::vector<cell_ref>& kept = block_cells_[static_cast<std::size_t>(id)];
     std::vector<std::uint32_t> fresh;
     for (std::size_t j = 0; j < cells.size(); ++j) {
-      kept.push_back({cells[j], p0 + static_cast<llama_pos>(j)});
+      std::vector<cell_ref>& kept = block_cells_[static_cast<std::size_t>(ids[j / b])];
+      kept.push_back({cells[j], static_cast<llama_pos>(p0 + j)});
       if (cells[j] >= cell_refs_.size()) cell_refs_.resize(cells[j] + 1, 0);
       if (cell_refs_[cells[j]]++ == 0) fresh.push_back(cells[j]);
     }
