@@ -1,0 +1,470 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+#include "reprise_llama.hpp"
+
+#include <llama-reprise.h>
+#include <reprise/reprise.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace reprise::llama {
+
+bool parse_mode(const std::string& text, mode& out) noexcept {
+  if (text == "chat") { out = mode::chat; return true; }
+  if (text == "strict") { out = mode::strict; return true; }
+  return false;
+}
+
+bool parse_bytes(const std::string& whole, std::size_t& out) noexcept {
+  std::string_view text = whole;
+  std::size_t unit = 1;
+  if (!text.empty()) {
+    switch (text.back()) {
+    case 'K': case 'k': unit = std::size_t{1} << 10; break;
+    case 'M': case 'm': unit = std::size_t{1} << 20; break;
+    case 'G': case 'g': unit = std::size_t{1} << 30; break;
+    default: break;
+    }
+    if (unit != 1) text.remove_suffix(1);
+  }
+  if (text.empty()) return false;
+  std::size_t v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc{} || end != text.data() + text.size() || v == 0) return false;
+  if (v > std::numeric_limits<std::size_t>::max() / unit) return false;
+  out = v * unit;
+  return true;
+}
+
+std::string to_string(const adapter_stats& s) {
+  return "reprise: prompt tokens " + std::to_string(s.prompt_tokens) + " skipped " + std::to_string(s.skipped_tokens) +
+         " restores " + std::to_string(s.snapshot_restores) + " captures " + std::to_string(s.captures) +
+         " snapshot bytes held " + std::to_string(s.snapshot_bytes_held) + " of budget " +
+         std::to_string(s.snapshot_budget_bytes) + " (slots " + std::to_string(s.snapshot_slots) + ") kept KV cells " +
+         std::to_string(s.kv_cells_kept) + " requests out of cell order " + std::to_string(s.requests_out_of_order) +
+         " last in order " + (s.last_in_order ? "yes" : "no");
+}
+
+namespace {
+
+/// Faults a test injects to show that the exactness checks catch a wrong restore (REPRISE_LLAMA_FAULT):
+/// "state" flips the top exponent bit of every float in the second half of the restored snapshot (the last
+/// recurrent layer's SSM / delta-rule state: a state that survives the decay of the dozens of tokens a `strict`
+/// hit recomputes after the restore), "kv" leaves the first shared cell (position 0) out.
+enum class fault : std::uint8_t { none, state, kv };
+
+fault fault_from_env() {
+  const char* f = std::getenv("REPRISE_LLAMA_FAULT");
+  if (!f) return fault::none;
+  if (std::strcmp(f, "state") == 0) return fault::state;
+  if (std::strcmp(f, "kv") == 0) return fault::kv;
+  return fault::none;
+}
+
+std::string errc_text(reprise::errc e) { return std::string(reprise::to_string(e)); }
+
+/// The model's layers as Reprise layer groups (consecutive equal shapes merged), or an error message.
+std::optional<std::vector<reprise::layer_spec>> layers_of(const llama_model* model, std::uint32_t block_size,
+                                                          bool& recurrent, std::string& error) {
+  const int n = llama_reprise_model_layers(model, nullptr, 0);
+  std::vector<llama_reprise_layer> ls(static_cast<std::size_t>(n));
+  llama_reprise_model_layers(model, ls.data(), n);
+  std::vector<reprise::layer_spec> groups;
+  recurrent = false;
+  bool any = false;
+  for (int il = 0; il < n; ++il) {
+    const llama_reprise_layer& l = ls[static_cast<std::size_t>(il)];
+    reprise::layer_spec spec{reprise::kv_shape{}, 1};
+    switch (l.kind) {
+    case LLAMA_REPRISE_LAYER_NONE: continue;
+    case LLAMA_REPRISE_LAYER_ATTENTION:
+      spec.shape = reprise::kv_shape{.kv_heads = l.kv_heads, .head_dim = l.head_dim, .block_size = block_size,
+                                     .type = reprise::dtype::f16};
+      break;
+    case LLAMA_REPRISE_LAYER_MAMBA2:
+      // llama.cpp's ssm_scan and ssm_conv are per-token recurrences on the CPU (docs/llama.cpp.md): any
+      // position is exact. Reprise's shapes take a chunk of 64 at least, so snapshots sit on that grid.
+      spec.shape = reprise::mamba2_shape{.heads = l.ssm_heads, .head_dim = l.ssm_head_dim, .state_dim = l.ssm_state,
+                                         .groups = l.ssm_groups, .conv_width = l.ssm_conv, .chunk = 64,
+                                         .state_type = reprise::dtype::f32, .conv_type = reprise::dtype::f32};
+      recurrent = true;
+      break;
+    case LLAMA_REPRISE_LAYER_GATED_DELTA:
+      spec.shape = reprise::gated_delta_shape{.key_heads = l.ssm_groups, .value_heads = l.ssm_heads,
+                                              .key_dim = l.ssm_state, .value_dim = l.ssm_head_dim,
+                                              .conv_width = l.ssm_conv, .chunk = 64,
+                                              .state_type = reprise::dtype::f32, .conv_type = reprise::dtype::f32};
+      recurrent = true;
+      break;
+    default:
+      error = "layer " + std::to_string(il) +
+              " keeps a state Reprise cannot cache (sliding-window attention, Mamba1, RWKV, short conv or an "
+              "architecture it does not know)";
+      return std::nullopt;
+    }
+    any = true;
+    if (!groups.empty() && groups.back().shape == spec.shape) {
+      ++groups.back().count;
+    } else {
+      groups.push_back(spec);
+    }
+  }
+  if (!any) {
+    error = "the model has no attention or recurrent layer Reprise knows";
+    return std::nullopt;
+  }
+  return groups;
+}
+
+template <class Policy>
+class cache_impl final : public server_cache {
+  using cache_t = reprise::prefix_cache<reprise::dynamic_model, Policy>;
+  static constexpr bool restores = !std::is_same_v<Policy, reprise::policy::block_sharing>;
+
+  struct cell_ref {
+    std::uint32_t cell;
+    llama_pos pos;
+  };
+  struct slot_state {
+    bool live = false;
+    reprise::seq_id seq = 0;
+    std::vector<reprise::block_id> table;
+    std::vector<reprise::token_id> tokens; ///< admitted prompt, then every extended token
+    std::uint32_t prompt_len = 0;
+    std::uint32_t committed = 0;
+    std::uint32_t tagged = 0; ///< blocks [0, tagged) of the table have their cells kept
+    std::vector<reprise::capture_point> pending;
+  };
+
+public:
+  cache_impl(cache_t c, llama_context* ctx, const options& o, int n_slots, std::string text)
+      : cache_(std::move(c)), ctx_(ctx), opts_(o), slots_(static_cast<std::size_t>(n_slots)),
+        has_attention_(llama_reprise_kv_cells(ctx, 0, 0, 1, nullptr, 0) >= 0),
+        keeper_(static_cast<llama_seq_id>(llama_max_parallel_sequences()) - 1), text_(std::move(text)),
+        fault_(fault_from_env()) {
+    block_cells_.resize(cache_.kv_blocks());
+    cell_refs_.resize(llama_n_ctx(ctx_) + 1024, 0);
+    snapshots_.resize(cache_.snapshot_slots());
+  }
+
+  std::int32_t admit(int slot, const llama_token* tokens, std::size_t n_tokens, std::string& error) override {
+    const std::span<const llama_token> prompt(tokens, n_tokens);
+    slot_state& s = slots_[static_cast<std::size_t>(slot)];
+    if (s.live) drop(slot);
+    const auto sid = static_cast<llama_seq_id>(slot);
+    llama_memory_seq_rm(llama_get_memory(ctx_), sid, -1, -1);
+    s = slot_state{};
+    s.seq = next_seq_++;
+    s.tokens.assign(prompt.begin(), prompt.end());
+    s.prompt_len = static_cast<std::uint32_t>(prompt.size());
+    auto plan = cache_.admit(s.seq, s.tokens);
+    if (!plan) {
+      error = "Reprise: admit failed: " + errc_text(plan.error());
+      return -1;
+    }
+    s.live = true;
+    s.table.assign(plan->block_table.begin(), plan->block_table.end());
+    const std::uint32_t b = opts_.block_size;
+    // Own blocks: whatever cells their ids named before are no longer the cache's.
+    for (std::size_t i = plan->shared_blocks; i < s.table.size(); ++i) release_block(s.table[i]);
+    const std::uint32_t usable = plan->usable_tokens;
+    // Share the cached cells of [0, usable): full shared blocks, then the copied partial block.
+    std::vector<std::uint32_t> add;
+    for (std::uint32_t i = 0; i * b < usable; ++i) {
+      const reprise::block_id src = i < plan->shared_blocks ? s.table[i] : plan->copy_src;
+      if (src == reprise::no_block) break;
+      for (const cell_ref& c : block_cells_[static_cast<std::size_t>(src)])
+        if (c.pos < static_cast<llama_pos>(usable)) add.push_back(c.cell);
+    }
+    if (has_attention_ && add.size() != usable) {
+      error = "Reprise: " + std::to_string(usable) + " usable tokens but " + std::to_string(add.size()) +
+              " cached cells (the adapter lost track of a block)";
+      (void)cache_.release(s.seq);
+      s.live = false;
+      return -1;
+    }
+    if (fault_ == fault::kv && !add.empty()) add.erase(add.begin());
+    if (has_attention_ && !add.empty() && !llama_reprise_kv_cells_seq_add(ctx_, add.data(), static_cast<int32_t>(add.size()), sid)) {
+      error = "Reprise: sharing the cached cells failed";
+      (void)cache_.release(s.seq);
+      s.live = false;
+      return -1;
+    }
+    if constexpr (restores) {
+      if (plan->restore_slot != reprise::no_slot) {
+        std::vector<std::uint8_t>& buf = snapshots_[static_cast<std::size_t>(plan->restore_slot)];
+        std::vector<std::uint8_t> faulty;
+        const std::uint8_t* data = buf.data();
+        if (fault_ == fault::state && buf.size() >= 8) {
+          faulty = buf;
+          for (std::size_t i = faulty.size() - faulty.size() / 8 * 4; i + 4 <= faulty.size(); i += 4) faulty[i + 3] ^= 0x40;
+          data = faulty.data();
+        }
+        if (buf.empty() ||
+            llama_state_seq_set_data_ext(ctx_, data, buf.size(), sid, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY) != buf.size()) {
+          error = "Reprise: restoring snapshot slot " + std::to_string(plan->restore_slot) + " failed";
+          llama_memory_seq_rm(llama_get_memory(ctx_), sid, -1, -1);
+          (void)cache_.release(s.seq);
+          s.live = false;
+          return -1;
+        }
+        ++stats_.snapshot_restores;
+      }
+    }
+    s.committed = usable;
+    // Shared blocks' cells are kept already. Those past the usable skip are recomputed into cells of the slot's
+    // own (llama.cpp writes KV for every token it decodes), which the block's kept cells do not include.
+    s.tagged = plan->shared_blocks;
+    s.pending.assign(plan->captures.begin(), plan->captures.end());
+    stats_.prompt_tokens += prompt.size();
+    stats_.skipped_tokens += usable;
+    return static_cast<std::int32_t>(usable);
+  }
+
+  std::int32_t next_stop(int slot) const override {
+    const slot_state& s = slots_[static_cast<std::size_t>(slot)];
+    if (!s.live) return -1;
+    for (const reprise::capture_point& c : s.pending)
+      if (c.position > s.committed) return static_cast<std::int32_t>(c.position);
+    return -1;
+  }
+
+  bool before_feed(int slot, std::uint32_t n_fed, std::string& error) override {
+    slot_state& s = slots_[static_cast<std::size_t>(slot)];
+    // An attention-only model (`block_sharing`) publishes only what its prompts prefilled: llama.cpp's CPU
+    // kernels give a decoded token's KV other bits than a prefilled one's (docs/llama.cpp.md), and
+    // block_sharing has no exactness class to tell them apart. Decoded tokens are extended, never committed.
+    if (!restores) n_fed = std::min(n_fed, s.prompt_len);
+    if (!s.live || n_fed <= s.committed) return true;
+    std::vector<std::uint32_t> written;
+    for (const reprise::capture_point& c : s.pending) {
+      if (c.position == static_cast<std::int64_t>(n_fed)) {
+        capture(slot, c.slot);
+        written.push_back(n_fed);
+      }
+    }
+    std::erase_if(s.pending, [&](const reprise::capture_point& c) { return c.position <= static_cast<std::int64_t>(n_fed); });
+    auto r = cache_.commit(s.seq, n_fed, written);
+    if (!r) {
+      error = "Reprise: commit failed: " + errc_text(r.error());
+      return false;
+    }
+    s.committed = n_fed;
+    // Keep the cells of every block that became full (one scan of the cells for all of them).
+    const std::uint32_t b = opts_.block_size;
+    const auto full = std::min<std::uint32_t>(n_fed / b, static_cast<std::uint32_t>(s.table.size()));
+    if (full > s.tagged) {
+      tag_blocks(slot, std::span<const reprise::block_id>(s.table).subspan(s.tagged, full - s.tagged), s.tagged * b,
+                 full * b);
+      s.tagged = full;
+    }
+    return true;
+  }
+
+  bool extend(int slot, llama_token token, std::string& error) override {
+    slot_state& s = slots_[static_cast<std::size_t>(slot)];
+    if (!s.live) return true;
+    const reprise::token_id t = token;
+    auto plan = cache_.extend(s.seq, {&t, 1});
+    if (!plan) {
+      error = "Reprise: extend failed: " + errc_text(plan.error());
+      return false;
+    }
+    s.tokens.push_back(t);
+    for (reprise::block_id nb : plan->new_blocks) {
+      release_block(nb);
+      s.table.push_back(nb);
+    }
+    for (const reprise::capture_point& c : plan->captures) s.pending.push_back(c);
+    return true;
+  }
+
+  void finish(int slot, std::uint32_t n_fed, bool last_turn) override {
+    slot_state& s = slots_[static_cast<std::size_t>(slot)];
+    if (!s.live) return;
+    std::string ignored;
+    if (n_fed > s.committed && !before_feed(slot, n_fed, ignored)) {
+      drop(slot);
+      return;
+    }
+    note_order(slot, n_fed);
+    auto fin = cache_.finish(s.seq, {.last_turn = last_turn});
+    if (fin && fin->capture.slot != reprise::no_slot) {
+      capture(slot, fin->capture.slot);
+      const std::uint32_t b = opts_.block_size;
+      const auto pos = static_cast<std::uint32_t>(fin->capture.position);
+      // The partial last block stays the cache's, kept with the snapshot.
+      if (pos % b != 0 && pos / b < s.table.size() && pos / b >= s.tagged)
+        tag_blocks(slot, std::span<const reprise::block_id>(s.table).subspan(pos / b, 1), pos / b * b, pos);
+    }
+    s.live = false;
+  }
+
+  void drop(int slot) override {
+    slot_state& s = slots_[static_cast<std::size_t>(slot)];
+    stats_.last_in_order = true; // nothing of the request is kept or compared
+    if (!s.live) return;
+    (void)cache_.release(s.seq);
+    s.live = false;
+  }
+
+  void step_complete() override { (void)cache_.step_complete(cache_.current_epoch()); }
+
+  adapter_stats stats() const override {
+    adapter_stats a = stats_;
+    const auto& m = cache_.metrics();
+    a.snapshot_slots = cache_.snapshot_slots();
+    a.snapshot_budget_bytes = opts_.snapshot_budget_bytes;
+    a.snapshot_bytes_held = static_cast<std::size_t>(m.snapshots_held) * snapshot_bytes_;
+    std::uint32_t kept = 0;
+    for (std::uint32_t r : cell_refs_) kept += r > 0 ? 1 : 0;
+    a.kv_cells_kept = kept;
+    return a;
+  }
+
+  std::string describe() const override { return text_; }
+
+private:
+  /// Whether the slot's cells for [0, n) sit in position order (cell index increasing with position).
+  void note_order(int slot, std::uint32_t n) {
+    if (!has_attention_) return;
+    std::vector<std::uint32_t> cells(n);
+    const int32_t got = llama_reprise_kv_cells(ctx_, static_cast<llama_seq_id>(slot), 0, static_cast<llama_pos>(n),
+                                               cells.data(), static_cast<int32_t>(n));
+    bool ordered = got >= 0;
+    for (std::size_t j = 1; ordered && j < cells.size() && j < static_cast<std::size_t>(got); ++j)
+      ordered = cells[j] > cells[j - 1];
+    stats_.last_in_order = ordered;
+    if (!ordered) ++stats_.requests_out_of_order;
+  }
+
+  void capture(int slot, reprise::slot_id dst) {
+    const auto sid = static_cast<llama_seq_id>(slot);
+    std::vector<std::uint8_t>& buf = snapshots_[static_cast<std::size_t>(dst)];
+    buf.resize(llama_state_seq_get_size_ext(ctx_, sid, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY));
+    const std::size_t n = llama_state_seq_get_data_ext(ctx_, buf.data(), buf.size(), sid, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY);
+    buf.resize(n);
+    snapshot_bytes_ = std::max(snapshot_bytes_, n);
+    ++stats_.captures;
+  }
+
+  /// Keeps the cells of positions [p0, p1) of the slot for `ids` (consecutive blocks from position p0, the
+  /// last one possibly partial): the keeper holds them until each id is handed out again. A slot holds one cell
+  /// per position; if the cells found are not exactly that, the blocks stay untracked, and an admit that would
+  /// share them fails its cell count instead of sharing wrong cells.
+  void tag_blocks(int slot, std::span<const reprise::block_id> ids, std::uint32_t p0, std::uint32_t p1) {
+    for (reprise::block_id id : ids) release_block(id);
+    if (!has_attention_) return;
+    std::vector<std::uint32_t> cells(p1 - p0);
+    const int32_t n = llama_reprise_kv_cells(ctx_, static_cast<llama_seq_id>(slot), static_cast<llama_pos>(p0),
+                                             static_cast<llama_pos>(p1), cells.data(), static_cast<int32_t>(cells.size()));
+    if (n != static_cast<int32_t>(cells.size())) return;
+    const std::uint32_t b = opts_.block_size;
+    std::vector<std::uint32_t> fresh;
+    for (std::size_t j = 0; j < cells.size(); ++j) {
+      std::vector<cell_ref>& kept = block_cells_[static_cast<std::size_t>(ids[j / b])];
+      kept.push_back({cells[j], static_cast<llama_pos>(p0 + j)});
+      if (cells[j] >= cell_refs_.size()) cell_refs_.resize(cells[j] + 1, 0);
+      if (cell_refs_[cells[j]]++ == 0) fresh.push_back(cells[j]);
+    }
+    if (!fresh.empty()) llama_reprise_kv_cells_seq_add(ctx_, fresh.data(), static_cast<int32_t>(fresh.size()), keeper_);
+  }
+
+  void release_block(reprise::block_id id) {
+    std::vector<cell_ref>& kept = block_cells_[static_cast<std::size_t>(id)];
+    std::vector<std::uint32_t> gone;
+    for (const cell_ref& c : kept)
+      if (--cell_refs_[c.cell] == 0) gone.push_back(c.cell);
+    if (!gone.empty()) llama_reprise_kv_cells_seq_rm(ctx_, gone.data(), static_cast<int32_t>(gone.size()), keeper_);
+    kept.clear();
+  }
+
+  cache_t cache_;
+  llama_context* ctx_;
+  options opts_;
+  std::vector<slot_state> slots_;
+  bool has_attention_; ///< the context has a unified attention memory (a model with attention layers)
+  llama_seq_id keeper_;
+  std::string text_;
+  fault fault_;
+  reprise::seq_id next_seq_ = 1;
+  std::vector<std::vector<cell_ref>> block_cells_;
+  std::vector<std::uint32_t> cell_refs_;
+  std::vector<std::vector<std::uint8_t>> snapshots_;
+  std::size_t snapshot_bytes_ = 0;
+  adapter_stats stats_;
+};
+
+template <class Policy>
+std::unique_ptr<server_cache> make(const reprise::model_config& cfg, llama_context* ctx, const options& o,
+                                   int n_slots, std::string text, std::string& error) {
+  reprise::cache_options co;
+  co.kv_blocks = llama_n_ctx(ctx) / o.block_size;
+  co.max_sequences = static_cast<std::uint32_t>(n_slots);
+  co.snapshot_budget_bytes = o.snapshot_budget_bytes;
+  auto c = reprise::prefix_cache<reprise::dynamic_model, Policy>::create(cfg, co);
+  if (!c) {
+    error = "Reprise cannot cache this model with these options: " + errc_text(c.error());
+    if (c.error() == reprise::errc::budget_too_small)
+      error += " (--reprise-snapshot-bytes is below one snapshot of " +
+               std::to_string(cfg.facts().bytes_per_snapshot) + " bytes)";
+    return nullptr;
+  }
+  text += ", " + std::to_string(c->kv_blocks()) + " KV blocks of " + std::to_string(o.block_size) + " tokens, " +
+          std::to_string(c->snapshot_slots()) + " snapshot slots, alignment " + std::to_string(c->alignment());
+  return std::make_unique<cache_impl<Policy>>(std::move(*c), ctx, o, n_slots, std::move(text));
+}
+
+} // namespace
+
+std::unique_ptr<server_cache> server_cache::create(llama_context* ctx, const llama_model* model, const options& o,
+                                                   int n_slots, std::string& error) {
+  if (n_slots < 1 || n_slots + 1 >= static_cast<int>(llama_max_parallel_sequences())) {
+    error = "Reprise needs a sequence id beyond the slots (at most " +
+            std::to_string(llama_max_parallel_sequences() - 2) + " slots)";
+    return nullptr;
+  }
+  bool recurrent = false;
+  auto groups = layers_of(model, o.block_size, recurrent, error);
+  if (!groups) return nullptr;
+  const bool attention = std::any_of(groups->begin(), groups->end(), [](const reprise::layer_spec& g) {
+    return g.family() == reprise::state_family::kv_block;
+  });
+  if (attention && llama_reprise_kv_cells(ctx, 0, 0, 1, nullptr, 0) < 0) {
+    error = "Reprise needs a unified attention KV cache (--kv-unified)";
+    return nullptr;
+  }
+  auto cfg = reprise::model_config::make(*groups);
+  if (!cfg) {
+    error = "Reprise cannot describe this model's layers: " + errc_text(cfg.error());
+    return nullptr;
+  }
+  std::string text = std::string("Reprise ") + (o.policy == mode::chat ? "chat" : "strict") + ": " +
+                     std::to_string(groups->size()) + " layer groups";
+  if (!recurrent) {
+    if (o.policy == mode::chat) {
+      // chat resumes a turn where it ended, decoded KV included; an attention-only model has only
+      // block_sharing, which recomputes the turn's last partial block by prefill
+      error = "--reprise chat needs a model with recurrent layers; use --reprise strict for an attention-only model";
+      return nullptr;
+    }
+    return make<reprise::policy::block_sharing>(*cfg, ctx, o, n_slots, std::move(text), error);
+  }
+  if (o.snapshot_budget_bytes == 0) {
+    error = "Reprise needs --reprise-snapshot-bytes for a model with recurrent layers (one snapshot is " +
+            std::to_string(cfg->facts().bytes_per_snapshot) + " bytes)";
+    return nullptr;
+  }
+  if (o.policy == mode::chat) return make<reprise::policy::chat>(*cfg, ctx, o, n_slots, std::move(text), error);
+  return make<reprise::policy::strict>(*cfg, ctx, o, n_slots, std::move(text), error);
+}
+
+} // namespace reprise::llama

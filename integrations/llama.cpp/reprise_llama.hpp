@@ -1,0 +1,97 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// \file
+/// Reprise inside llama-server: the adapter that maps a `prefix_cache`'s plans onto llama.cpp's memory.
+///
+/// Mapping (docs/llama.cpp.md):
+///  - a KV block id names up to B cells of llama.cpp's unified attention memory. A published block's cells are
+///    held by a keeper sequence id (the highest one llama.cpp allows; never decoded), refcounted per cell, so
+///    they outlive the slot that wrote them until the cache hands the block id out again;
+///  - a hit adds the slot's sequence id to the shared blocks' cells (no copy: cells are shared, and llama.cpp
+///    never writes into an occupied cell), up to the usable skip only;
+///  - a snapshot slot is a host buffer holding llama_state_seq_get_data_ext(..., PARTIAL_ONLY) of the slot's
+///    sequence: every recurrent layer's conv and SSM / delta-rule state, nothing of the attention memory;
+///  - captures end a prompt piece: the server stops filling its batch at a capture position, and the state is
+///    copied before the slot's next tokens are fed.
+///
+/// All calls come from the server's one scheduler thread. The header is C++17 (llama-server's dialect); the
+/// adapter itself is built as C++20 with Reprise.
+
+#include <llama.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace reprise::llama {
+
+/// The policy a server runs with (`--reprise chat|strict`).
+enum class mode : std::uint8_t { chat, strict };
+
+/// Parses "chat" / "strict"; false for anything else.
+bool parse_mode(const std::string& text, mode& out) noexcept;
+
+/// Parses a byte count: digits with an optional K, M or G suffix (binary units); false for anything else,
+/// for 0 and for values that overflow.
+bool parse_bytes(const std::string& text, std::size_t& out) noexcept;
+
+struct options {
+  mode policy = mode::chat;
+  std::size_t snapshot_budget_bytes = 0;
+  std::uint32_t block_size = 32; // a multiple of the ubatches the exactness tests run (docs/llama.cpp.md)
+};
+
+/// What a server reports in its metrics.
+struct adapter_stats {
+  std::uint64_t prompt_tokens = 0;  ///< prompt tokens admitted
+  std::uint64_t skipped_tokens = 0; ///< prompt tokens whose prefill was skipped
+  std::uint64_t snapshot_restores = 0;
+  std::uint64_t captures = 0;
+  std::size_t snapshot_bytes_held = 0; ///< bytes in the host buffers of published snapshots
+  std::size_t snapshot_budget_bytes = 0;
+  std::uint32_t snapshot_slots = 0;
+  std::uint32_t kv_cells_kept = 0; ///< cells the keeper holds
+  /// Requests whose KV cells were not in position order at their end (docs/llama.cpp.md: the CPU flash
+  /// attention kernel visits cells in cell order, so such a request may round differently from a cold run).
+  std::uint64_t requests_out_of_order = 0;
+  bool last_in_order = true; ///< the last finished request's cells were in position order
+};
+
+/// One log line: "reprise: prompt tokens P skipped S restores R captures C snapshot bytes held H of budget B
+/// (slots N) kept KV cells K".
+std::string to_string(const adapter_stats& s);
+
+class server_cache {
+public:
+  virtual ~server_cache() = default;
+
+  /// Builds the adapter for a loaded model and context. nullptr with `error` set when Reprise cannot cache
+  /// the model (a layer kind it does not know, sliding-window attention, no unified KV cache, too many slots)
+  /// or the options are invalid (a snapshot budget below one snapshot).
+  static std::unique_ptr<server_cache> create(llama_context* ctx, const llama_model* model, const options& o,
+                                              int n_slots, std::string& error);
+
+  /// A new prompt on slot `slot`: clears the slot's sequence, admits the prompt, shares the cached blocks'
+  /// cells and restores the snapshot. Returns the tokens whose prefill is skipped (< prompt.size()), or -1
+  /// with `error` set (the request then fails; the slot holds nothing).
+  virtual std::int32_t admit(int slot, const llama_token* prompt, std::size_t n, std::string& error) = 0;
+  /// The next position at which the slot's prompt feeding must stop (a capture), or -1.
+  virtual std::int32_t next_stop(int slot) const = 0;
+  /// Before the slot's next tokens are fed: `n_fed` tokens of the slot have been decoded. Takes the captures
+  /// due at `n_fed` and commits. False with `error` on a failure.
+  virtual bool before_feed(int slot, std::uint32_t n_fed, std::string& error) = 0;
+  /// A generated token about to be fed to the slot (after `before_feed`).
+  virtual bool extend(int slot, llama_token token, std::string& error) = 0;
+  /// The slot's request ended: `n_fed` tokens were decoded (the last sampled token is never fed).
+  virtual void finish(int slot, std::uint32_t n_fed, bool last_turn) = 0;
+  /// The slot's request ended without a usable state (an error, a cancel): release without capturing.
+  virtual void drop(int slot) = 0;
+  /// Every decode issued so far has completed.
+  virtual void step_complete() = 0;
+
+  virtual adapter_stats stats() const = 0;
+  virtual std::string describe() const = 0;
+};
+
+} // namespace reprise::llama

@@ -1,0 +1,275 @@
+#!/usr/bin/env python3
+# Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+"""Exactness of llama-server with Reprise, through the server's HTTP API.
+
+For each model (tiny random-weight GGUFs written at test time by llama.cpp's test-llama-archs):
+  strict: every turn's output (greedy tokens and the top-5 log-probabilities of each) equals llama-server with
+          prompt caching off, bit for bit, while Reprise skips prefill;
+  chat:   every turn's output equals one never-ending session per conversation (upstream llama-server, one
+          slot per conversation, fed each turn's new tokens), bit for bit, while Reprise skips prefill;
+  faults: a deliberately wrong restore (one bit of a snapshot, one KV cell left out) is caught by the same
+          comparisons;
+  errors: bad option values and a model Reprise cannot cache stop the server at startup with a message.
+
+Usage: test_llama_server.py --server BIN --archs BIN --workdir DIR [--only strict,chat,faults,errors]
+Exit status 0 when every check passes.
+"""
+import argparse
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import zlib
+
+MODELS = ["nemotron_h", "qwen35", "llama"]  # Mamba2 + attention, gated delta + attention, attention only
+HYBRID = {"nemotron_h", "qwen35"}
+# What every server of a comparison shares (docs/llama.cpp.md, "Which equalities hold"): one unified KV cache,
+# flash attention, ubatches of 32 tokens (never the tiled kernel), one thread (one KV chunk in decode).
+COMMON = ["-c", "1024", "-b", "512", "-ub", "32", "-t", "1", "-tb", "1", "-fa", "on", "-kvu", "--no-warmup",
+          "--temp", "0", "--seed", "1"]
+SNAPSHOT_BYTES = "64M"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, binary, model, extra, workdir, name, env=None):
+        self.port = free_port()
+        self.log_path = os.path.join(workdir, f"{name}.log")
+        self.log = open(self.log_path, "w")
+        e = dict(os.environ)
+        e.update(env or {})
+        self.proc = subprocess.Popen([binary, "-m", model, "--host", "127.0.0.1", "--port", str(self.port)]
+                                     + COMMON + extra, stdout=self.log, stderr=subprocess.STDOUT, env=e)
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{name}: server exited with {self.proc.returncode}, see {self.log_path}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, OSError):
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"{name}: server did not become ready, see {self.log_path}")
+
+    def last_request_in_order(self, n_requests):
+        """Reprise's log line for request n_requests (the server logs from its own thread, so wait for it): were
+        its KV cells in position order? None for a server without Reprise."""
+        deadline = time.time() + 30
+        while True:
+            with open(self.log_path) as f:
+                found = [line for line in f if "last in order" in line]
+            if len(found) >= n_requests:
+                return found[n_requests - 1].strip().endswith("last in order yes")
+            if time.time() > deadline:
+                return None
+            time.sleep(0.05)
+
+    def complete(self, prompt, n_predict, cache_prompt=True, slot=-1):
+        body = {"prompt": prompt, "n_predict": n_predict, "temperature": 0, "n_probs": 5, "return_tokens": True,
+                "ignore_eos": True, "cache_prompt": cache_prompt, "id_slot": slot, "stream": False}
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/completion", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=300) as r:
+            return json.loads(r.read())
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+def workload(seed, n_conv=3, turns=4):
+    """Conversations sharing a system prompt: (conversation, user tokens, reply length) in arrival order."""
+    rng = random.Random(seed)
+    system = [rng.randrange(4, 128) for _ in range(70)]
+    steps = []
+    for t in range(turns):
+        for c in range(n_conv):
+            user = [rng.randrange(4, 128) for _ in range(rng.randrange(9, 41))]
+            steps.append((c, user, rng.randrange(5, 21)))
+    return system, steps
+
+
+def output_of(res):
+    """What must be equal: the generated tokens and every top-5 log-probability, as the JSON carries them."""
+    probs = [(p["id"], p["logprob"], [(t["id"], t["logprob"]) for t in p["top_logprobs"]])
+             for p in res["completion_probabilities"]]
+    return res["tokens"], probs
+
+
+class Pair:
+    """The outcome of one workload on a candidate and its reference, turn by turn."""
+
+    def __init__(self):
+        self.mismatches = []        # turns whose output differs, the candidate's cells in position order
+        self.order_mismatches = []  # turns whose output differs, the candidate's cells out of position order
+        self.out_of_order = []      # turns whose cells were out of position order (equal or not)
+        self.hits_in_order = 0      # turns that skipped prefill, cells in order, output compared
+        self.total = self.computed = 0
+
+
+def run_pair(candidate, reference, system, steps, ref_cache_prompt, ref_slots):
+    """Feeds the workload to both servers turn by turn and compares every output bit for bit."""
+    history = {}
+    r = Pair()
+    for i, (c, user, n) in enumerate(steps):
+        prompt = history.get(c, list(system)) + user
+        ref = reference.complete(prompt, n, cache_prompt=ref_cache_prompt, slot=c if ref_slots else -1)
+        try:
+            got = candidate.complete(prompt, n)
+        except urllib.error.HTTPError as e:
+            # a request the candidate fails (a decode refusing inconsistent positions) differs from the reference
+            print(f"     turn {i}: the candidate answered HTTP {e.code}", flush=True)
+            got = {"tokens": ref["tokens"], "completion_probabilities": [], "timings": {"prompt_n": len(prompt)}}
+        in_order = candidate.last_request_in_order(i + 1)
+        if in_order is None:
+            raise RuntimeError(f"turn {i}: no Reprise log line, see {candidate.log_path}")
+        equal = output_of(got) == output_of(ref)
+        if not in_order:
+            r.out_of_order.append(i)
+        if not equal:
+            (r.mismatches if in_order else r.order_mismatches).append(i)
+        elif in_order and got["timings"]["prompt_n"] < len(prompt):
+            r.hits_in_order += 1
+        r.total += len(prompt)
+        r.computed += got["timings"]["prompt_n"]
+        history[c] = prompt + got["tokens"]
+    return r
+
+
+def report(arch, policy, reference, r, failures):
+    check(not r.mismatches, f"{arch}: {policy} == {reference} on every turn whose KV cells are in position order "
+          f"(mismatching turns: {r.mismatches}; out of cell order: {r.out_of_order}, of which differ: "
+          f"{r.order_mismatches})", failures)
+    check(r.hits_in_order > 0, f"{arch}: {policy} skipped prefill on {r.hits_in_order} compared turns "
+          f"({r.computed} of {r.total} prompt tokens computed)", failures)
+
+
+def check(cond, what, failures):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+def test_exactness(args, model, arch, failures):
+    system, steps = workload(seed=zlib.crc32(arch.encode()) + args.seed)
+    n_conv = 1 + max(c for c, _, _ in steps)
+    budget = ["--reprise-snapshot-bytes", SNAPSHOT_BYTES] if arch in HYBRID else []
+    if "strict" in args.only:
+        ref = Server(args.server, model, ["-np", "1", "--cache-ram", "0", "--ctx-checkpoints", "0"], args.workdir,
+                     f"{arch}-off")
+        try:
+            cand = Server(args.server, model, ["-np", "2", "--reprise", "strict"] + budget, args.workdir,
+                          f"{arch}-strict")
+            try:
+                r = run_pair(cand, ref, system, steps, ref_cache_prompt=False, ref_slots=False)
+            finally:
+                cand.stop()
+            report(arch, "strict", "caching off", r, failures)
+            if "faults" in args.only:
+                fault = "state" if arch in HYBRID else "kv"
+                cand = Server(args.server, model, ["-np", "2", "--reprise", "strict"] + budget, args.workdir,
+                              f"{arch}-strict-fault", env={"REPRISE_LLAMA_FAULT": fault})
+                try:
+                    r = run_pair(cand, ref, system, steps, ref_cache_prompt=False, ref_slots=False)
+                finally:
+                    cand.stop()
+                check(bool(r.mismatches), f"{arch}: a wrong restore ({fault}) under strict is caught on turns whose "
+                      f"cells are in order (turns {r.mismatches})", failures)
+        finally:
+            ref.stop()
+    if "chat" in args.only and arch in HYBRID:
+        ref = Server(args.server, model, ["-np", str(n_conv), "--cache-ram", "0", "--ctx-checkpoints", "0"],
+                     args.workdir, f"{arch}-session")
+        try:
+            cand = Server(args.server, model, ["-np", "2", "--reprise", "chat"] + budget, args.workdir, f"{arch}-chat")
+            try:
+                r = run_pair(cand, ref, system, steps, ref_cache_prompt=True, ref_slots=True)
+            finally:
+                cand.stop()
+            report(arch, "chat", "a never-ending session per conversation", r, failures)
+            if "faults" in args.only:
+                fault = "state" if arch in HYBRID else "kv"
+                cand = Server(args.server, model, ["-np", "2", "--reprise", "chat"] + budget, args.workdir,
+                              f"{arch}-chat-fault", env={"REPRISE_LLAMA_FAULT": fault})
+                try:
+                    r = run_pair(cand, ref, system, steps, ref_cache_prompt=True, ref_slots=True)
+                finally:
+                    cand.stop()
+                check(bool(r.mismatches), f"{arch}: a wrong restore ({fault}) under chat is caught on turns whose "
+                      f"cells are in order (turns {r.mismatches})", failures)
+        finally:
+            ref.stop()
+
+
+def startup_error(args, model, extra):
+    """Runs the server with options that must stop it; returns (exit status, output)."""
+    p = subprocess.run([args.server, "-m", model, "--port", str(free_port())] + COMMON + extra,
+                       capture_output=True, text=True, timeout=120)
+    return p.returncode, p.stdout + p.stderr
+
+
+def test_errors(args, models, failures):
+    m = models["nemotron_h"]
+    cases = [
+        (m, ["--reprise", "fast"], "--reprise takes 'chat' or 'strict'"),
+        (m, ["--reprise", "chat", "--reprise-snapshot-bytes", "12x"], "is not a positive byte count"),
+        (m, ["--reprise", "chat", "--reprise-snapshot-bytes", "0"], "is not a positive byte count"),
+        (m, ["--reprise", "chat"], "needs --reprise-snapshot-bytes"),
+        (m, ["--reprise", "strict", "--reprise-snapshot-bytes", "1"], "budget_too_small"),
+        (m, ["--reprise-snapshot-bytes", "1M"], "needs --reprise chat|strict"),
+        (models["mamba"], ["--reprise", "chat", "--reprise-snapshot-bytes", "64M"], "Reprise cannot cache"),
+        (models["llama"], ["--reprise", "chat"], "--reprise chat needs a model with recurrent layers"),
+    ]
+    for model, extra, text in cases:
+        rc, out = startup_error(args, model, extra)
+        check(rc != 0 and text in out, f"startup error for {' '.join(extra)} on {os.path.basename(model)}: "
+              f"exit {rc}, says '{text}'", failures)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--server", required=True)
+    ap.add_argument("--archs", required=True, help="llama.cpp's test-llama-archs (writes the random models)")
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("--only", default="strict,chat,faults,errors")
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--seed", type=int, default=0, help="added to each model's workload seed")
+    args = ap.parse_args()
+    args.only = set(args.only.split(","))
+    os.makedirs(args.workdir, exist_ok=True)
+    models = {}
+    for arch in args.models.split(",") + (["mamba"] if "errors" in args.only else []):
+        path = os.path.join(args.workdir, f"{arch}-dense.gguf")
+        if not os.path.exists(path):
+            subprocess.run([args.archs, "-a", arch, "-o", args.workdir, "-s", "42"], check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        models[arch] = path
+    failures = []
+    t0 = time.time()
+    if "errors" in args.only:
+        test_errors(args, models, failures)
+    for arch in args.models.split(","):
+        test_exactness(args, models[arch], arch, failures)
+    print(f"{len(failures)} failure(s) in {time.time() - t0:.0f} s")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

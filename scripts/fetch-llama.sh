@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Fetches llama.cpp from PyPI's llama-cpp-python source distribution (pinned, sha256-checked), unpacks it into
+# .deps/llama.cpp (git-ignored), applies integrations/llama.cpp/llama-server-reprise.patch and builds a CPU-only
+# llama-server that links Reprise (the adapter in integrations/llama.cpp/). Idempotent: nothing is redone when the
+# unpacked tree carries the same pinned archive and patch, and ninja rebuilds only what changed.
+#
+#   scripts/fetch-llama.sh            # fetch, patch, build: .deps/llama.cpp/build/bin/llama-server
+#   scripts/fetch-llama.sh --no-build # fetch and patch only
+#
+# Environment: REPRISE_LLAMA_JOBS (default 2), REPRISE_LLAMA_DIR (default .deps/llama.cpp).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+version=0.3.36
+sha256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+archive="$root/.deps/llama_cpp_python-$version.tar.gz"
+dir="${REPRISE_LLAMA_DIR:-$root/.deps/llama.cpp}"
+patch_file="$root/integrations/llama.cpp/llama-server-reprise.patch"
+jobs="${REPRISE_LLAMA_JOBS:-2}"
+build=1
+[ "${1:-}" = --no-build ] && build=0
+
+mkdir -p "$root/.deps"
+if [ ! -f "$archive" ] || ! echo "$sha256  $archive" | sha256sum -c --status; then
+  rm -f "$archive"
+  echo "fetch-llama: downloading llama-cpp-python==$version (source distribution) from PyPI"
+  python3 -m pip download --quiet --no-deps --no-binary :all: "llama-cpp-python==$version" -d "$root/.deps"
+fi
+if ! echo "$sha256  $archive" | sha256sum -c --status; then
+  echo "fetch-llama: $archive does not have the pinned sha256 $sha256" >&2
+  exit 1
+fi
+
+stamp="$dir/.reprise-stamp"
+want="llama-cpp-python $version $sha256 patch $(sha256sum "$patch_file" | cut -d' ' -f1)"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "fetch-llama: unpacking vendor/llama.cpp and applying $(basename "$patch_file")"
+  tmp="$root/.deps/unpack.$$"
+  rm -rf "$tmp" && mkdir -p "$tmp"
+  tar -xzf "$archive" -C "$tmp" "llama_cpp_python-$version/vendor/llama.cpp"
+  src="$tmp/llama_cpp_python-$version/vendor/llama.cpp"
+  (cd "$src" && patch -p1 --forward --quiet < "$patch_file")
+  # Keep an existing build folder (ccache and ninja then rebuild only what the patch changed).
+  if [ -d "$dir/build" ]; then mv "$dir/build" "$tmp/build"; fi
+  rm -rf "$dir"
+  mv "$src" "$dir"
+  if [ -d "$tmp/build" ]; then mv "$tmp/build" "$dir/build"; fi
+  rm -rf "$tmp"
+  echo "$want" > "$stamp"
+fi
+[ "$build" = 1 ] || exit 0
+
+launcher=()
+if command -v ccache >/dev/null; then
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
+if [ ! -f "$dir/build/build.ninja" ] || ! grep -q "REPRISE_SOURCE_DIR:PATH=$root\$" "$dir/build/CMakeCache.txt" 2>/dev/null; then
+  cmake -S "$dir" -B "$dir/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF \
+    -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON \
+    -DLLAMA_BUILD_SERVER=ON -DREPRISE_SOURCE_DIR:PATH="$root" "${launcher[@]}" >/dev/null
+fi
+ninja -C "$dir/build" -j"$jobs" llama-server test-llama-archs
+echo "fetch-llama: $dir/build/bin/llama-server (and test-llama-archs, which writes random-weight models)"
