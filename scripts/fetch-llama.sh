@@ -7,7 +7,9 @@
 #   scripts/fetch-llama.sh            # fetch, patch, build: .deps/llama.cpp/build/bin/llama-server
 #   scripts/fetch-llama.sh --no-build # fetch and patch only
 #
-# Environment: REPRISE_LLAMA_JOBS (default 2), REPRISE_LLAMA_DIR (default .deps/llama.cpp).
+# Environment: REPRISE_LLAMA_JOBS (default 2), REPRISE_LLAMA_DIR (default .deps/llama.cpp), REPRISE_LLAMA_OPT
+# (the compiler's optimisation flag, default -O3; CI builds with -O1, which halves the compile time on 2 cores,
+# and its tests compare runs of one build, so the level does not change what they check).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 version=0.3.36
@@ -16,6 +18,8 @@ archive="$root/.deps/llama_cpp_python-$version.tar.gz"
 dir="${REPRISE_LLAMA_DIR:-$root/.deps/llama.cpp}"
 patch_file="$root/integrations/llama.cpp/llama-server-reprise.patch"
 jobs="${REPRISE_LLAMA_JOBS:-2}"
+opt="${REPRISE_LLAMA_OPT:--O3}"
+case "$opt" in -O0|-O1|-O2|-O3|-Os) ;; *) echo "fetch-llama: REPRISE_LLAMA_OPT must be one of -O0 -O1 -O2 -O3 -Os, not '$opt'" >&2; exit 2;; esac
 build=1
 [ "${1:-}" = --no-build ] && build=0
 
@@ -53,8 +57,10 @@ launcher=()
 if command -v ccache >/dev/null; then
   launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 fi
-if [ ! -f "$dir/build/build.ninja" ] || ! grep -q "REPRISE_SOURCE_DIR:PATH=$root\$" "$dir/build/CMakeCache.txt" 2>/dev/null; then
+if [ ! -f "$dir/build/build.ninja" ] || ! grep -q "REPRISE_SOURCE_DIR:PATH=$root\$" "$dir/build/CMakeCache.txt" 2>/dev/null ||
+   ! grep -q "CMAKE_CXX_FLAGS_RELEASE:STRING=$opt -DNDEBUG\$" "$dir/build/CMakeCache.txt" 2>/dev/null; then
   cmake -S "$dir" -B "$dir/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF \
+    -DCMAKE_C_FLAGS_RELEASE="$opt -DNDEBUG" -DCMAKE_CXX_FLAGS_RELEASE="$opt -DNDEBUG" \
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON \
     -DLLAMA_BUILD_SERVER=ON -DREPRISE_SOURCE_DIR:PATH="$root" "${launcher[@]}" >/dev/null
 fi

@@ -4,7 +4,7 @@
 # benchmarks and demo still build (REPRISE_ENABLE_CUDA turns off).
 set -euo pipefail
 pkgs=(cmake g++ make libboost-dev doctest-dev libxxhash-dev libssl-dev libbenchmark-dev libcli11-dev libsimdjson-dev
-      libhiredis-dev redis-server redis-tools)
+      libhiredis-dev redis-server redis-tools ninja-build ccache)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
