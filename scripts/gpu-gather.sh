@@ -134,14 +134,15 @@ done
 [ -n "$doctest_cmake" ] || { echo "gpu-gather: doctest's CMake modules not found (doctest-dev)" >&2; exit 1; }
 cp "$doctest_cmake/doctest.cmake" "$doctest_cmake/doctestAddTests.cmake" "$out/prefix/lib/cmake/doctest/"
 cat >"$out/prefix/lib/cmake/doctest/doctestConfig.cmake" <<EOF
-# Written by scripts/gpu-gather.sh: doctest $doctest_version (header only) and its test discovery.
+# Written by scripts/gpu-gather.sh: doctest $doctest_version (header only); include(doctest) finds its test
+# discovery beside this file, as with doctest's own package config.
 if(NOT TARGET doctest::doctest)
+  list(APPEND CMAKE_MODULE_PATH "\${CMAKE_CURRENT_LIST_DIR}")
   add_library(doctest::doctest INTERFACE IMPORTED)
   set_target_properties(doctest::doctest PROPERTIES
     INTERFACE_INCLUDE_DIRECTORIES "\${CMAKE_CURRENT_LIST_DIR}/../../../include")
 endif()
 set(doctest_VERSION $doctest_version)
-include("\${CMAKE_CURRENT_LIST_DIR}/doctest.cmake")
 EOF
 cat >"$out/prefix/lib/cmake/doctest/doctestConfigVersion.cmake" <<EOF
 set(PACKAGE_VERSION $doctest_version)

@@ -62,13 +62,13 @@ REPRISE_HOST_DEVICE constexpr float to_float(bfloat16 v) noexcept {
 /// Exact: every binary16 value is a float.
 REPRISE_HOST_DEVICE constexpr float to_float(float16 v) noexcept {
   const std::uint32_t sign = static_cast<std::uint32_t>(v.bits & 0x8000u) << 16;
-  const std::uint32_t exp = (v.bits >> 10) & 0x1fu, mant = v.bits & 0x3ffu;
-  if (exp == 0) { // zero or subnormal: mant x 2^-24, exact in fp32
+  const std::uint32_t e = (v.bits >> 10) & 0x1fu, mant = v.bits & 0x3ffu;
+  if (e == 0) { // zero or subnormal: mant x 2^-24, exact in fp32
     const float m = static_cast<float>(mant) * 5.9604644775390625e-8f;
     return sign != 0 ? -m : m;
   }
-  if (exp == 0x1f) return cuda::std::bit_cast<float>(sign | 0x7f800000u | (mant << 13)); // inf, NaN (payload kept)
-  return cuda::std::bit_cast<float>(sign | ((exp + 112u) << 23) | (mant << 13));
+  if (e == 0x1f) return cuda::std::bit_cast<float>(sign | 0x7f800000u | (mant << 13)); // inf, NaN (payload kept)
+  return cuda::std::bit_cast<float>(sign | ((e + 112u) << 23) | (mant << 13));
 }
 
 /// Narrows `v` to `T` with round-to-nearest-even (NaN stays a quiet NaN), the rounding of
@@ -93,7 +93,7 @@ REPRISE_HOST_DEVICE constexpr T from_float(float v) noexcept {
       if (rem > half || (rem == half && (m & 1u) != 0)) ++m; // may carry into the smallest normal: still right
       return float16{static_cast<std::uint16_t>(sign | m)};
     }
-    std::uint32_t h = ((a >> 23) - 112u) << 10 | ((a >> 13) & 0x3ffu);
+    std::uint32_t h = (((a >> 23) - 112u) << 10) | ((a >> 13) & 0x3ffu);
     const std::uint32_t rem = a & 0x1fffu;
     if (rem > 0x1000u || (rem == 0x1000u && (h & 1u) != 0)) ++h; // a carry moves into the exponent correctly
     return float16{static_cast<std::uint16_t>(sign | h)};
