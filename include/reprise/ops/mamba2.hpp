@@ -275,4 +275,52 @@ result<void> mamba2_state_update(const mamba2_args<float>& a, std::span<const co
 result<void> mamba2_state_update(const mamba2_args<bfloat16>& a, std::span<const copy_pair> pairs,
                                  device_workspace ws, stream_handle stream);
 
+// ---- CUDA-graph capture (reprise::kernels) ---------------------------------------------------------------
+// The launchers above validate and plan on the host and upload the plan with a pageable copy: right for a
+// direct call, wrong inside a captured graph, which would replay the first call's metadata forever. The
+// capture-safe form splits them: the host plans into bytes the engine owns (pinned memory it copies into the
+// workspace, inside the graph or before it), and the launch reads only device memory, uploads nothing and
+// allocates nothing. One captured graph then serves every plan of the same shape: new offsets, slots and
+// capture lists at each replay, bitwise equal to a direct launch of that plan.
+
+/// What a captured prefill is specialized to: its grids (chunks, sequences) and its byte counts.
+struct ssd_prefill_shape {
+  std::int32_t chunks = 0;
+  std::int32_t sequences = 0;
+  std::size_t metadata_bytes = 0;  ///< the plan, at the start of the workspace
+  std::size_t workspace_bytes = 0; ///< the plan and the kernels' scratch
+  friend constexpr bool operator==(const ssd_prefill_shape&, const ssd_prefill_shape&) = default;
+};
+
+/// Plans a prefill for a capture-safe launch. Effects: validates exactly as `mamba2_ssd_prefill`; writes the
+/// device metadata (chunk and sequence descriptors: token offsets, lengths, initial, final and capture
+/// slots) into `metadata` when it is not empty. Returns the shape (with empty `metadata`: a size query).
+/// Errors: as `mamba2_ssd_prefill`'s validation and dispatch; `size_mismatch` (`metadata` non-empty and
+/// smaller than `metadata_bytes`). Complexity: O(chunks + captures x chunks of their sequence).
+result<ssd_prefill_shape> mamba2_ssd_prefill_plan(const mamba2_args<float>& a, const varlen_batch& b,
+                                                  const prefill_slots& slots, std::span<std::byte> metadata);
+result<ssd_prefill_shape> mamba2_ssd_prefill_plan(const mamba2_args<bfloat16>& a, const varlen_batch& b,
+                                                  const prefill_slots& slots, std::span<std::byte> metadata);
+
+/// Capture-safe prefill: the kernels of `mamba2_ssd_prefill`, reading the plan from the first
+/// `shape.metadata_bytes` of `ws`, which the engine filled (stream-ordered before the launch) with the bytes
+/// of `mamba2_ssd_prefill_plan` for these operand extents. Launches only; no copy, allocation or
+/// synchronization. The plan's indices are not read on the host: they were validated when planned.
+/// Errors: as `validate_mamba2`; `unsupported_config`; `invalid_argument` (negative counts);
+/// `size_mismatch` (the shape's byte counts do not match these extents, or `ws` is smaller);
+/// `misaligned`; `device_error`.
+result<void> mamba2_ssd_prefill_planned(const mamba2_args<float>& a, const ssd_prefill_shape& shape,
+                                        device_workspace ws, stream_handle stream);
+result<void> mamba2_ssd_prefill_planned(const mamba2_args<bfloat16>& a, const ssd_prefill_shape& shape,
+                                        device_workspace ws, stream_handle stream);
+
+/// Capture-safe decode update: as `mamba2_state_update`, with the (src, dst) pair of each of the x.extent(0)
+/// rows read from device memory `pairs` at run time (the engine writes them, validated with
+/// `validate_decode_slots`, before each replay; a negative index makes a padding row). Launches only.
+/// Errors: as `validate_mamba2`; `invalid_argument` (null `pairs` with rows); `unsupported_config`;
+/// `misaligned`; `device_error`.
+result<void> mamba2_state_update_planned(const mamba2_args<float>& a, const copy_pair* pairs, stream_handle stream);
+result<void> mamba2_state_update_planned(const mamba2_args<bfloat16>& a, const copy_pair* pairs,
+                                         stream_handle stream);
+
 } // namespace reprise::ops
