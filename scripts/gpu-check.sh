@@ -8,7 +8,7 @@
 # Its inputs are the working tree and the kit scripts/gpu-gather.sh prepares (default .deps/gpu-kit).
 #
 # Usage: scripts/gpu-check.sh [--stages LIST] [--results DIR] [--kit DIR] [--build-dir DIR] [--jobs N]
-#                             [--reduced] [--peer-args "ARGS"] [--dry-run]
+#                             [--reduced] [--tests LIST] [--peer-args "ARGS"] [--dry-run]
 #   --stages LIST   comma list of: env build test memcheck racecheck initcheck synccheck bench peers summary,
 #                   or `all` (env,build,test,memcheck,racecheck,bench,peers,summary; the default). Every
 #                   stage but env and summary can be given alone; each fits one 10-minute call (the build
@@ -19,6 +19,8 @@
 #   --jobs N        build parallelism (default: the number of CPUs)
 #   --reduced       the reduced kernel set (REPRISE_KERNELS_FULL=OFF) and architecture 90: for checking this
 #                   script on a machine without a GPU; the device run uses the full set
+#   --tests LIST    comma list of GPU test binaries the sanitizer stages run (default: all of them), to split a
+#                   long sanitizer stage over several calls
 #   --peer-args     extra arguments for bench/gpu/peer_compare.py (e.g. "--models nemotron-h-8b --tokens 2048");
 #                   the table is peers-<those arguments>.csv / .md (peers.csv without)
 #   --dry-run       print the commands of the selected stages instead of running them
@@ -34,6 +36,7 @@ jobs=$(nproc 2>/dev/null || echo 4)
 stages="all"
 reduced=0
 peer_args=""
+only=""
 dry=0
 
 usage() { sed -n '/^# Usage:/,/^# Exit status/p' "$0" | sed 's/^# \{0,1\}//'; }
@@ -46,6 +49,7 @@ while [ $# -gt 0 ]; do
     --jobs) jobs=${2:?}; shift 2 ;;
     --reduced) reduced=1; shift ;;
     --peer-args) peer_args=${2?}; shift 2 ;;
+    --tests) only=${2:?}; shift 2 ;;
     --dry-run) dry=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "gpu-check: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
@@ -151,7 +155,7 @@ stage_test() {
 
 # sanitize TOOL: every GPU test binary under compute-sanitizer --tool TOOL, one log each.
 sanitize() {
-  local tool=$1 failed=0 rc
+  local tool=$1 failed=0 ran=0 rc
   have_device || { status "$tool" skip 0 "no device"; return 0; }
   [ "$dry" = 1 ] || command -v compute-sanitizer >/dev/null ||
     { echo "compute-sanitizer not found" >>"$results/$tool.log"; return 1; }
@@ -161,6 +165,8 @@ sanitize() {
     racecheck) extra=(--racecheck-report hazard) ;;
   esac
   for t in "${gpu_tests[@]}"; do
+    case ",$only," in ,,|*,"$t",*) ;; *) continue ;; esac
+    ran=$((ran + 1))
     local bin
     bin=$(built "$build/tests" "$t")
     [ -n "$bin" ] || { echo "$t: not built" >>"$results/$tool.log"; failed=1; continue; }
@@ -169,6 +175,7 @@ sanitize() {
     [ "$dry" = 1 ] || echo "$t: exit $rc" >>"$results/$tool.log"
     [ "$rc" = 0 ] || failed=1
   done
+  [ "$ran" -gt 0 ] || { echo "no GPU test binary matches --tests $only" >>"$results/$tool.log"; return 1; }
   return "$failed"
 }
 
