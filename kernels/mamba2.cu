@@ -5,6 +5,7 @@
 
 #include "mamba2.cuh"
 
+#include <cstring>
 #include <vector>
 
 // The dispatch table, one row per shape (fp32 and bf16 inputs each). Reduced set (CI): the small test shape.
@@ -122,6 +123,63 @@ result<void> state_update(const mamba2_args<T>& a, std::span<const copy_pair> pa
   if (auto r = up.upload(ws.data, stream); !r) return r;
   return (*inst)->state_update(a, device_runtime::at<copy_pair>(ws.data, off), static_cast<int>(pairs.size()), stream);
 }
+
+/// Host planning for a capture-safe prefill: the bytes `ssd_prefill` would upload.
+template <class T>
+result<ssd_prefill_shape> prefill_plan(const mamba2_args<T>& a, const varlen_batch& b, const prefill_slots& slots,
+                                       std::span<std::byte> out) {
+  if (errc e = validate_mamba2_prefill(a, b, slots); e != errc{}) return e;
+  auto inst = table.find<T>(config_of(a, true));
+  if (!inst) return inst.error();
+  const ssd_plan plan = make_plan(b, slots, a.chunk);
+  const ssd_layout layout = layout_of(a, plan);
+  const ssd_prefill_shape shape{static_cast<std::int32_t>(plan.chunks.size()),
+                                static_cast<std::int32_t>(plan.seqs.size()), layout.dt, layout.l.bytes()};
+  if (out.empty()) return shape;
+  if (out.size() < layout.dt) return errc::size_mismatch;
+  std::memset(out.data(), 0, layout.dt); // the alignment padding too: equal plans give equal bytes
+  if (!plan.chunks.empty())
+    std::memcpy(out.data() + layout.chunks, plan.chunks.data(), plan.chunks.size() * sizeof(device::ssd_chunk_desc));
+  if (!plan.seqs.empty())
+    std::memcpy(out.data() + layout.seqs, plan.seqs.data(), plan.seqs.size() * sizeof(device::ssd_seq_desc));
+  return shape;
+}
+
+/// The capture-safe prefill: the kernels of `ssd_prefill` over a plan already in the workspace.
+template <class T>
+result<void> prefill_planned(const mamba2_args<T>& a, const ssd_prefill_shape& shape, device_workspace ws,
+                             stream_handle stream) {
+  if (errc e = validate_mamba2(a); e != errc{}) return e;
+  if (a.chunk <= 0 || !is_supported_chunk(static_cast<std::uint32_t>(a.chunk))) return errc::unsupported_config;
+  auto inst = table.find<T>(config_of(a, true));
+  if (!inst) return inst.error();
+  if (shape.chunks < 0 || shape.sequences < 0) return errc::invalid_argument;
+  const ssd_layout layout(static_cast<std::size_t>(shape.chunks), static_cast<std::size_t>(shape.sequences),
+                          a.x.extent(1), a.x.extent(2), a.B.extent(2), a.chunk);
+  if (layout.dt != shape.metadata_bytes || layout.l.bytes() != shape.workspace_bytes) return errc::size_mismatch;
+  if (!vector_aligned(a.state_pool) || !rows_aligned(a)) return errc::misaligned;
+  if (ws.bytes < layout.l.bytes() || ws.data == nullptr) return errc::size_mismatch;
+  if (shape.sequences == 0) return {};
+  const device::ssd_workspace dws{device_runtime::at<device::ssd_chunk_desc>(ws.data, layout.chunks),
+                                  device_runtime::at<device::ssd_seq_desc>(ws.data, layout.seqs),
+                                  device_runtime::at<float>(ws.data, layout.dt),
+                                  device_runtime::at<float>(ws.data, layout.acum),
+                                  device_runtime::at<float>(ws.data, layout.states)};
+  return (*inst)->ssd_prefill(a, dws, shape.chunks, shape.sequences, stream);
+}
+
+/// The capture-safe decode update: pairs already in device memory.
+template <class T>
+result<void> state_update_planned(const mamba2_args<T>& a, const copy_pair* pairs, stream_handle stream) {
+  if (errc e = validate_mamba2(a); e != errc{}) return e;
+  auto inst = table.find<T>(config_of(a, false));
+  if (!inst) return inst.error();
+  if (!vector_aligned(a.state_pool)) return errc::misaligned;
+  const std::int64_t rows = a.x.extent(0);
+  if (rows == 0) return {};
+  if (pairs == nullptr) return errc::invalid_argument;
+  return (*inst)->state_update(a, pairs, static_cast<int>(rows), stream);
+}
 } // namespace
 
 std::span<const mamba2_kernel_config> mamba2_instantiated_configs() noexcept {
@@ -161,6 +219,30 @@ result<void> mamba2_state_update(const mamba2_args<float>& a, std::span<const co
 result<void> mamba2_state_update(const mamba2_args<bfloat16>& a, std::span<const copy_pair> pairs,
                                  device_workspace ws, stream_handle stream) {
   return state_update(a, pairs, ws, stream);
+}
+
+result<ssd_prefill_shape> mamba2_ssd_prefill_plan(const mamba2_args<float>& a, const varlen_batch& b,
+                                                  const prefill_slots& slots, std::span<std::byte> metadata) {
+  return prefill_plan(a, b, slots, metadata);
+}
+result<ssd_prefill_shape> mamba2_ssd_prefill_plan(const mamba2_args<bfloat16>& a, const varlen_batch& b,
+                                                  const prefill_slots& slots, std::span<std::byte> metadata) {
+  return prefill_plan(a, b, slots, metadata);
+}
+result<void> mamba2_ssd_prefill_planned(const mamba2_args<float>& a, const ssd_prefill_shape& shape,
+                                        device_workspace ws, stream_handle stream) {
+  return prefill_planned(a, shape, ws, stream);
+}
+result<void> mamba2_ssd_prefill_planned(const mamba2_args<bfloat16>& a, const ssd_prefill_shape& shape,
+                                        device_workspace ws, stream_handle stream) {
+  return prefill_planned(a, shape, ws, stream);
+}
+result<void> mamba2_state_update_planned(const mamba2_args<float>& a, const copy_pair* pairs, stream_handle stream) {
+  return state_update_planned(a, pairs, stream);
+}
+result<void> mamba2_state_update_planned(const mamba2_args<bfloat16>& a, const copy_pair* pairs,
+                                         stream_handle stream) {
+  return state_update_planned(a, pairs, stream);
 }
 
 } // namespace reprise::ops

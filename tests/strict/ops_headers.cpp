@@ -25,6 +25,13 @@ void use_mamba2(const mamba2_args<T>& a, const varlen_batch& b, const prefill_sl
   (void)config_of(a, true);
 }
 
+/// The decode update is the one Mamba2 template that takes a lossy (bf16 / fp16) state pool.
+template <activation_element T, state_element State>
+void use_mamba2_lossy(const mamba2_args<T, State>& a, std::span<const copy_pair> p) {
+  (void)mamba2_state_update_host(a, p);
+  (void)from_float<State>(to_float(State{}));
+}
+
 template <activation_element T, gated_delta_state_element State>
 void use_gated_delta(const gated_delta_args<T, State>& a, const gated_delta_options& o, const varlen_batch& b,
                      const prefill_slots& s, const recurrent_slots& r) {
@@ -49,6 +56,10 @@ void use_all(const varlen_batch& b, const prefill_slots& s, std::span<const copy
   use_gated_delta(gated_delta_args<bfloat16>{}, o, b, s, r);
   use_gated_delta(gated_delta_args<float, bfloat16>{}, o, b, s, r);
   use_gated_delta(gated_delta_args<bfloat16, bfloat16>{}, o, b, s, r);
+  use_gated_delta(gated_delta_args<float, float16>{}, o, b, s, r);
+  use_gated_delta(gated_delta_args<bfloat16, float16>{}, o, b, s, r);
+  use_mamba2_lossy(mamba2_args<float, bfloat16>{}, p);
+  use_mamba2_lossy(mamba2_args<bfloat16, float16>{}, p);
   use_conv1d(conv1d_args<float>{}, b, s, p);
   use_conv1d(conv1d_args<bfloat16>{}, b, s, p);
   (void)copy_units_host(pools, p);

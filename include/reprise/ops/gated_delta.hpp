@@ -32,9 +32,9 @@
 
 namespace reprise::ops {
 
-/// Element types of a gated-delta state pool.
+/// Element types of a gated-delta state pool: fp32, or bf16 / fp16 for lossy states (`state_element`).
 template <class T>
-concept gated_delta_state_element = activation_element<T>;
+concept gated_delta_state_element = state_element<T>;
 
 /// Operands of a gated-delta call (prefill rows are tokens; decode rows are tokens of the batch).
 template <activation_element T, gated_delta_state_element State = float>

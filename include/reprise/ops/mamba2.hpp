@@ -29,8 +29,10 @@
 
 namespace reprise::ops {
 
-/// Operands of a Mamba2 mixer's SSM part. Rows are tokens (prefill) or batch entries (decode).
-template <activation_element T>
+/// Operands of a Mamba2 mixer's SSM part. Rows are tokens (prefill) or batch entries (decode). `State` is the
+/// state pool's element type: fp32 (the default, and the only type the prefill and the device launchers
+/// take), or bf16 / fp16 for the host decode update's lossy decode-continuation states.
+template <activation_element T, state_element State = float>
 struct mamba2_args {
   tensor<const T, 3> x;           ///< [rows, H, P]
   tensor<const T, 2> dt;          ///< [rows, H] raw dt (before bias, softplus and clamp)
@@ -40,7 +42,7 @@ struct mamba2_args {
   tensor<const float, 1> D;       ///< [H] skip weights, or absent
   tensor<const float, 1> dt_bias; ///< [H], or absent
   tensor<const T, 3> z;           ///< [rows, H, P] gate input, or absent
-  tensor<float, 4> state_pool;    ///< [slots, H, P, N] fp32 SSM states
+  tensor<State, 4> state_pool;    ///< [slots, H, P, N] SSM states
   tensor<T, 3> y;                 ///< [rows, H, P] output; must not alias an input
   std::int64_t chunk = 256;       ///< Q, prefill only: 64, 128 or 256
   dt_transform dt_mode{};
@@ -56,15 +58,15 @@ struct mamba2_kernel_config {
 };
 
 /// The configuration of `a` for a prefill (`chunked`) or a decode update.
-template <activation_element T>
-mamba2_kernel_config config_of(const mamba2_args<T>& a, bool chunked) noexcept {
+template <activation_element T, state_element State>
+mamba2_kernel_config config_of(const mamba2_args<T, State>& a, bool chunked) noexcept {
   return {a.x.extent(2), a.B.extent(2), chunked ? a.chunk : 0, dtype_of<T>};
 }
 
 /// Checks that the operands agree. Errors: `size_mismatch` (extents disagree); `invalid_argument` (H not a
 /// multiple of G, or an empty dimension). Complexity: O(1).
-template <activation_element T>
-errc validate_mamba2(const mamba2_args<T>& a) noexcept {
+template <activation_element T, state_element State>
+errc validate_mamba2(const mamba2_args<T, State>& a) noexcept {
   const std::int64_t rows = a.x.extent(0), H = a.x.extent(1), P = a.x.extent(2);
   const std::int64_t G = a.B.extent(1), N = a.B.extent(2);
   if (H == 0 || P == 0 || G == 0 || N == 0 || H % G != 0) return errc::invalid_argument;
@@ -94,8 +96,8 @@ errc validate_mamba2_prefill(const mamba2_args<T>& a, const varlen_batch& b, con
 
 /// Everything a decode update checks, shared like `validate_mamba2_prefill`. Errors: as `validate_mamba2`;
 /// `size_mismatch` (pairs.size() != rows); as `validate_decode_slots`. Complexity: O(rows log rows).
-template <activation_element T>
-errc validate_mamba2_update(const mamba2_args<T>& a, std::span<const copy_pair> pairs) noexcept {
+template <activation_element T, state_element State>
+errc validate_mamba2_update(const mamba2_args<T, State>& a, std::span<const copy_pair> pairs) noexcept {
   if (errc e = validate_mamba2(a); e != errc{}) return e;
   return validate_decode(pairs, a.x.extent(0), a.state_pool.extent(0));
 }
@@ -202,9 +204,13 @@ result<void> mamba2_ssd_prefill_host(const mamba2_args<T>& a, const varlen_batch
 /// advanced state to `pairs[r].dst` (copy-on-write fused in; src == dst updates in place) and y[r]. Rows with
 /// a negative index are padding: y[r] and every slot stay untouched.
 /// Errors: as `validate_mamba2`; `size_mismatch` (pairs.size() != rows); as `validate_decode_slots`.
+/// With a bf16 or fp16 pool the state is read as fp32, advanced and used for y in fp32, and rounded once
+/// (to nearest, ties to even) when stored: y and the stored state equal, bit for bit, those of an fp32 pool
+/// holding the widened state, the stored state rounded. Such states are decode continuations, never
+/// prefill-exact.
 /// Complexity: O(rows x H x P x N).
-template <activation_element T>
-result<void> mamba2_state_update_host(const mamba2_args<T>& a, std::span<const copy_pair> pairs) {
+template <activation_element T, state_element State>
+result<void> mamba2_state_update_host(const mamba2_args<T, State>& a, std::span<const copy_pair> pairs) {
   if (errc e = validate_mamba2_update(a, pairs); e != errc{}) return e;
   const std::int64_t H = a.x.extent(1), P = a.x.extent(2), N = a.B.extent(2), hpg = H / a.B.extent(1);
   for (std::int64_t r = 0; r < static_cast<std::int64_t>(pairs.size()); ++r) {
@@ -218,8 +224,8 @@ result<void> mamba2_state_update_host(const mamba2_args<T>& a, std::span<const c
         const float x = to_float(a.x(r, h, p)), dt_x = dt * x;
         float acc = 0.0f;
         for (std::int64_t n = 0; n < N; ++n) {
-          const float s = ssm_step(a.state_pool(pr.src, h, p, n), decay, dt_x, to_float(a.B(r, g, n)));
-          a.state_pool(pr.dst, h, p, n) = s;
+          const float s = ssm_step(to_float(a.state_pool(pr.src, h, p, n)), decay, dt_x, to_float(a.B(r, g, n)));
+          a.state_pool(pr.dst, h, p, n) = from_float<State>(s);
           acc += s * to_float(a.C(r, g, n));
         }
         const bool has_z = !is_absent(a.z);
@@ -268,5 +274,53 @@ result<void> mamba2_state_update(const mamba2_args<float>& a, std::span<const co
                                  device_workspace ws, stream_handle stream);
 result<void> mamba2_state_update(const mamba2_args<bfloat16>& a, std::span<const copy_pair> pairs,
                                  device_workspace ws, stream_handle stream);
+
+// ---- CUDA-graph capture (reprise::kernels) ---------------------------------------------------------------
+// The launchers above validate and plan on the host and upload the plan with a pageable copy: right for a
+// direct call, wrong inside a captured graph, which would replay the first call's metadata forever. The
+// capture-safe form splits them: the host plans into bytes the engine owns (pinned memory it copies into the
+// workspace, inside the graph or before it), and the launch reads only device memory, uploads nothing and
+// allocates nothing. One captured graph then serves every plan of the same shape: new offsets, slots and
+// capture lists at each replay, bitwise equal to a direct launch of that plan.
+
+/// What a captured prefill is specialized to: its grids (chunks, sequences) and its byte counts.
+struct ssd_prefill_shape {
+  std::int32_t chunks = 0;
+  std::int32_t sequences = 0;
+  std::size_t metadata_bytes = 0;  ///< the plan, at the start of the workspace
+  std::size_t workspace_bytes = 0; ///< the plan and the kernels' scratch
+  friend constexpr bool operator==(const ssd_prefill_shape&, const ssd_prefill_shape&) = default;
+};
+
+/// Plans a prefill for a capture-safe launch. Effects: validates exactly as `mamba2_ssd_prefill`; writes the
+/// device metadata (chunk and sequence descriptors: token offsets, lengths, initial, final and capture
+/// slots) into `metadata` when it is not empty. Returns the shape (with empty `metadata`: a size query).
+/// Errors: as `mamba2_ssd_prefill`'s validation and dispatch; `size_mismatch` (`metadata` non-empty and
+/// smaller than `metadata_bytes`). Complexity: O(chunks + captures x chunks of their sequence).
+result<ssd_prefill_shape> mamba2_ssd_prefill_plan(const mamba2_args<float>& a, const varlen_batch& b,
+                                                  const prefill_slots& slots, std::span<std::byte> metadata);
+result<ssd_prefill_shape> mamba2_ssd_prefill_plan(const mamba2_args<bfloat16>& a, const varlen_batch& b,
+                                                  const prefill_slots& slots, std::span<std::byte> metadata);
+
+/// Capture-safe prefill: the kernels of `mamba2_ssd_prefill`, reading the plan from the first
+/// `shape.metadata_bytes` of `ws`, which the engine filled (stream-ordered before the launch) with the bytes
+/// of `mamba2_ssd_prefill_plan` for these operand extents. Launches only; no copy, allocation or
+/// synchronization. The plan's indices are not read on the host: they were validated when planned.
+/// Errors: as `validate_mamba2`; `unsupported_config`; `invalid_argument` (negative counts);
+/// `size_mismatch` (the shape's byte counts do not match these extents, or `ws` is smaller);
+/// `misaligned`; `device_error`.
+result<void> mamba2_ssd_prefill_planned(const mamba2_args<float>& a, const ssd_prefill_shape& shape,
+                                        device_workspace ws, stream_handle stream);
+result<void> mamba2_ssd_prefill_planned(const mamba2_args<bfloat16>& a, const ssd_prefill_shape& shape,
+                                        device_workspace ws, stream_handle stream);
+
+/// Capture-safe decode update: as `mamba2_state_update`, with the (src, dst) pair of each of the x.extent(0)
+/// rows read from device memory `pairs` at run time (the engine writes them, validated with
+/// `validate_decode_slots`, before each replay; a negative index makes a padding row). Launches only.
+/// Errors: as `validate_mamba2`; `invalid_argument` (null `pairs` with rows); `unsupported_config`;
+/// `misaligned`; `device_error`.
+result<void> mamba2_state_update_planned(const mamba2_args<float>& a, const copy_pair* pairs, stream_handle stream);
+result<void> mamba2_state_update_planned(const mamba2_args<bfloat16>& a, const copy_pair* pairs,
+                                         stream_handle stream);
 
 } // namespace reprise::ops
