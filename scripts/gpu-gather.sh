@@ -11,33 +11,29 @@
 #                            doctest.h, xxhash.h
 #   prefix/lib/cmake/        small package configs for Boost (headers only) and doctest, written here, and
 #                            doctest's own test-discovery modules copied beside them
-#   src/benchmark/           Google Benchmark's source at a release tag (built on the device; its library is
-#                            compiled code and the device image has none)
+#   src/benchmark/           Google Benchmark's source, Debian's source package of the version this machine
+#                            builds against (built on the device; its library is compiled code and the device
+#                            image has none)
 #   python/mamba_ssm/        mamba_ssm's Python package from its PyPI source distribution (the Triton SSD);
 #                            imported without its CUDA extension (bench/gpu/peers.py)
 #   python/fla/              flash-linear-attention's ops package (fla-core wheel from PyPI; pure Python)
 #   MANIFEST.txt             versions, origins, sha256 of each downloaded file, sizes
 #
-# Usage: scripts/gpu-gather.sh [--out DIR] [--benchmark-git GIT_DIR_OR_URL] [--benchmark-tag TAG]
-#                              [--mamba-version V] [--fla-version V] [--no-python]
-# --benchmark-git takes a local clone (or bare repository) of google/benchmark when github.com cannot be
-# reached; the default clones it from GitHub.
+# Usage: scripts/gpu-gather.sh [--out DIR] [--mamba-version V] [--fla-version V] [--no-python]
+# (Debian's source package `benchmark` is fetched with apt-get source, through a private deb-src list: the
+# system's apt configuration is not changed.)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 out="$root/.deps/gpu-kit"
-bench_git="https://github.com/google/benchmark.git"
-bench_tag="v1.9.5"
 mamba_version="2.3.2.post1"
 fla_version="0.6.0"
 python_peers=1
 
-usage() { sed -n '/^# Usage:/,/^# reached/p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '/^# Usage:/,/^# system/p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=$2; shift 2 ;;
-    --benchmark-git) bench_git=$2; shift 2 ;;
-    --benchmark-tag) bench_tag=$2; shift 2 ;;
     --mamba-version) mamba_version=$2; shift 2 ;;
     --fla-version) fla_version=$2; shift 2 ;;
     --no-python) python_peers=0; shift ;;
@@ -150,26 +146,35 @@ set(PACKAGE_VERSION_COMPATIBLE TRUE)
 EOF
 echo "doctest $doctest_version from $doctest_dir, CMake modules from $doctest_cmake" >>"$manifest"
 
-# ---- Google Benchmark source -------------------------------------------------------------------------
-if [ -d "$bench_git" ]; then
-  bench_repo=$bench_git
-else
-  git clone --quiet --bare --depth 1 --branch "$bench_tag" "$bench_git" "$tmp/benchmark.git"
-  bench_repo="$tmp/benchmark.git"
-fi
-mkdir -p "$out/src/benchmark"
-git -C "$bench_repo" archive --format=tar "$bench_tag" CMakeLists.txt cmake include src LICENSE | tar -x -C "$out/src/benchmark"
-echo "google benchmark $bench_tag ($(git -C "$bench_repo" rev-parse "$bench_tag^{commit}")) from $bench_git" >>"$manifest"
+# ---- Google Benchmark source: Debian's source package, through a deb-src list of our own -------------------
+apt_dir="$tmp/apt"
+mkdir -p "$apt_dir/lists/partial" "$apt_dir/parts" "$apt_dir/src"
+for f in /etc/apt/sources.list.d/*.sources; do
+  [ -f "$f" ] && sed 's/^Types: deb$/Types: deb-src/' "$f" >"$apt_dir/parts/$(basename "$f")"
+done
+if [ -f /etc/apt/sources.list ]; then grep -E '^deb ' /etc/apt/sources.list | sed 's/^deb /deb-src /' >"$apt_dir/parts/list.list" || true; fi
+apt_opts=(-o "Dir::Etc::SourceList=/dev/null" -o "Dir::Etc::SourceParts=$apt_dir/parts" -o "Dir::State::Lists=$apt_dir/lists")
+apt-get "${apt_opts[@]}" update -qq >/dev/null
+bench_version=$(dpkg-query -W -f='${source:Version}' libbenchmark-dev 2>/dev/null || true)
+(cd "$apt_dir/src" && apt-get "${apt_opts[@]}" source --download-only -qq "benchmark${bench_version:+=$bench_version}" >/dev/null 2>&1)
+orig=$(ls "$apt_dir"/src/benchmark_*.orig.tar.* | head -1)
+mkdir -p "$out/src/benchmark" "$apt_dir/unpack"
+tar -xf "$orig" -C "$apt_dir/unpack"
+bench_src=$(ls -d "$apt_dir"/unpack/*/ | head -1)
+for part in CMakeLists.txt cmake include src LICENSE; do cp -r "$bench_src/$part" "$out/src/benchmark/"; done
+echo "google benchmark: Debian source package $(basename "$orig") sha256 $(sha256sum "$orig" | cut -d' ' -f1)" >>"$manifest"
 
 # ---- the peers' Python code --------------------------------------------------------------------------
 if [ "$python_peers" = 1 ]; then
   py=$(command -v python3)
-  # mamba_ssm: its source distribution (the wheel on PyPI is built against one torch/CUDA; the Triton ops are
-  # plain Python). Fetched from PyPI's JSON API, then checked against the digest PyPI publishes.
+  # mamba_ssm: its source distribution (it publishes no wheel on PyPI; the Triton ops are plain Python). pip
+  # download cannot take it (preparing its metadata needs torch and CUDA), so it is read from the index pip
+  # uses by default, through pip's own description of it, and checked against the digest the index publishes.
   "$py" - "$mamba_version" "$tmp" <<'EOF' >>"$manifest"
 import hashlib, json, sys, urllib.request, tarfile, pathlib
+from pip._internal.models.index import PyPI
 version, tmp = sys.argv[1], pathlib.Path(sys.argv[2])
-meta = json.load(urllib.request.urlopen("https://pypi.org/pypi/mamba-ssm/json"))
+meta = json.load(urllib.request.urlopen(f"{PyPI.pypi_url}/mamba-ssm/json"))
 sdist = next(u for u in meta["releases"][version] if u["packagetype"] == "sdist")
 data = urllib.request.urlopen(sdist["url"]).read()
 digest = hashlib.sha256(data).hexdigest()
