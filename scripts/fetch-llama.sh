@@ -56,6 +56,8 @@ fi
 launcher=()
 if command -v ccache >/dev/null; then
   launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  # Paths below the checkout are hashed relative to it, so another clone or worktree reuses the objects.
+  export CCACHE_BASEDIR="$root"
 fi
 if [ ! -f "$dir/build/build.ninja" ] || ! grep -q "REPRISE_SOURCE_DIR:PATH=$root\$" "$dir/build/CMakeCache.txt" 2>/dev/null ||
    ! grep -q "CMAKE_CXX_FLAGS_RELEASE:STRING=$opt -DNDEBUG\$" "$dir/build/CMakeCache.txt" 2>/dev/null; then

@@ -122,12 +122,14 @@ class Pair:
         self.out_of_order = []      # turns whose cells were out of position order (equal or not)
         self.hits_in_order = 0      # turns that skipped prefill, cells in order, output compared
         self.total = self.computed = 0
+        self.turns = 0
 
 
 def run_pair(candidate, reference, system, steps, ref_cache_prompt, ref_slots):
     """Feeds the workload to both servers turn by turn and compares every output bit for bit."""
     history = {}
     r = Pair()
+    r.turns = len(steps)
     for i, (c, user, n) in enumerate(steps):
         prompt = history.get(c, list(system)) + user
         ref = reference.complete(prompt, n, cache_prompt=ref_cache_prompt, slot=c if ref_slots else -1)
@@ -157,7 +159,11 @@ def report(arch, policy, reference, r, failures):
     check(not r.mismatches, f"{arch}: {policy} == {reference} on every turn whose KV cells are in position order "
           f"(mismatching turns: {r.mismatches}; out of cell order: {r.out_of_order}, of which differ: "
           f"{r.order_mismatches})", failures)
-    check(r.hits_in_order > 0, f"{arch}: {policy} skipped prefill on {r.hits_in_order} compared turns "
+    # The exception for cells out of position order must stay an exception: most turns are compared, and
+    # several of them are hits.
+    check(len(r.out_of_order) * 2 <= r.turns, f"{arch}: {policy}: at most half the turns out of cell order "
+          f"({len(r.out_of_order)} of {r.turns})", failures)
+    check(r.hits_in_order >= 3, f"{arch}: {policy} skipped prefill on {r.hits_in_order} compared turns "
           f"({r.computed} of {r.total} prompt tokens computed)", failures)
 
 
