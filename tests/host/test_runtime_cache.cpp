@@ -20,7 +20,7 @@ namespace {
 model_config nemotron_h_8b_from_sizes() {
   return *model_config::make(
       {{kv_shape{.kv_heads = 8, .head_dim = 128, .block_size = 16}, 4},
-       {mamba2_shape{.heads = 128, .head_dim = 64, .state_dim = 128, .groups = 8, .conv_width = 4, .chunk = 256}, 24}});
+       {mamba2_shape{.heads = 128, .head_dim = 64, .state_dim = 128, .groups = 8, .conv_width = 4, .chunk = 128}, 24}});
 }
 model_config qwen3_next_from_sizes() {
   return *model_config::make({{kv_shape{.kv_heads = 2, .head_dim = 256, .block_size = 16}, 12},
@@ -45,7 +45,7 @@ TEST_CASE("an engine builds caches for three hybrid checkpoints from runtime siz
     std::size_t snapshot_bytes;
     std::uint32_t alignment;
   };
-  const checkpoint checkpoints[] = {{"Nemotron-H-8B", nemotron_h_8b_from_sizes(), 102137856, 256},
+  const checkpoint checkpoints[] = {{"Nemotron-H-8B", nemotron_h_8b_from_sizes(), 102137856, 128},
                                     {"Qwen3-Next-80B-A3B", qwen3_next_from_sizes(), 77266944, 64},
                                     {"Falcon-H1-7B", falcon_h1_from_sizes(), 139358208, 128}};
   for (const checkpoint& c : checkpoints) {
