@@ -77,6 +77,35 @@ TEST_CASE("an engine builds caches for three hybrid checkpoints from runtime siz
   }
 }
 
+// The plan's captures go back to commit as they are: one position type end to end, no narrowing cast at the
+// call (this block is compiled with -Wconversion as an error).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic error "-Wconversion"
+TEST_CASE("commit accepts the captures a plan hands out") {
+  auto cache = runtime_prefix_cache<turns_policy>::create(
+      nemotron_h_8b_from_sizes(), {.kv_blocks = 1024, .snapshot_budget_bytes = std::size_t{1} << 30, .hasher_seed = 1});
+  REQUIRE(cache.has_value());
+  const auto turn1 = iota_tokens(300);
+  auto p1 = cache->admit(1, turn1);
+  REQUIRE(p1.has_value());
+  REQUIRE(p1->captures.size() == 1);
+  const std::vector<capture_point> written(p1->captures.begin(), p1->captures.end()); // spans end at the next call
+
+  SUBCASE("a position no plan hands out is refused and changes nothing") {
+    std::vector<capture_point> bad = written;
+    bad[0].position = -1;
+    CHECK(cache->commit(1, static_cast<std::uint32_t>(turn1.size()), bad).error() == errc::invalid_argument);
+    bad[0].position = std::int64_t{1} << 32;
+    CHECK(cache->commit(1, static_cast<std::uint32_t>(turn1.size()), bad).error() == errc::invalid_argument);
+    CHECK(cache->metrics().snapshot_bytes_held == 0);
+    CHECK(cache->check_invariants().has_value());
+  }
+  REQUIRE(cache->commit(1, static_cast<std::uint32_t>(turn1.size()), written).has_value());
+  CHECK(cache->metrics().snapshot_bytes_held == cache->geometry().bytes_per_snapshot);
+  CHECK(cache->check_invariants().has_value());
+}
+#pragma GCC diagnostic pop
+
 TEST_CASE("create reports every check of the typed form as an errc") {
   const model_config hybrid = model_config::of<small_hybrid>();
   const model_config attention = model_config::of<attn_model>();
