@@ -25,6 +25,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <array>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -182,12 +183,14 @@ struct py_admit_plan {
   nb::object captures;
   block_id copy_src, copy_dst;
   bool restore_from_host;
+  std::vector<capture_point> raw_captures; ///< for kernel_captures()
 };
 
 struct py_extend_plan {
   nb::object new_blocks;
   std::uint32_t first_new_block;
   nb::object captures;
+  std::vector<capture_point> raw_captures; ///< for kernel_captures()
 };
 
 struct py_finish_plan {
@@ -254,6 +257,22 @@ nb::object move_array(std::span<const unit_move> moves) {
     flat.push_back(static_cast<std::int32_t>(m.dst));
   }
   return owned_array<std::int32_t>(flat, 2);
+}
+
+/// Captures in the kernels' form (reprise.ops' `captures`): int64 [n, 3] rows of (sequence, position, slot), the
+/// sequence being the engine's batch index of the sequence in the kernel call.
+nb::object kernel_capture_array(std::span<const capture_point> caps, std::int64_t sequence) {
+  if (sequence < 0 || sequence > std::numeric_limits<std::int32_t>::max())
+    raise_message(errc::out_of_range, "kernel_captures: sequence " + std::to_string(sequence) +
+                                          " is not a batch index (0 .. 2^31 - 1)");
+  std::vector<std::int64_t> flat;
+  flat.reserve(caps.size() * 3);
+  for (const capture_point& c : caps) {
+    flat.push_back(sequence);
+    flat.push_back(c.position);
+    flat.push_back(c.slot);
+  }
+  return owned_array<std::int64_t>(flat, 3);
 }
 
 nb::object capture_array(std::span<const capture_point> caps) {
@@ -353,19 +372,33 @@ public:
             capture_array(p.captures),
             p.copy_src,
             p.copy_dst,
-            p.restore_from_host};
+            p.restore_from_host,
+            {p.captures.begin(), p.captures.end()}};
   }
 
   void commit(seq_id s, std::uint32_t n, nb::handle written) {
     if (written.is_none()) return check(impl_->commit(s, n, {}), "commit");
-    const host_vector<std::uint32_t> w = as_uint32_vector(written, "captures_written");
+    nb::object positions = nb::borrow(written);
+    // A plan's capture array as it is: [n, 2] (position, slot) or [n, 3] (sequence, position, slot); the
+    // position is the next-to-last column of both.
+    const nb::object arr = nb::module_::import_("numpy").attr("asarray")(written);
+    if (nb::cast<int>(arr.attr("ndim")) == 2) {
+      const auto cols = nb::cast<std::size_t>(arr.attr("shape")[1]);
+      if (cols != 2 && cols != 3)
+        raise_message(errc::size_mismatch, "commit: a 2-D captures_written must be a plan's captures, [n, 2] "
+                                           "(position, slot), or kernel_captures(), [n, 3] (sequence, position, "
+                                           "slot); got " + std::to_string(cols) + " columns");
+      positions = arr[nb::make_tuple(nb::slice(nb::none(), nb::none(), nb::none()), cols - 2)];
+    }
+    const host_vector<std::uint32_t> w = as_uint32_vector(positions, "captures_written");
     check(impl_->commit(s, n, span_of(w)), "commit");
   }
 
   py_extend_plan extend(seq_id s, nb::handle tokens) {
     const host_vector<token_id> t = as_int32_vector(tokens, "tokens");
     const extend_plan p = value_or_raise(impl_->extend(s, span_of(t)), "extend");
-    return {owned_array(p.new_blocks), p.first_new_block, capture_array(p.captures)};
+    return {owned_array(p.new_blocks), p.first_new_block, capture_array(p.captures),
+            {p.captures.begin(), p.captures.end()}};
   }
 
   py_finish_plan finish(seq_id s, bool last_turn) {
@@ -543,6 +576,14 @@ void bind_cache(nb::module_& m) {
               "int64 [n, 2] (position, slot) pairs, increasing positions in (usable_tokens, L]: the prefill writes "
               "the recurrent state after `position` tokens into `slot`. A position off the alignment grid ('chat': "
               "the last shared KV block) is no chunk boundary: end a prefill piece there and copy the live state.")
+      .def("kernel_captures",
+           [](const py_admit_plan& p, std::int64_t sequence) { return kernel_capture_array(p.raw_captures, sequence); },
+           nb::arg("sequence") = 0,
+           nb::sig("def kernel_captures(self, sequence: int = 0) -> numpy.typing.NDArray[numpy.int64]"),
+           "The captures in the kernels' form: int64 [n, 3] rows of (sequence, position, slot), `sequence` being "
+           "the sequence's index in the kernel call's batch (its row in cu_seqlens). Pass it to the reprise.ops "
+           "prefill kernels' `captures` as it is (numpy.concatenate the rows of several sequences), and to "
+           "commit's captures_written once written. A new array on each call.")
       .def("__repr__", [](const py_admit_plan& p) {
         return "AdmitPlan(blocks=" + std::to_string(nb::len(p.block_table)) +
                ", shared_blocks=" + std::to_string(p.shared_blocks) +
@@ -561,7 +602,12 @@ void bind_cache(nb::module_& m) {
                    nb::for_getter(nb::sig("def captures(self) -> numpy.typing.NDArray[numpy.int64]")),
                    "Decode checkpoint ('chat' with decode_checkpoint_interval): (n, 2) int64 rows of (position, "
                    "slot), at most one; after this step's decode copy the live state into slot and list position "
-                   "in the next commit's captures_written.");
+                   "in the next commit's captures_written (the array itself is accepted).")
+      .def("kernel_captures",
+           [](const py_extend_plan& p, std::int64_t sequence) { return kernel_capture_array(p.raw_captures, sequence); },
+           nb::arg("sequence") = 0,
+           nb::sig("def kernel_captures(self, sequence: int = 0) -> numpy.typing.NDArray[numpy.int64]"),
+           "The captures as int64 [n, 3] rows of (sequence, position, slot), as AdmitPlan.kernel_captures.");
 
   nb::class_<py_finish_plan>(m, "FinishPlan",
                              "What `finish` decided: an end-of-turn capture of the live state, or none.")
@@ -707,7 +753,9 @@ void bind_cache(nb::module_& m) {
            nb::sig("def commit(self, seq_id: int, n_computed: int, captures_written: numpy.typing.ArrayLike | None = "
                    "None) -> None"),
            "Declares the first `n_computed` tokens computed (non-decreasing): publishes full blocks and the planned "
-           "captures listed (positions) in `captures_written`; unlisted captures <= n_computed are dropped. "
+           "captures listed in `captures_written`: positions, or a plan's capture array as it is ([n, 2] "
+           "`captures` or [n, 3] `kernel_captures()`, of the captures written); unlisted captures <= n_computed "
+           "are dropped. "
            "Raises UnknownSequence, OutOfRange, InvalidArgument, UnwrittenBlocks (share_in_step: a block shared "
            "within the step is not written yet, or never will be by its writer; release the sequence then).")
       .def("extend", &py_cache::extend, nb::arg("seq_id"), nb::arg("tokens"),

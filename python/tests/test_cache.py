@@ -137,6 +137,31 @@ def test_plan_arrays_hold_the_cache_values_and_have_the_right_types():
     np.testing.assert_array_equal(cache.block_table(7), np.concatenate([plan.block_table, ext.new_blocks]))
 
 
+def test_captures_in_the_kernels_form_go_to_the_kernels_and_back_to_commit():
+    cache = make("snapshot_restore", kv_blocks=64)
+    plan = cache.admit(1, np.arange(200, dtype=np.int32))
+    assert len(plan.captures) == 1
+    rows = plan.kernel_captures(3)  # the sequence's index in the kernel call's batch
+    assert rows.dtype == np.int64 and rows.shape == (1, 3)
+    np.testing.assert_array_equal(rows[:, 0], [3])
+    np.testing.assert_array_equal(rows[:, 1:], plan.captures)
+    np.testing.assert_array_equal(plan.kernel_captures()[:, 0], [0])
+    with pytest.raises(reprise.OutOfRange):
+        plan.kernel_captures(-1)
+    with pytest.raises(reprise.SizeMismatch):
+        cache.commit(1, 200, np.zeros((1, 4), dtype=np.int64))
+    assert cache.metrics()["snapshot_bytes_held"] == 0  # refused: nothing changed
+    cache.commit(1, 200, rows)  # what the kernels were given, as it is
+    assert cache.metrics()["snapshot_bytes_held"] == cache.bytes_per_snapshot
+
+
+def test_commit_takes_a_plans_captures_as_they_are():
+    cache = make("snapshot_restore", kv_blocks=64)
+    plan = cache.admit(1, np.arange(200, dtype=np.int32))
+    cache.commit(1, 200, plan.captures)
+    assert cache.metrics()["snapshot_bytes_held"] == cache.bytes_per_snapshot
+
+
 def test_plans_do_not_dangle():
     cache = make("snapshot_restore", kv_blocks=64, max_sequences=4)
     plan = cache.admit(1, np.arange(200, dtype=np.int32))
