@@ -296,10 +296,28 @@ struct py_extra_keys {
   }
 };
 
+/// A snapshot policy on a model with recurrent layers needs a snapshot budget of at least one snapshot: the
+/// default (none) and a budget below one snapshot raise BudgetTooSmall saying how much one snapshot takes.
+void check_snapshot_budget(const model_config& m, const std::string& policy, std::optional<std::size_t> budget) {
+  const bool keeps_snapshots = m.has_recurrent() && policy != "memory_only" && policy != "block_sharing";
+  if (!keeps_snapshots || (budget && *budget >= m.bytes_per_snapshot())) return;
+  const std::size_t one = m.bytes_per_snapshot();
+  const std::size_t tenths_of_mib = (one * 10 + (std::size_t{1} << 19)) >> 20;
+  const std::string per = std::to_string(one) + " bytes (" + std::to_string(tenths_of_mib / 10) + "." +
+                          std::to_string(tenths_of_mib % 10) + " MiB)";
+  raise_message(errc::budget_too_small,
+                "PrefixCache: policy '" + policy + "' keeps snapshots of this model's recurrent layers, " +
+                    (budget ? "and snapshot_budget_bytes=" + std::to_string(*budget) + " holds none"
+                            : std::string("so snapshot_budget_bytes is required")) +
+                    ": one snapshot is " + per + "; give about one slot per live conversation plus one per shared "
+                    "prefix, e.g. snapshot_budget_bytes=64 * config.bytes_per_snapshot for 64 slots (or "
+                    "policy='memory_only' to share KV blocks without snapshots)");
+}
+
 class py_cache {
 public:
   py_cache(const model_config& m, const std::string& policy, std::uint32_t kv_blocks, std::uint32_t max_sequences,
-           std::size_t snapshot_budget_bytes, std::uint64_t snapshot_ttl_steps, std::uint32_t max_snapshots_per_path,
+           std::optional<std::size_t> snapshot_budget_bytes, std::uint64_t snapshot_ttl_steps, std::uint32_t max_snapshots_per_path,
            std::uint32_t capture_interval, std::optional<std::uint64_t> hasher_seed, bool share_in_step,
            std::uint32_t decode_checkpoint_interval, std::uint32_t decode_checkpoints_per_sequence,
            std::size_t host_kv_budget_bytes, std::size_t host_snapshot_budget_bytes,
@@ -307,7 +325,7 @@ public:
            bool remote_write_through, std::uint32_t remote_snapshot_candidates) {
     cache_options o{.kv_blocks = kv_blocks,
                           .max_sequences = max_sequences,
-                          .snapshot_budget_bytes = snapshot_budget_bytes,
+                          .snapshot_budget_bytes = snapshot_budget_bytes.value_or(0),
                           .snapshot_ttl_steps = snapshot_ttl_steps,
                           .max_snapshots_per_path = max_snapshots_per_path,
                           .capture_interval = capture_interval,
@@ -343,6 +361,7 @@ public:
             "from host units and come back through them; set host_kv_budget_bytes");
     for (const named_policy& p : policies)
       if (policy == p.name) {
+        check_snapshot_budget(m, policy, snapshot_budget_bytes);
         if (host && p.make_host == nullptr)
           raise(errc::unsupported_config,
                 "PrefixCache: policy '" + policy +
@@ -607,13 +626,22 @@ void bind_cache(nb::module_& m) {
            [](const py_extend_plan& p, std::int64_t sequence) { return kernel_capture_array(p.raw_captures, sequence); },
            nb::arg("sequence") = 0,
            nb::sig("def kernel_captures(self, sequence: int = 0) -> numpy.typing.NDArray[numpy.int64]"),
-           "The captures as int64 [n, 3] rows of (sequence, position, slot), as AdmitPlan.kernel_captures.");
+           "The captures as int64 [n, 3] rows of (sequence, position, slot), as AdmitPlan.kernel_captures.")
+      .def("__repr__", [](const py_extend_plan& p) {
+        return "ExtendPlan(new_blocks=" + std::to_string(nb::len(p.new_blocks)) +
+               ", first_new_block=" + std::to_string(p.first_new_block) +
+               ", captures=" + std::to_string(p.raw_captures.size()) + ")";
+      });
 
   nb::class_<py_finish_plan>(m, "FinishPlan",
                              "What `finish` decided: an end-of-turn capture of the live state, or none.")
       .def_ro("capture_position", &py_finish_plan::capture_position, "Tokens the captured state has folded in.")
       .def_ro("capture_slot", &py_finish_plan::capture_slot,
-              "Slot to copy the live recurrent state into in this step, or -1 (no capture).");
+              "Slot to copy the live recurrent state into in this step, or -1 (no capture).")
+      .def("__repr__", [](const py_finish_plan& p) {
+        return "FinishPlan(capture_position=" + std::to_string(p.capture_position) +
+               ", capture_slot=" + std::to_string(p.capture_slot) + ")";
+      });
 
   nb::class_<py_fork_plan>(m, "ForkPlan", "What `fork` decided.")
       .def_prop_ro("block_table", [](const py_fork_plan& p) { return p.block_table; },
@@ -622,7 +650,12 @@ void bind_cache(nb::module_& m) {
       .def_ro("copy_src", &py_fork_plan::copy_src, "Partial last block to copy from, or -1.")
       .def_ro("copy_dst", &py_fork_plan::copy_dst, "Block to copy it into, or -1.")
       .def_ro("copy_recurrent_state", &py_fork_plan::copy_recurrent_state,
-              "Whether the engine must copy the source's live recurrent state into the destination's.");
+              "Whether the engine must copy the source's live recurrent state into the destination's.")
+      .def("__repr__", [](const py_fork_plan& p) {
+        return "ForkPlan(blocks=" + std::to_string(nb::len(p.block_table)) + ", copy_src=" +
+               std::to_string(p.copy_src) + ", copy_dst=" + std::to_string(p.copy_dst) +
+               ", copy_recurrent_state=" + (p.copy_recurrent_state ? "True" : "False") + ")";
+      });
 
   nb::class_<py_remote_put>(m, "RemotePut",
                             "A value for the fleet's store (remote tier): store `header` and the unit's bytes under "
@@ -710,12 +743,13 @@ void bind_cache(nb::module_& m) {
       policy_doc;
 
   nb::class_<py_cache>(m, "PrefixCache", class_doc.c_str())
-      .def(nb::init<const model_config&, const std::string&, std::uint32_t, std::uint32_t, std::size_t, std::uint64_t,
+      .def(nb::init<const model_config&, const std::string&, std::uint32_t, std::uint32_t, std::optional<std::size_t>,
+                    std::uint64_t,
                     std::uint32_t, std::uint32_t, std::optional<std::uint64_t>, bool, std::uint32_t,
                     std::uint32_t, std::size_t, std::size_t, std::optional<std::uint64_t>, const std::string&, bool,
                     std::uint32_t>(),
            nb::arg("config"), nb::arg("policy") = "snapshot_restore", nb::kw_only(), nb::arg("kv_blocks"),
-           nb::arg("max_sequences") = 256, nb::arg("snapshot_budget_bytes") = 0, nb::arg("snapshot_ttl_steps") = 0,
+           nb::arg("max_sequences") = 256, nb::arg("snapshot_budget_bytes") = nb::none(), nb::arg("snapshot_ttl_steps") = 0,
            nb::arg("max_snapshots_per_path") = 0, nb::arg("capture_interval") = 0,
            nb::arg("hasher_seed") = nb::none(), nb::arg("share_in_step") = false,
            nb::arg("decode_checkpoint_interval") = 0, nb::arg("decode_checkpoints_per_sequence") = 2,
@@ -732,7 +766,8 @@ void bind_cache(nb::module_& m) {
            "'chat'), OutOfRange (above 2^31 - 1), UnsupportedConfig (block size, a policy that does not fit the "
            "model, share_in_step with a policy other than 'block_sharing' or with a host tier, a host tier with "
            "'memory_only', host snapshots with a policy that restores none), BudgetTooSmall (a snapshot policy "
-           "with a budget below one snapshot; with a host tier, a host KV budget below one KV block or a non-zero "
+           "on a model with recurrent layers without snapshot_budget_bytes, or with a budget below one snapshot: "
+           "the message gives the bytes of one snapshot; with a host tier, a host KV budget below one KV block or a non-zero "
            "host snapshot budget below one snapshot), Misaligned (capture_interval 0 or off the alignment unit "
            "with 'snapshot_interval'; decode_checkpoint_interval off it with 'chat'), ValueError (unknown policy "
            "name). A `remote_fleet_seed` adds the remote tier below the host tier "

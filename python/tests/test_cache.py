@@ -162,6 +162,36 @@ def test_commit_takes_a_plans_captures_as_they_are():
     assert cache.metrics()["snapshot_bytes_held"] == cache.bytes_per_snapshot
 
 
+def test_every_plan_prints_its_fields():
+    cache = make("snapshot_restore", kv_blocks=64)
+    admit = cache.admit(1, np.arange(100, dtype=np.int32))
+    cache.commit(1, 100)
+    extend = cache.extend(1, [5] * 20)
+    cache.commit(1, 120)
+    fork = cache.fork(1, 2)
+    finish = cache.finish(1)
+    assert repr(admit).startswith("AdmitPlan(")
+    assert repr(extend) == "ExtendPlan(new_blocks=1, first_new_block=7, captures=0)"
+    assert repr(fork).startswith("ForkPlan(blocks=8, copy_src=") and "copy_recurrent_state=True" in repr(fork)
+    assert repr(finish) == f"FinishPlan(capture_position={finish.capture_position}, capture_slot={finish.capture_slot})"
+    for plan in (admit, extend, fork, finish):
+        assert " object at 0x" not in repr(plan)
+
+
+def test_a_snapshot_policy_on_a_hybrid_model_asks_for_its_budget():
+    config = hybrid_config()
+    with pytest.raises(reprise.BudgetTooSmall, match="snapshot_budget_bytes is required") as e:
+        reprise.PrefixCache(config, "snapshot_restore", kv_blocks=16)
+    assert str(config.bytes_per_snapshot) in str(e.value)
+    with pytest.raises(reprise.BudgetTooSmall, match="snapshot_budget_bytes=1 holds none"):
+        reprise.PrefixCache(config, "chat", kv_blocks=16, snapshot_budget_bytes=1)
+    # Policies without snapshots need no budget.
+    reprise.PrefixCache(config, "memory_only", kv_blocks=16)
+    reprise.PrefixCache(attention_config(), "block_sharing", kv_blocks=16)
+    cache = reprise.PrefixCache(config, "snapshot_restore", kv_blocks=16, snapshot_budget_bytes=config.bytes_per_snapshot)
+    assert cache.snapshot_slots == 1
+
+
 def test_plans_do_not_dangle():
     cache = make("snapshot_restore", kv_blocks=64, max_sequences=4)
     plan = cache.admit(1, np.arange(200, dtype=np.int32))
