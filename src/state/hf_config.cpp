@@ -224,17 +224,25 @@ std::vector<layer_spec> groups_of(std::uint32_t attention, const kv_shape& a, st
 
 // --- Nemotron-H (transformers' NemotronHConfig) -------------------------------------------------------
 std::vector<layer_spec> nemotron_h(const fields& f, const hf_options& o, const dtypes& d) {
+  // NemotronHConfig: an explicit layers_block_type (alias layer_types) wins over the older
+  // hybrid_override_pattern string.
   std::pair<std::uint32_t, std::uint32_t> counts;
-  if (auto pattern = f.string("hybrid_override_pattern")) {
+  auto kinds = f.strings("layers_block_type");
+  const char* kinds_field = "layers_block_type";
+  if (!kinds) {
+    kinds = f.strings("layer_types");
+    kinds_field = "layer_types";
+  }
+  if (kinds) {
+    counts = count_kinds(f, kinds_field, *kinds,
+                         {{"mamba", 'R'}, {"linear_attention", 'R'}, {"attention", 'A'}, {"full_attention", 'A'},
+                          {"mlp", '-'}, {"moe", '-'}});
+  } else if (auto pattern = f.string("hybrid_override_pattern")) {
     std::vector<std::string_view> chars;
     for (std::size_t i = 0; i < pattern->size(); ++i) chars.push_back(pattern->substr(i, 1));
     counts = count_kinds(f, "hybrid_override_pattern", chars, {{"M", 'R'}, {"*", 'A'}, {"-", '-'}, {"E", '-'}});
-  } else if (auto kinds = f.strings("layers_block_type") ? f.strings("layers_block_type") : f.strings("layer_types")) {
-    counts = count_kinds(f, "layers_block_type", *kinds,
-                         {{"mamba", 'R'}, {"linear_attention", 'R'}, {"attention", 'A'}, {"full_attention", 'A'},
-                          {"mlp", '-'}, {"moe", '-'}});
   } else {
-    f.fail(errc::invalid_argument, "config.json has neither 'hybrid_override_pattern' nor 'layers_block_type': "
+    f.fail(errc::invalid_argument, "config.json has neither 'layers_block_type' nor 'hybrid_override_pattern': "
                                    "cannot tell which layers are Mamba2 and which attention");
   }
   const std::uint32_t heads = f.u32_or("num_attention_heads", 32);

@@ -124,6 +124,13 @@ TEST_CASE("absent fields take transformers' defaults for the architecture, never
     REQUIRE(r);
     CHECK(r.config->alignment() == 256);
   }
+  SUBCASE("Nemotron-H: layers_block_type wins over hybrid_override_pattern, as in NemotronHConfig") {
+    const hf_reading r = read_hf_config(with(fixture("nemotron_h_8b.json"), "expand",
+                                             "2, \"layers_block_type\": [\"mamba\", \"attention\", \"moe\"]"));
+    REQUIRE(r);
+    CHECK(r.config->attention_layers() == 1);
+    CHECK(r.config->facts().mamba2_layers == 1);
+  }
   SUBCASE("Qwen3.5 without head_dim: Qwen3_5TextConfig's 256, not hidden_size // heads (5120 // 24 = 213)") {
     const hf_reading r = read_hf_config(with(fixture("qwen3_5_27b.json"), "head_dim", ""));
     REQUIRE(r);
