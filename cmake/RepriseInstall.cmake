@@ -1,6 +1,6 @@
 # install() rules and the exported package config: find_package(reprise CONFIG) gives reprise::reprise,
 # reprise::sha256 (component `sha256`), reprise::redis (component `redis`, a static library) when hiredis was
-# found, reprise::state_ops when the CUDA toolkit's CCCL was found, and
+# found, reprise::hf_config (component `hf_config`, a static library) when simdjson was found, reprise::state_ops when the CUDA toolkit's CCCL was found, and
 # reprise::kernels when the kernels were built. Also installs LICENSE and pkg-config files.
 include(CMakePackageConfigHelpers)
 
@@ -17,6 +17,12 @@ if(TARGET reprise_redis)
   set(REPRISE_HAS_REDIS ON)
 else()
   set(REPRISE_HAS_REDIS OFF)
+endif()
+if(TARGET reprise_hf_config)
+  list(APPEND _reprise_targets reprise_hf_config)
+  set(REPRISE_HAS_HF_CONFIG ON)
+else()
+  set(REPRISE_HAS_HF_CONFIG OFF)
 endif()
 if(TARGET reprise_state_ops)
   list(APPEND _reprise_targets reprise_state_ops)

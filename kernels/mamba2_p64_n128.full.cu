@@ -1,5 +1,5 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
-// Mamba2 instances of Nemotron-H (P64 N128; the model runs Q256) at every supported chunk size, fp32 and
+// Mamba2 instances of Nemotron-H (P64 N128; the checkpoints run Q128) at every supported chunk size, fp32 and
 // bf16 inputs. Full build only.
 #include "mamba2.cuh"
 

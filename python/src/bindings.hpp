@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <string>
 #include <string_view>
 
 namespace reprise::python {
@@ -28,6 +29,8 @@ void bind_ops(nb::module_& m);
 /// Raises the Python exception class of `e` (`reprise.PoolExhausted`, ...) with "`where`: <errc name> (<what it
 /// means>)". Never returns.
 [[noreturn]] void raise(errc e, std::string_view where);
+/// Raises the Python exception class of `e` with `message` as it is (a message that already says what and where).
+[[noreturn]] void raise_message(errc e, const std::string& message);
 
 /// The value of `r`, or raises its error.
 template <class T>

@@ -25,6 +25,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <array>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -182,12 +183,14 @@ struct py_admit_plan {
   nb::object captures;
   block_id copy_src, copy_dst;
   bool restore_from_host;
+  std::vector<capture_point> raw_captures; ///< for kernel_captures()
 };
 
 struct py_extend_plan {
   nb::object new_blocks;
   std::uint32_t first_new_block;
   nb::object captures;
+  std::vector<capture_point> raw_captures; ///< for kernel_captures()
 };
 
 struct py_finish_plan {
@@ -259,6 +262,22 @@ nb::object move_array(std::span<const unit_move> moves) {
   return owned_array<std::int32_t>(flat, 2);
 }
 
+/// Captures in the kernels' form (reprise.ops' `captures`): int64 [n, 3] rows of (sequence, position, slot), the
+/// sequence being the engine's batch index of the sequence in the kernel call.
+nb::object kernel_capture_array(std::span<const capture_point> caps, std::int64_t sequence) {
+  if (sequence < 0 || sequence > std::numeric_limits<std::int32_t>::max())
+    raise_message(errc::out_of_range, "kernel_captures: sequence " + std::to_string(sequence) +
+                                          " is not a batch index (0 .. 2^31 - 1)");
+  std::vector<std::int64_t> flat;
+  flat.reserve(caps.size() * 3);
+  for (const capture_point& c : caps) {
+    flat.push_back(sequence);
+    flat.push_back(c.position);
+    flat.push_back(c.slot);
+  }
+  return owned_array<std::int64_t>(flat, 3);
+}
+
 nb::object capture_array(std::span<const capture_point> caps) {
   std::vector<std::int64_t> flat;
   flat.reserve(caps.size() * 2);
@@ -280,10 +299,28 @@ struct py_extra_keys {
   }
 };
 
+/// A snapshot policy on a model with recurrent layers needs a snapshot budget of at least one snapshot: the
+/// default (none) and a budget below one snapshot raise BudgetTooSmall saying how much one snapshot takes.
+void check_snapshot_budget(const model_config& m, const std::string& policy, std::optional<std::size_t> budget) {
+  const bool keeps_snapshots = m.has_recurrent() && policy != "memory_only" && policy != "block_sharing";
+  if (!keeps_snapshots || (budget && *budget >= m.bytes_per_snapshot())) return;
+  const std::size_t one = m.bytes_per_snapshot();
+  const std::size_t tenths_of_mib = (one * 10 + (std::size_t{1} << 19)) >> 20;
+  const std::string per = std::to_string(one) + " bytes (" + std::to_string(tenths_of_mib / 10) + "." +
+                          std::to_string(tenths_of_mib % 10) + " MiB)";
+  raise_message(errc::budget_too_small,
+                "PrefixCache: policy '" + policy + "' keeps snapshots of this model's recurrent layers, " +
+                    (budget ? "and snapshot_budget_bytes=" + std::to_string(*budget) + " holds none"
+                            : std::string("so snapshot_budget_bytes is required")) +
+                    ": one snapshot is " + per + "; give about one slot per live conversation plus one per shared "
+                    "prefix, e.g. snapshot_budget_bytes=64 * config.bytes_per_snapshot for 64 slots (or "
+                    "policy='memory_only' to share KV blocks without snapshots)");
+}
+
 class py_cache {
 public:
   py_cache(const model_config& m, const std::string& policy, std::uint32_t kv_blocks, std::uint32_t max_sequences,
-           std::size_t snapshot_budget_bytes, std::uint64_t snapshot_ttl_steps, std::uint32_t max_snapshots_per_path,
+           std::optional<std::size_t> snapshot_budget_bytes, std::uint64_t snapshot_ttl_steps, std::uint32_t max_snapshots_per_path,
            std::uint32_t capture_interval, std::optional<std::uint64_t> hasher_seed, bool share_in_step,
            std::uint32_t decode_checkpoint_interval, std::uint32_t decode_checkpoints_per_sequence,
            std::size_t host_kv_budget_bytes, std::size_t host_snapshot_budget_bytes,
@@ -291,7 +328,7 @@ public:
            bool remote_write_through, std::uint32_t remote_snapshot_candidates) {
     cache_options o{.kv_blocks = kv_blocks,
                           .max_sequences = max_sequences,
-                          .snapshot_budget_bytes = snapshot_budget_bytes,
+                          .snapshot_budget_bytes = snapshot_budget_bytes.value_or(0),
                           .snapshot_ttl_steps = snapshot_ttl_steps,
                           .max_snapshots_per_path = max_snapshots_per_path,
                           .capture_interval = capture_interval,
@@ -327,6 +364,7 @@ public:
             "from host units and come back through them; set host_kv_budget_bytes");
     for (const named_policy& p : policies)
       if (policy == p.name) {
+        check_snapshot_budget(m, policy, snapshot_budget_bytes);
         if (host && p.make_host == nullptr)
           raise(errc::unsupported_config,
                 "PrefixCache: policy '" + policy +
@@ -356,19 +394,33 @@ public:
             capture_array(p.captures),
             p.copy_src,
             p.copy_dst,
-            p.restore_from_host};
+            p.restore_from_host,
+            {p.captures.begin(), p.captures.end()}};
   }
 
   void commit(seq_id s, std::uint32_t n, nb::handle written) {
     if (written.is_none()) return check(impl_->commit(s, n, {}), "commit");
-    const host_vector<std::uint32_t> w = as_uint32_vector(written, "captures_written");
+    nb::object positions = nb::borrow(written);
+    // A plan's capture array as it is: [n, 2] (position, slot) or [n, 3] (sequence, position, slot); the
+    // position is the next-to-last column of both.
+    const nb::object arr = nb::module_::import_("numpy").attr("asarray")(written);
+    if (nb::cast<int>(arr.attr("ndim")) == 2) {
+      const auto cols = nb::cast<std::size_t>(arr.attr("shape")[1]);
+      if (cols != 2 && cols != 3)
+        raise_message(errc::size_mismatch, "commit: a 2-D captures_written must be a plan's captures, [n, 2] "
+                                           "(position, slot), or kernel_captures(), [n, 3] (sequence, position, "
+                                           "slot); got " + std::to_string(cols) + " columns");
+      positions = arr[nb::make_tuple(nb::slice(nb::none(), nb::none(), nb::none()), cols - 2)];
+    }
+    const host_vector<std::uint32_t> w = as_uint32_vector(positions, "captures_written");
     check(impl_->commit(s, n, span_of(w)), "commit");
   }
 
   py_extend_plan extend(seq_id s, nb::handle tokens) {
     const host_vector<token_id> t = as_int32_vector(tokens, "tokens");
     const extend_plan p = value_or_raise(impl_->extend(s, span_of(t)), "extend");
-    return {owned_array(p.new_blocks), p.first_new_block, capture_array(p.captures)};
+    return {owned_array(p.new_blocks), p.first_new_block, capture_array(p.captures),
+            {p.captures.begin(), p.captures.end()}};
   }
 
   py_finish_plan finish(seq_id s, bool last_turn) {
@@ -546,6 +598,14 @@ void bind_cache(nb::module_& m) {
               "int64 [n, 2] (position, slot) pairs, increasing positions in (usable_tokens, L]: the prefill writes "
               "the recurrent state after `position` tokens into `slot`. A position off the alignment grid ('chat': "
               "the last shared KV block) is no chunk boundary: end a prefill piece there and copy the live state.")
+      .def("kernel_captures",
+           [](const py_admit_plan& p, std::int64_t sequence) { return kernel_capture_array(p.raw_captures, sequence); },
+           nb::arg("sequence") = 0,
+           nb::sig("def kernel_captures(self, sequence: int = 0) -> numpy.typing.NDArray[numpy.int64]"),
+           "The captures in the kernels' form: int64 [n, 3] rows of (sequence, position, slot), `sequence` being "
+           "the sequence's index in the kernel call's batch (its row in cu_seqlens). Pass it to the reprise.ops "
+           "prefill kernels' `captures` as it is (numpy.concatenate the rows of several sequences), and to "
+           "commit's captures_written once written. A new array on each call.")
       .def("__repr__", [](const py_admit_plan& p) {
         return "AdmitPlan(blocks=" + std::to_string(nb::len(p.block_table)) +
                ", shared_blocks=" + std::to_string(p.shared_blocks) +
@@ -564,13 +624,27 @@ void bind_cache(nb::module_& m) {
                    nb::for_getter(nb::sig("def captures(self) -> numpy.typing.NDArray[numpy.int64]")),
                    "Decode checkpoint ('chat' with decode_checkpoint_interval): (n, 2) int64 rows of (position, "
                    "slot), at most one; after this step's decode copy the live state into slot and list position "
-                   "in the next commit's captures_written.");
+                   "in the next commit's captures_written (the array itself is accepted).")
+      .def("kernel_captures",
+           [](const py_extend_plan& p, std::int64_t sequence) { return kernel_capture_array(p.raw_captures, sequence); },
+           nb::arg("sequence") = 0,
+           nb::sig("def kernel_captures(self, sequence: int = 0) -> numpy.typing.NDArray[numpy.int64]"),
+           "The captures as int64 [n, 3] rows of (sequence, position, slot), as AdmitPlan.kernel_captures.")
+      .def("__repr__", [](const py_extend_plan& p) {
+        return "ExtendPlan(new_blocks=" + std::to_string(nb::len(p.new_blocks)) +
+               ", first_new_block=" + std::to_string(p.first_new_block) +
+               ", captures=" + std::to_string(p.raw_captures.size()) + ")";
+      });
 
   nb::class_<py_finish_plan>(m, "FinishPlan",
                              "What `finish` decided: an end-of-turn capture of the live state, or none.")
       .def_ro("capture_position", &py_finish_plan::capture_position, "Tokens the captured state has folded in.")
       .def_ro("capture_slot", &py_finish_plan::capture_slot,
-              "Slot to copy the live recurrent state into in this step, or -1 (no capture).");
+              "Slot to copy the live recurrent state into in this step, or -1 (no capture).")
+      .def("__repr__", [](const py_finish_plan& p) {
+        return "FinishPlan(capture_position=" + std::to_string(p.capture_position) +
+               ", capture_slot=" + std::to_string(p.capture_slot) + ")";
+      });
 
   nb::class_<py_fork_plan>(m, "ForkPlan", "What `fork` decided.")
       .def_prop_ro("block_table", [](const py_fork_plan& p) { return p.block_table; },
@@ -579,7 +653,12 @@ void bind_cache(nb::module_& m) {
       .def_ro("copy_src", &py_fork_plan::copy_src, "Partial last block to copy from, or -1.")
       .def_ro("copy_dst", &py_fork_plan::copy_dst, "Block to copy it into, or -1.")
       .def_ro("copy_recurrent_state", &py_fork_plan::copy_recurrent_state,
-              "Whether the engine must copy the source's live recurrent state into the destination's.");
+              "Whether the engine must copy the source's live recurrent state into the destination's.")
+      .def("__repr__", [](const py_fork_plan& p) {
+        return "ForkPlan(blocks=" + std::to_string(nb::len(p.block_table)) + ", copy_src=" +
+               std::to_string(p.copy_src) + ", copy_dst=" + std::to_string(p.copy_dst) +
+               ", copy_recurrent_state=" + (p.copy_recurrent_state ? "True" : "False") + ")";
+      });
 
   nb::class_<py_remote_put>(m, "RemotePut",
                             "A value for the fleet's store (remote tier): store `header` and the unit's bytes under "
@@ -667,12 +746,13 @@ void bind_cache(nb::module_& m) {
       policy_doc;
 
   nb::class_<py_cache>(m, "PrefixCache", class_doc.c_str())
-      .def(nb::init<const model_config&, const std::string&, std::uint32_t, std::uint32_t, std::size_t, std::uint64_t,
+      .def(nb::init<const model_config&, const std::string&, std::uint32_t, std::uint32_t, std::optional<std::size_t>,
+                    std::uint64_t,
                     std::uint32_t, std::uint32_t, std::optional<std::uint64_t>, bool, std::uint32_t,
                     std::uint32_t, std::size_t, std::size_t, std::optional<std::uint64_t>, const std::string&, bool,
                     std::uint32_t>(),
            nb::arg("config"), nb::arg("policy") = "snapshot_restore", nb::kw_only(), nb::arg("kv_blocks"),
-           nb::arg("max_sequences") = 256, nb::arg("snapshot_budget_bytes") = 0, nb::arg("snapshot_ttl_steps") = 0,
+           nb::arg("max_sequences") = 256, nb::arg("snapshot_budget_bytes") = nb::none(), nb::arg("snapshot_ttl_steps") = 0,
            nb::arg("max_snapshots_per_path") = 0, nb::arg("capture_interval") = 0,
            nb::arg("hasher_seed") = nb::none(), nb::arg("share_in_step") = false,
            nb::arg("decode_checkpoint_interval") = 0, nb::arg("decode_checkpoints_per_sequence") = 2,
@@ -689,7 +769,8 @@ void bind_cache(nb::module_& m) {
            "'chat'), OutOfRange (above 2^31 - 1), UnsupportedConfig (block size, a policy that does not fit the "
            "model, share_in_step with a policy other than 'block_sharing' or with a host tier, a host tier with "
            "'memory_only', host snapshots with a policy that restores none), BudgetTooSmall (a snapshot policy "
-           "with a budget below one snapshot; with a host tier, a host KV budget below one KV block or a non-zero "
+           "on a model with recurrent layers without snapshot_budget_bytes, or with a budget below one snapshot: "
+           "the message gives the bytes of one snapshot; with a host tier, a host KV budget below one KV block or a non-zero "
            "host snapshot budget below one snapshot), Misaligned (capture_interval 0 or off the alignment unit "
            "with 'snapshot_interval'; decode_checkpoint_interval off it with 'chat'), ValueError (unknown policy "
            "name). A `remote_fleet_seed` adds the remote tier below the host tier "
@@ -710,7 +791,9 @@ void bind_cache(nb::module_& m) {
            nb::sig("def commit(self, seq_id: int, n_computed: int, captures_written: numpy.typing.ArrayLike | None = "
                    "None) -> None"),
            "Declares the first `n_computed` tokens computed (non-decreasing): publishes full blocks and the planned "
-           "captures listed (positions) in `captures_written`; unlisted captures <= n_computed are dropped. "
+           "captures listed in `captures_written`: positions, or a plan's capture array as it is ([n, 2] "
+           "`captures` or [n, 3] `kernel_captures()`, of the captures written); unlisted captures <= n_computed "
+           "are dropped. "
            "Raises UnknownSequence, OutOfRange, InvalidArgument, UnwrittenBlocks (share_in_step: a block shared "
            "within the step is not written yet, or never will be by its writer; release the sequence then).")
       .def("extend", &py_cache::extend, nb::arg("seq_id"), nb::arg("tokens"),

@@ -69,6 +69,13 @@ void raise(errc e, std::string_view where) {
   throw nb::python_error();
 }
 
+void raise_message(errc e, const std::string& message) {
+  const auto v = static_cast<std::size_t>(e);
+  PyObject* cls = v < classes.size() && classes[v] ? classes[v] : classes[0];
+  PyErr_SetString(cls, message.c_str());
+  throw nb::python_error();
+}
+
 void bind_errors(nb::module_& m) {
   PyObject* base = PyErr_NewExceptionWithDoc(
       "reprise._reprise.Error",

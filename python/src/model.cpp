@@ -2,14 +2,17 @@
 /// \file
 /// Layer shapes and `ModelConfig` (reprise::model_config): the runtime model description a cache is built
 /// from. Validation is the C++ one (model_facts), so byte figures and alignment rules cannot drift from the
-/// library. `ModelConfig.from_hf_config` reads a Hugging Face config.json through reprise/_hf.py and
-/// validates the layer groups it finds here.
+/// library. `ModelConfig.from_hf_config` is the C++ config.json reader (reprise::read_hf_config), so Python
+/// and C++ engines read a checkpoint alike.
 
 #include "bindings.hpp"
 
+#include <reprise/state/hf_config.hpp>
 #include <reprise/state/model_config.hpp>
 #include <reprise/state/presets.hpp>
 
+#include <nanobind/stl/filesystem.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -23,11 +26,35 @@ namespace reprise::python {
 namespace {
 
 dtype parse_dtype(const std::string& s) {
-  if (s == "f32" || s == "float32") return dtype::f32;
-  if (s == "bf16" || s == "bfloat16") return dtype::bf16;
-  if (s == "f16" || s == "float16") return dtype::f16;
-  if (s == "f64" || s == "float64") return dtype::f64;
-  throw nb::value_error(("unknown dtype '" + s + "': use f32, bf16, f16 or f64").c_str());
+  dtype t{};
+  if (reprise::parse_dtype(s, t)) return t;
+  throw nb::value_error(("unknown dtype '" + s + "': use f32, bf16, f16, f64, f8_e4m3 or f8_e5m2 (or the "
+                         "float32 / bfloat16 / float16 / float8_e4m3fn / float8_e5m2 spellings)")
+                            .c_str());
+}
+std::optional<dtype> parse_optional_dtype(const std::optional<std::string>& s) {
+  if (!s) return std::nullopt;
+  return parse_dtype(*s);
+}
+
+/// `ModelConfig.from_hf_config`: a dict (serialized with the json module) or a path to a config.json file.
+model_config from_hf_config(nb::handle config, std::uint32_t block_size, const std::optional<std::string>& kv_dtype,
+                            const std::optional<std::string>& state_dtype, const std::optional<std::string>& conv_dtype) {
+  const hf_options o{.block_size = block_size,
+                     .kv_dtype = parse_optional_dtype(kv_dtype),
+                     .state_dtype = parse_optional_dtype(state_dtype),
+                     .conv_dtype = parse_optional_dtype(conv_dtype)};
+  hf_reading r;
+  if (nb::isinstance<nb::dict>(config)) {
+    const nb::object text = nb::module_::import_("json").attr("dumps")(config);
+    r = read_hf_config(nb::cast<std::string>(text), o);
+  } else if (nb::isinstance<nb::str>(config) || nb::hasattr(config, "__fspath__")) {
+    r = read_hf_config_file(nb::cast<std::filesystem::path>(nb::module_::import_("os").attr("fspath")(config)), o);
+  } else {
+    throw nb::type_error("from_hf_config: pass the parsed config.json as a dict, or the path of a config.json file");
+  }
+  if (!r) raise_message(r.error, "from_hf_config: " + r.message);
+  return std::move(*r.config);
 }
 std::string name_of(dtype t) { return std::string(to_string(t)); }
 
@@ -182,17 +209,20 @@ void bind_model(nb::module_& m) {
       .def_static("preset", &preset, nb::arg("name"),
                   "The layout of a public model the C++ library ships as a preset: 'nemotron_h_8b', "
                   "'qwen3_next_80b', 'falcon_h1_7b' or 'llama3_8b' (16-token KV blocks).")
-      .def_static(
-          "from_hf_config",
-          [](nb::dict config, std::uint32_t block_size) {
-            nb::object groups = nb::module_::import_("reprise._hf").attr("layer_groups")(config, block_size);
-            return make_config(nb::cast<std::vector<std::tuple<nb::object, std::uint32_t>>>(groups));
-          },
-          nb::arg("config"), nb::arg("block_size") = 16,
-          "Reads the layer layout of a Hugging Face config.json (as a dict): Nemotron-H, Qwen3-Next / Qwen3.5, "
-          "Falcon-H1, Granite-4.0-H, Bamba, and attention-only Llama-like models. `block_size` is the KV block "
-          "size of the engine (8, 16, 32, 64, 128 or 256). Raises ValueError naming the architecture, layer kind "
-          "or field that is missing or unsupported (e.g. Mamba-1 layers), and the errors of ModelConfig(groups).")
+      .def_static("from_hf_config", &from_hf_config, nb::arg("config"), nb::arg("block_size") = 16, nb::kw_only(),
+                  nb::arg("kv_dtype") = nb::none(), nb::arg("state_dtype") = nb::none(),
+                  nb::arg("conv_dtype") = nb::none(),
+          "Reads the layer layout of a Hugging Face config.json (a parsed dict or the file's path) with the C++ "
+          "reader (reprise::read_hf_config), strict like transformers: Nemotron-H, Qwen3-Next / Qwen3.5, "
+          "Falcon-H1, Granite-4.0-H, Bamba, and attention-only Llama-like models. A field the config omits takes "
+          "the default of transformers' config class for that architecture. `block_size` is the KV block size of "
+          "the engine (8, 16, 32, 64, 128 or 256). Dtypes come from the config (KV and conv window: torch_dtype, "
+          "or FP8 e4m3 for a quantized KV cache; SSM state: mamba_ssm_cache_dtype, else f32); `kv_dtype`, "
+          "`state_dtype` and `conv_dtype` override them (e.g. kv_dtype='f8_e4m3' for an FP8 KV cache, "
+          "conv_dtype='f32' for an engine that keeps fp32 conv windows). Raises InvalidArgument (a ValueError) "
+          "naming the field that is missing, malformed or inconsistent (an attention head dim that does not "
+          "divide, Falcon-H1's mamba_d_ssm against heads x head dim), UnsupportedConfig naming the architecture "
+          "Reprise cannot cache (e.g. Mamba-1 layers), and the errors of ModelConfig(groups).")
       .def_prop_ro("groups", &groups_of, "The layer groups: a list of (shape, count).")
       .def_prop_ro("block_size", &model_config::block_size,
                    "Tokens per KV block (per key block, one chunk, without attention layers).")

@@ -137,6 +137,61 @@ def test_plan_arrays_hold_the_cache_values_and_have_the_right_types():
     np.testing.assert_array_equal(cache.block_table(7), np.concatenate([plan.block_table, ext.new_blocks]))
 
 
+def test_captures_in_the_kernels_form_go_to_the_kernels_and_back_to_commit():
+    cache = make("snapshot_restore", kv_blocks=64)
+    plan = cache.admit(1, np.arange(200, dtype=np.int32))
+    assert len(plan.captures) == 1
+    rows = plan.kernel_captures(3)  # the sequence's index in the kernel call's batch
+    assert rows.dtype == np.int64 and rows.shape == (1, 3)
+    np.testing.assert_array_equal(rows[:, 0], [3])
+    np.testing.assert_array_equal(rows[:, 1:], plan.captures)
+    np.testing.assert_array_equal(plan.kernel_captures()[:, 0], [0])
+    with pytest.raises(reprise.OutOfRange):
+        plan.kernel_captures(-1)
+    with pytest.raises(reprise.SizeMismatch):
+        cache.commit(1, 200, np.zeros((1, 4), dtype=np.int64))
+    assert cache.metrics()["snapshot_bytes_held"] == 0  # refused: nothing changed
+    cache.commit(1, 200, rows)  # what the kernels were given, as it is
+    assert cache.metrics()["snapshot_bytes_held"] == cache.bytes_per_snapshot
+
+
+def test_commit_takes_a_plans_captures_as_they_are():
+    cache = make("snapshot_restore", kv_blocks=64)
+    plan = cache.admit(1, np.arange(200, dtype=np.int32))
+    cache.commit(1, 200, plan.captures)
+    assert cache.metrics()["snapshot_bytes_held"] == cache.bytes_per_snapshot
+
+
+def test_every_plan_prints_its_fields():
+    cache = make("snapshot_restore", kv_blocks=64)
+    admit = cache.admit(1, np.arange(100, dtype=np.int32))
+    cache.commit(1, 100)
+    extend = cache.extend(1, [5] * 20)
+    cache.commit(1, 120)
+    fork = cache.fork(1, 2)
+    finish = cache.finish(1)
+    assert repr(admit).startswith("AdmitPlan(")
+    assert repr(extend) == "ExtendPlan(new_blocks=1, first_new_block=7, captures=0)"
+    assert repr(fork).startswith("ForkPlan(blocks=8, copy_src=") and "copy_recurrent_state=True" in repr(fork)
+    assert repr(finish) == f"FinishPlan(capture_position={finish.capture_position}, capture_slot={finish.capture_slot})"
+    for plan in (admit, extend, fork, finish):
+        assert " object at 0x" not in repr(plan)
+
+
+def test_a_snapshot_policy_on_a_hybrid_model_asks_for_its_budget():
+    config = hybrid_config()
+    with pytest.raises(reprise.BudgetTooSmall, match="snapshot_budget_bytes is required") as e:
+        reprise.PrefixCache(config, "snapshot_restore", kv_blocks=16)
+    assert str(config.bytes_per_snapshot) in str(e.value)
+    with pytest.raises(reprise.BudgetTooSmall, match="snapshot_budget_bytes=1 holds none"):
+        reprise.PrefixCache(config, "chat", kv_blocks=16, snapshot_budget_bytes=1)
+    # Policies without snapshots need no budget.
+    reprise.PrefixCache(config, "memory_only", kv_blocks=16)
+    reprise.PrefixCache(attention_config(), "block_sharing", kv_blocks=16)
+    cache = reprise.PrefixCache(config, "snapshot_restore", kv_blocks=16, snapshot_budget_bytes=config.bytes_per_snapshot)
+    assert cache.snapshot_slots == 1
+
+
 def test_plans_do_not_dangle():
     cache = make("snapshot_restore", kv_blocks=64, max_sequences=4)
     plan = cache.admit(1, np.arange(200, dtype=np.int32))

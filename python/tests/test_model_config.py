@@ -1,147 +1,30 @@
-# Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
-"""ModelConfig from Hugging Face config.json dicts: every supported family, byte figures against the C++
-presets, and clear errors for what Reprise does not support. The dicts below use the public field names and
-values of the checkpoints' config.json files (fields that do not affect state sizes are left out)."""
+"""ModelConfig from Hugging Face config.json files: every supported family, every preset against its checkpoint's
+config.json, transformers' defaults where a field is absent, dtypes, and clear errors for what Reprise does not
+support. The configs are the fixtures the C++ reader's tests read too (tests/data/hf_configs/: the public field
+values of the checkpoints' config.json files, fields that do not affect state sizes left out)."""
+
+import json
+import pathlib
 
 import pytest
 
 import reprise
 
-NEMOTRON_H_8B = {  # nvidia/Nemotron-H-8B-Base-8K
-    "architectures": ["NemotronHForCausalLM"],
-    "model_type": "nemotron_h",
-    "hidden_size": 4096,
-    "num_hidden_layers": 52,
-    "hybrid_override_pattern": "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-",
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "attention_head_dim": 128,
-    "mamba_num_heads": 128,
-    "mamba_head_dim": 64,
-    "ssm_state_size": 128,
-    "n_groups": 8,
-    "conv_kernel": 4,
-    "chunk_size": 128,
-    "expand": 2,
-    "torch_dtype": "bfloat16",
-}
+FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "tests" / "data" / "hf_configs"
 
-QWEN3_NEXT_80B_A3B = {  # Qwen/Qwen3-Next-80B-A3B-Instruct
-    "architectures": ["Qwen3NextForCausalLM"],
-    "model_type": "qwen3_next",
-    "hidden_size": 2048,
-    "num_hidden_layers": 48,
-    "full_attention_interval": 4,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 2,
-    "head_dim": 256,
-    "linear_num_key_heads": 16,
-    "linear_num_value_heads": 32,
-    "linear_key_head_dim": 128,
-    "linear_value_head_dim": 128,
-    "linear_conv_kernel_dim": 4,
-    "num_experts": 512,
-    "num_experts_per_tok": 10,
-    "torch_dtype": "bfloat16",
-}
 
-QWEN3_5_27B = {  # Qwen/Qwen3.5-27B: the language model's fields nested in text_config, explicit layer_types
-    "architectures": ["Qwen3_5ForConditionalGeneration"],
-    "model_type": "qwen3_5",
-    "text_config": {
-        "model_type": "qwen3_5_text",
-        "hidden_size": 5120,
-        "num_hidden_layers": 64,
-        "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 16,
-        "full_attention_interval": 4,
-        "num_attention_heads": 24,
-        "num_key_value_heads": 4,
-        "head_dim": 256,
-        "linear_num_key_heads": 16,
-        "linear_num_value_heads": 48,
-        "linear_key_head_dim": 128,
-        "linear_value_head_dim": 128,
-        "linear_conv_kernel_dim": 4,
-    },
-}
+def fixture(name):
+    return json.loads((FIXTURES / name).read_text())
 
-FALCON_H1_7B = {  # tiiuae/Falcon-H1-7B-Base
-    "architectures": ["FalconH1ForCausalLM"],
-    "model_type": "falcon_h1",
-    "hidden_size": 3072,
-    "num_hidden_layers": 44,
-    "num_attention_heads": 12,
-    "num_key_value_heads": 2,
-    "head_dim": 128,
-    "mamba_d_ssm": 3072,
-    "mamba_n_heads": 24,
-    "mamba_d_head": 128,
-    "mamba_d_state": 256,
-    "mamba_n_groups": 1,
-    "mamba_d_conv": 4,
-    "mamba_chunk_size": 128,
-    "mamba_expand": 2,
-    "torch_dtype": "bfloat16",
-}
 
-GRANITE_4_H_SMALL = {  # ibm-granite/granite-4.0-h-small
-    "architectures": ["GraniteMoeHybridForCausalLM"],
-    "model_type": "granitemoehybrid",
-    "hidden_size": 4096,
-    "num_hidden_layers": 40,
-    "layer_types": ["attention" if i in (5, 15, 25, 35) else "mamba" for i in range(40)],
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "mamba_n_heads": 128,
-    "mamba_d_head": 64,
-    "mamba_d_state": 128,
-    "mamba_n_groups": 1,
-    "mamba_d_conv": 4,
-    "mamba_chunk_size": 256,
-    "mamba_expand": 2,
-    "num_local_experts": 72,
-    "num_experts_per_tok": 10,
-    "position_embedding_type": "nope",
-}
-
-BAMBA_9B = {  # ibm-ai-platform/Bamba-9B
-    "architectures": ["BambaForCausalLM"],
-    "model_type": "bamba",
-    "hidden_size": 4096,
-    "num_hidden_layers": 32,
-    "attn_layer_indices": [9, 18, 27],
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "mamba_n_heads": 128,
-    "mamba_d_head": 64,
-    "mamba_d_state": 128,
-    "mamba_n_groups": 1,
-    "mamba_d_conv": 4,
-    "mamba_chunk_size": 256,
-    "mamba_expand": 2,
-}
-
-LLAMA_3_8B = {  # meta-llama/Meta-Llama-3-8B
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 4096,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "torch_dtype": "bfloat16",
-}
-
-JAMBA = {  # ai21labs/Jamba-v0.1
-    "architectures": ["JambaForCausalLM"],
-    "model_type": "jamba",
-    "hidden_size": 4096,
-    "num_hidden_layers": 32,
-    "attn_layer_offset": 4,
-    "attn_layer_period": 8,
-    "mamba_d_state": 16,
-    "mamba_d_conv": 4,
-    "mamba_expand": 2,
-}
+NEMOTRON_H_8B = fixture("nemotron_h_8b.json")  # nvidia/Nemotron-H-8B-Base-8K
+QWEN3_NEXT_80B_A3B = fixture("qwen3_next_80b_a3b.json")  # Qwen/Qwen3-Next-80B-A3B-Instruct
+QWEN3_5_27B = fixture("qwen3_5_27b.json")  # Qwen/Qwen3.5-27B: fields nested in text_config
+FALCON_H1_7B = fixture("falcon_h1_7b.json")  # tiiuae/Falcon-H1-7B-Base
+GRANITE_4_H_SMALL = fixture("granite_4_h_small.json")  # ibm-granite/granite-4.0-h-small
+BAMBA_9B = fixture("bamba_9b.json")  # ibm-ai-platform/Bamba-9B
+LLAMA_3_8B = fixture("llama_3_8b.json")  # meta-llama/Meta-Llama-3-8B
+JAMBA = fixture("jamba_v0_1.json")  # ai21labs/Jamba-v0.1
 
 MiB = 1 << 20
 
@@ -153,8 +36,20 @@ def test_nemotron_h_8b_matches_the_preset():
     assert c.bytes_per_snapshot == preset.bytes_per_snapshot == 102137856  # 97.4 MiB
     assert round(c.bytes_per_snapshot / MiB, 1) == 97.4
     assert c.bytes_per_kv_block == preset.bytes_per_kv_block == 4 * 2 * 8 * 128 * 2 * 16
-    # The checkpoint's chunk_size (128) sets the alignment; the preset uses the 256-token chunk.
-    assert c.alignment == 128 and preset.alignment == 256
+    # The checkpoint's chunk_size (128) sets the alignment, in the preset too.
+    assert c.alignment == preset.alignment == 128
+
+
+@pytest.mark.parametrize("preset, file", [("nemotron_h_8b", "nemotron_h_8b.json"),
+                                          ("qwen3_next_80b", "qwen3_next_80b_a3b.json"),
+                                          ("falcon_h1_7b", "falcon_h1_7b.json"),
+                                          ("llama3_8b", "llama_3_8b.json")])
+def test_every_preset_equals_its_checkpoint(preset, file):
+    c = reprise.ModelConfig.from_hf_config(FIXTURES / file)  # a path: the file itself
+    p = reprise.ModelConfig.preset(preset)
+    assert c.groups == p.groups
+    assert (c.bytes_per_kv_block, c.bytes_per_snapshot, c.alignment, c.block_size) == \
+        (p.bytes_per_kv_block, p.bytes_per_snapshot, p.alignment, p.block_size)
 
 
 def test_nemotron_h_layers_block_type_spelling():
@@ -253,9 +148,62 @@ def test_unknown_architecture_is_named():
 
 
 def test_missing_field_is_named():
-    broken = {k: v for k, v in NEMOTRON_H_8B.items() if k != "ssm_state_size"}
-    with pytest.raises(ValueError, match="ssm_state_size"):
+    broken = {k: v for k, v in LLAMA_3_8B.items() if k != "num_hidden_layers"}
+    with pytest.raises(reprise.InvalidArgument, match="num_hidden_layers"):
         reprise.ModelConfig.from_hf_config(broken)
+
+
+def test_absent_fields_take_transformers_defaults():
+    def without(config, key):
+        return {k: v for k, v in config.items() if k != key}
+    # NemotronHConfig: chunk_size 128, ssm_state_size 128.
+    assert reprise.ModelConfig.from_hf_config(without(NEMOTRON_H_8B, "chunk_size")).alignment == 128
+    assert reprise.ModelConfig.from_hf_config(without(NEMOTRON_H_8B, "ssm_state_size")).bytes_per_snapshot == \
+        reprise.ModelConfig.from_hf_config(NEMOTRON_H_8B).bytes_per_snapshot
+    # Qwen3_5TextConfig: head_dim 256, not hidden_size // num_attention_heads (5120 // 24 = 213).
+    text = without(QWEN3_5_27B["text_config"], "head_dim")
+    c = reprise.ModelConfig.from_hf_config({**QWEN3_5_27B, "text_config": text})
+    kv = next(shape for shape, _ in c.groups if isinstance(shape, reprise.KvShape))
+    assert kv.head_dim == 256
+
+
+def test_inconsistent_values_name_the_field():
+    with pytest.raises(reprise.InvalidArgument, match="head_dim"):
+        reprise.ModelConfig.from_hf_config({**LLAMA_3_8B, "hidden_size": 5120, "num_attention_heads": 24})
+    with pytest.raises(reprise.InvalidArgument, match="mamba_d_ssm"):
+        reprise.ModelConfig.from_hf_config({**FALCON_H1_7B, "mamba_d_ssm": 4800})  # 24 x 128 = 3072
+    with pytest.raises(reprise.InvalidArgument, match="ssm_state_size"):
+        reprise.ModelConfig.from_hf_config({**NEMOTRON_H_8B, "ssm_state_size": "128"})
+
+
+def test_dtypes_come_from_the_config_with_an_override():
+    base = reprise.ModelConfig.from_hf_config(NEMOTRON_H_8B)
+    kv, mamba = (shape for shape, _ in base.groups)
+    assert (kv.dtype, mamba.conv_dtype, mamba.state_dtype) == ("bf16", "bf16", "f32")
+    fp8 = reprise.ModelConfig.from_hf_config(
+        {**NEMOTRON_H_8B, "quantization_config": {"kv_cache_scheme": {"type": "float", "num_bits": 8}}})
+    assert fp8.bytes_per_kv_block * 2 == base.bytes_per_kv_block == 262144
+    assert fp8.groups[0][0].dtype == "f8_e4m3"
+    e5m2 = reprise.ModelConfig.from_hf_config(NEMOTRON_H_8B, kv_dtype="f8_e5m2", conv_dtype="f32")
+    assert e5m2.bytes_per_kv_block == 131072
+    assert e5m2.bytes_per_snapshot == 24 * (3 * (128 * 64 + 2 * 8 * 128) * 4 + 128 * 64 * 128 * 4)
+    half = reprise.ModelConfig.from_hf_config({**NEMOTRON_H_8B, "torch_dtype": "float16",
+                                               "mamba_ssm_cache_dtype": "bfloat16"})
+    kv, mamba = (shape for shape, _ in half.groups)
+    assert (kv.dtype, mamba.conv_dtype, mamba.state_dtype) == ("f16", "f16", "bf16")
+    with pytest.raises(reprise.InvalidArgument, match="torch_dtype"):
+        reprise.ModelConfig.from_hf_config({**NEMOTRON_H_8B, "torch_dtype": "int3"})
+    with pytest.raises(ValueError, match="dtype"):
+        reprise.ModelConfig.from_hf_config(NEMOTRON_H_8B, kv_dtype="int8")
+    assert reprise.KvShape(kv_heads=8, head_dim=128, dtype="f8_e4m3").bytes_per_block == 2 * 8 * 128 * 16
+
+
+def test_config_inputs():
+    assert reprise.ModelConfig.from_hf_config(str(FIXTURES / "nemotron_h_8b.json")).alignment == 128
+    with pytest.raises(reprise.InvalidArgument, match="no_such_config.json"):
+        reprise.ModelConfig.from_hf_config(FIXTURES / "no_such_config.json")
+    with pytest.raises(TypeError):
+        reprise.ModelConfig.from_hf_config(42)
 
 
 def test_unknown_layer_kind_is_named():

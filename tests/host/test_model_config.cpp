@@ -122,7 +122,7 @@ TEST_CASE("model_config::make refuses byte counts that do not fit in 64 bits and
     bad_ssm.state_type = static_cast<dtype>(200);
     CHECK(model_config::make({{bad_ssm, 1}}).error() == errc::invalid_argument);
     bad_ssm = ssm;
-    bad_ssm.conv_type = static_cast<dtype>(4);
+    bad_ssm.conv_type = static_cast<dtype>(6);
     CHECK(model_config::make({{bad_ssm, 1}}).error() == errc::invalid_argument);
     gated_delta_shape gd{.key_heads = 2, .value_heads = 4, .key_dim = 16, .value_dim = 16};
     gd.state_type = static_cast<dtype>(9);

@@ -20,7 +20,7 @@ namespace {
 model_config nemotron_h_8b_from_sizes() {
   return *model_config::make(
       {{kv_shape{.kv_heads = 8, .head_dim = 128, .block_size = 16}, 4},
-       {mamba2_shape{.heads = 128, .head_dim = 64, .state_dim = 128, .groups = 8, .conv_width = 4, .chunk = 256}, 24}});
+       {mamba2_shape{.heads = 128, .head_dim = 64, .state_dim = 128, .groups = 8, .conv_width = 4, .chunk = 128}, 24}});
 }
 model_config qwen3_next_from_sizes() {
   return *model_config::make({{kv_shape{.kv_heads = 2, .head_dim = 256, .block_size = 16}, 12},
@@ -45,7 +45,7 @@ TEST_CASE("an engine builds caches for three hybrid checkpoints from runtime siz
     std::size_t snapshot_bytes;
     std::uint32_t alignment;
   };
-  const checkpoint checkpoints[] = {{"Nemotron-H-8B", nemotron_h_8b_from_sizes(), 102137856, 256},
+  const checkpoint checkpoints[] = {{"Nemotron-H-8B", nemotron_h_8b_from_sizes(), 102137856, 128},
                                     {"Qwen3-Next-80B-A3B", qwen3_next_from_sizes(), 77266944, 64},
                                     {"Falcon-H1-7B", falcon_h1_from_sizes(), 139358208, 128}};
   for (const checkpoint& c : checkpoints) {
@@ -76,6 +76,35 @@ TEST_CASE("an engine builds caches for three hybrid checkpoints from runtime siz
     CHECK(cache->check_invariants().has_value());
   }
 }
+
+// The plan's captures go back to commit as they are: one position type end to end, no narrowing cast at the
+// call (this block is compiled with -Wconversion as an error).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic error "-Wconversion"
+TEST_CASE("commit accepts the captures a plan hands out") {
+  auto cache = runtime_prefix_cache<turns_policy>::create(
+      nemotron_h_8b_from_sizes(), {.kv_blocks = 1024, .snapshot_budget_bytes = std::size_t{1} << 30, .hasher_seed = 1});
+  REQUIRE(cache.has_value());
+  const auto turn1 = iota_tokens(300);
+  auto p1 = cache->admit(1, turn1);
+  REQUIRE(p1.has_value());
+  REQUIRE(p1->captures.size() == 1);
+  const std::vector<capture_point> written(p1->captures.begin(), p1->captures.end()); // spans end at the next call
+
+  SUBCASE("a position no plan hands out is refused and changes nothing") {
+    std::vector<capture_point> bad = written;
+    bad[0].position = -1;
+    CHECK(cache->commit(1, static_cast<std::uint32_t>(turn1.size()), bad).error() == errc::invalid_argument);
+    bad[0].position = std::int64_t{1} << 32;
+    CHECK(cache->commit(1, static_cast<std::uint32_t>(turn1.size()), bad).error() == errc::invalid_argument);
+    CHECK(cache->metrics().snapshot_bytes_held == 0);
+    CHECK(cache->check_invariants().has_value());
+  }
+  REQUIRE(cache->commit(1, static_cast<std::uint32_t>(turn1.size()), written).has_value());
+  CHECK(cache->metrics().snapshot_bytes_held == cache->geometry().bytes_per_snapshot);
+  CHECK(cache->check_invariants().has_value());
+}
+#pragma GCC diagnostic pop
 
 TEST_CASE("create reports every check of the typed form as an errc") {
   const model_config hybrid = model_config::of<small_hybrid>();

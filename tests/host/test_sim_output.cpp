@@ -74,7 +74,7 @@ TEST_CASE("presets carry the library's figures and a parameter count") {
   const sim_model* n = find_preset("nemotron-h-8b");
   REQUIRE(n != nullptr);
   CHECK(n->config.bytes_per_snapshot() == presets::nemotron_h_8b::bytes_per_snapshot);
-  CHECK(n->config.alignment() == 256);
+  CHECK(n->config.alignment() == 128); // the checkpoint's chunk_size
   CHECK(n->active_params == doctest::Approx(8.1e9));
   CHECK(find_preset("llama-3-8b")->config.has_recurrent() == false);
   CHECK(find_preset("qwen3-next-80b-a3b")->config.alignment() == 64);
@@ -112,8 +112,9 @@ TEST_CASE("block-size variants keep the chunk grid rule") {
   auto b64 = with_block_size(n, 64);
   REQUIRE(b64.has_value());
   CHECK(b64->block_size() == 64);
-  CHECK(b64->alignment() == 256);
+  CHECK(b64->alignment() == 128); // max(B, Q): Q = 128
   CHECK(b64->bytes_per_kv_block() == 4 * n.bytes_per_kv_block());
+  CHECK(with_block_size(n, 256)->alignment() == 256);
   CHECK(with_block_size(n, 528).error() == errc::misaligned);
 }
 

@@ -96,16 +96,18 @@ TEST_CASE("block_sharing on Llama-3-8B (B = 16): hand-computed hits") {
   CHECK(r.flops_saved == doctest::Approx(2 * 8.0e9 * 224));
 }
 
-TEST_CASE("the policies on Nemotron-H-8B (B = 16, A = 256): hand-computed hits") {
+TEST_CASE("the policies on Nemotron-H-8B (B = 16, A = 128): hand-computed hits") {
   // r0: 600 system tokens + 50 own (L = 650), 7 output tokens: 656 tokens fed = 41 full blocks, so an
-  //     end-of-turn capture lands at 656. Captures at admit: last aligned floor(649 / 256) * 256 = 512; the
-  //     interval (1024) places none.
+  //     end-of-turn capture lands at 656. Captures at admit: last aligned floor(649 / 128) * 128 = 640; the
+  //     interval (4 x 128 = 512) places one at 512.
   // r1: the system prompt + 70 own (L = 670): KV matches 37 blocks = 592 tokens (token 600 differs, block
-  //     37 spans 592..607). The deepest snapshot at or below 592 is 512: 80 tokens lost.
+  //     37 spans 592..607). The deepest snapshot at or below 592 is the interval's 512 (80 tokens lost);
+  //     without the interval (snapshot_turns) the only snapshots are at 640 and 656: nothing usable.
   // r2: continues r0 (657 tokens) + 40 (L = 697): r0's 41 blocks = 656 tokens match, but block 40 (640..655)
   //     holds decoded tokens (r0's prompt ended at 650): it is decode_continuation-exact, so the policies
   //     that accept only prefill-exact state (and memory_only) match 640 tokens. Prefill-exact snapshots
-  //     reach 512 (128 lost); accepting decode continuations reaches 656 (none lost).
+  //     reach 640 with last_aligned (none lost), 512 with the interval alone (128 lost); accepting decode
+  //     continuations reaches 656 (none lost).
   // r3: r1's prompt under another tenant: nothing shared.
   const trace t = parse_ok(R"({"pool":"sys","random":600,"seed":4}
 {"id":0,"segments":[{"pool":"sys"},{"fresh":50}],"output":7}
@@ -117,16 +119,17 @@ TEST_CASE("the policies on Nemotron-H-8B (B = 16, A = 256): hand-computed hits")
   check(replay(t, config_for("nemotron-h-8b", policy_kind::memory_only)),
         {.hits = 0, .kv_hits = 2, .kv_matched = kv_exact, .usable = 0, .lost = 0});
   check(replay(t, config_for("nemotron-h-8b", policy_kind::snapshot_interval)),
-        {.hits = 0, .kv_hits = 2, .kv_matched = kv_exact, .usable = 0, .lost = kv_exact});
-  check(replay(t, config_for("nemotron-h-8b", policy_kind::snapshot_prefix_tree)),
         {.hits = 2, .kv_hits = 2, .kv_matched = kv_exact, .usable = 512 + 512, .lost = 80 + 128});
+  check(replay(t, config_for("nemotron-h-8b", policy_kind::snapshot_prefix_tree)),
+        {.hits = 2, .kv_hits = 2, .kv_matched = kv_exact, .usable = 512 + 640, .lost = 80});
   check(replay(t, config_for("nemotron-h-8b", policy_kind::snapshot_turns)),
-        {.hits = 2, .kv_hits = 2, .kv_matched = kv, .usable = 512 + 656, .lost = 80});
+        {.hits = 1, .kv_hits = 2, .kv_matched = kv, .usable = 656, .lost = 592});
   const replay_report all = replay(t, config_for("nemotron-h-8b", policy_kind::snapshot_all));
   check(all, {.hits = 2, .kv_hits = 2, .kv_matched = kv, .usable = 512 + 656, .lost = 80});
-  // 512 at r0's admit and 656 at its end of turn; 512 at r3's admit; and every other turn end off a block
-  // boundary keeps its partial block: r1 at 670, r2 at 697, r3 at 670.
-  CHECK(all.captures_written == 6);
+  // r0: 512 and 640 at admit, 656 at its end of turn; r1 (restored at 512): 640 at admit; r3: 512 and 640 at
+  // admit; and every other turn end off a block boundary keeps its partial block: r1 at 670, r2 at 697, r3 at
+  // 670.
+  CHECK(all.captures_written == 9);
   CHECK(all.snapshot_hits == 2);
 
   SUBCASE("an interval of 256 places a capture at 256 and 512 for r0") {
@@ -137,14 +140,19 @@ TEST_CASE("the policies on Nemotron-H-8B (B = 16, A = 256): hand-computed hits")
     // r0 writes 256 and 512; r3 (its own tenant) writes its own 256 and 512.
     CHECK(r.captures_written == 4);
   }
-  SUBCASE("one snapshot slot: r3's captures evict r0's, and only the newest survives") {
+  SUBCASE("one snapshot slot: each admit keeps its deepest capture, and each evicts the one before") {
+    // Every request restores nothing and plans 512 (interval) and 640 (last aligned): the slot takes 640 and
+    // 512 is refused. r1 (KV 592) finds only r0's 640, too deep; its own 640 evicts r0's, so r2 (KV 640)
+    // finds only r1's, on another chain; r2's and r3's captures evict in turn.
     replay_config c = config_for("nemotron-h-8b", policy_kind::snapshot_prefix_tree);
     c.snapshot_budget_bytes = c.model.config.bytes_per_snapshot();
     const replay_report r = replay(t, c);
     CHECK(r.snapshot_slots == 1);
-    check(r, {.hits = 2, .kv_hits = 2, .kv_matched = kv_exact, .usable = 512 + 512, .lost = 80 + 128});
+    check(r, {.hits = 0, .kv_hits = 2, .kv_matched = kv_exact, .usable = 0, .lost = kv_exact});
     CHECK(r.peak_snapshot_bytes == doctest::Approx(static_cast<double>(c.model.config.bytes_per_snapshot())));
-    CHECK(r.snapshot_evictions_lru == 1); // r3's capture at 512 takes r0's slot
+    CHECK(r.captures_planned == 4);
+    CHECK(r.captures_refused == 4);
+    CHECK(r.snapshot_evictions_lru == 3);
   }
 }
 
@@ -162,7 +170,7 @@ TEST_CASE("configurations that can never hit are errors or warnings, not silent 
   SUBCASE("an interval off the alignment grid") {
     replay_config c = config_for("nemotron-h-8b", policy_kind::snapshot_interval);
     c.snapshot_interval = 100;
-    CHECK(replay(t, c).error.find("not a positive multiple of the alignment unit 256") != std::string::npos);
+    CHECK(replay(t, c).error.find("not a positive multiple of the alignment unit 128") != std::string::npos);
   }
   SUBCASE("block_sharing on a hybrid, and a block size the cache does not support") {
     CHECK(replay(t, config_for("nemotron-h-8b", policy_kind::block_sharing)).error.find("does not apply") !=
@@ -196,7 +204,7 @@ TEST_CASE("Nemotron-H-8B replays at block sizes 8, 32 and 128 with real byte fig
     const replay_report r = replay(t, c);
     REQUIRE(r.error.empty());
     CHECK(r.block_size == b);
-    CHECK(r.alignment == 256);
+    CHECK(r.alignment == 128);
     CHECK(r.hits > 0);
     // Real bytes: a whole number of 102137856-byte snapshots (97.4 MiB), not a stand-in model's size.
     CHECK(r.bytes_per_snapshot == 102137856);

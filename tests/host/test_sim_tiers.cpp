@@ -215,7 +215,15 @@ TEST_CASE("host tier: misuses are clear errors") {
 TEST_CASE("a fleet of one engine replays as the single-engine replay did before fleets existed") {
   // Pinned from `reprise-sim replay --workload chat --requests 400 --seed 7 --active-sessions 16 --kv-budget 192MiB
   // --snapshot-budget 1GiB --concurrency 4 --policy chat,snapshot_all,memory_only --csv ...` as built before
-  // fleets and host tiers were added (KV evictions, snapshot evictions and four requests in flight).
+  // fleets and host tiers were added (KV evictions, snapshot evictions and four requests in flight). The preset
+  // then ran Mamba2 at chunk 256 (alignment 256); the checkpoint's chunk is 128 (presets.hpp). The pinned figures
+  // are replayed on that earlier layout, which differs from today's preset in the chunk alone.
+  auto layout_then = reprise::model_config::make(
+      {{reprise::kv_shape{.kv_heads = 8, .head_dim = 128, .block_size = 16}, 4},
+       {reprise::mamba2_shape{.heads = 128, .head_dim = 64, .state_dim = 128, .groups = 8, .conv_width = 4, .chunk = 256},
+        24}});
+  REQUIRE(layout_then.has_value());
+  REQUIRE(layout_then->bytes_per_snapshot() == find_preset("nemotron-h-8b")->config.bytes_per_snapshot());
   const trace t = generate({.kind = workload_kind::chat, .requests = 400, .seed = 7, .active_sessions = 16});
   struct pinned {
     policy_kind policy;
@@ -237,6 +245,8 @@ TEST_CASE("a fleet of one engine replays as the single-engine replay did before 
       CAPTURE(affinity);
       replay_config c;
       c.model = *find_preset("nemotron-h-8b");
+      c.model.config = *layout_then;
+      c.model.preset = preset_id::none;
       c.policy = want.policy;
       c.kv_budget_bytes = std::uint64_t{192} << 20;
       c.snapshot_budget_bytes = std::uint64_t{1} << 30;

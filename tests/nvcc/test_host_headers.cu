@@ -46,7 +46,7 @@ std::uint32_t repeat_skip(std::uint32_t prompt_length, std::size_t host_kv_bytes
 
 } // namespace
 
-static_assert(presets::nemotron_h_8b::alignment == 256);
+static_assert(presets::nemotron_h_8b::alignment == 128); // the checkpoint's chunk_size
 static_assert(presets::nemotron_h_8b::bytes_per_snapshot == 102137856);
 static_assert(presets::qwen3_next_80b::alignment == 64);
 static_assert(presets::falcon_h1_7b::alignment == 128);

@@ -50,15 +50,18 @@
 #include <reprise/state/hybrid_model.hpp>
 #include <reprise/state/model_config.hpp>
 
+#include <array>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <new>
 #include <random>
 #include <span>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace reprise {
 
@@ -190,6 +193,28 @@ public:
   result<void> commit(seq_id s, std::uint32_t n_computed, std::span<const std::uint32_t> captures_written = {}) {
     if (!st_) return errc::unknown_sequence;
     return st_->commit(s, n_computed, captures_written);
+  }
+
+  /// `commit` given the written captures as the plans hand them out (`admit_plan::captures`,
+  /// `extend_plan::captures`, or the subset the engine wrote): their positions, with no narrowing at the call.
+  ///
+  /// Errors: those of `commit`, and `invalid_argument` for a position outside [0, 2^32) (never one a plan
+  /// hands out). Complexity: that of `commit`, plus one copy of the positions (on the stack up to 32).
+  result<void> commit(seq_id s, std::uint32_t n_computed, std::span<const capture_point> captures_written) {
+    constexpr std::size_t on_stack = 32;
+    std::array<std::uint32_t, on_stack> small{};
+    std::vector<std::uint32_t> large;
+    std::span<std::uint32_t> positions(small.data(), captures_written.size());
+    if (captures_written.size() > on_stack) {
+      large.resize(captures_written.size());
+      positions = large;
+    }
+    for (std::size_t i = 0; i < captures_written.size(); ++i) {
+      const std::int64_t p = captures_written[i].position;
+      if (p < 0 || p > std::int64_t{std::numeric_limits<std::uint32_t>::max()}) return errc::invalid_argument;
+      positions[i] = static_cast<std::uint32_t>(p);
+    }
+    return commit(s, n_computed, std::span<const std::uint32_t>(positions));
   }
 
   /// Appends decode tokens to a live sequence; allocates the blocks they need. In a model with recurrent

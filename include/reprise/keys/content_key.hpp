@@ -57,7 +57,8 @@ inline constexpr std::uint32_t content_key_format_version = 1;
 // The wire format writes these enumerations as their numeric values; reordering them would silently change
 // every key. docs/key-format.md lists the same numbers.
 static_assert(static_cast<int>(dtype::f32) == 0 && static_cast<int>(dtype::bf16) == 1 &&
-                  static_cast<int>(dtype::f16) == 2 && static_cast<int>(dtype::f64) == 3,
+                  static_cast<int>(dtype::f16) == 2 && static_cast<int>(dtype::f64) == 3 &&
+                  static_cast<int>(dtype::f8_e4m3) == 4 && static_cast<int>(dtype::f8_e5m2) == 5,
               "dtype codes are part of the content-key format (docs/key-format.md)");
 static_assert(static_cast<int>(exactness::prefill_exact) == 0 && static_cast<int>(exactness::decode_continuation) == 1,
               "exactness codes are part of the content-key format (docs/key-format.md)");
