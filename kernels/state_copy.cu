@@ -193,16 +193,10 @@ std::size_t gather_kv_workspace_bytes(std::int64_t batch, std::int64_t max_block
   return gather_layout(batch, max_blocks).l.bytes();
 }
 
-result<void> gather_kv(const kv_gather_args& a, device_workspace ws, stream_handle stream) {
-  if (errc e = validate_kv_gather(a); e != errc{}) return e;
-  const std::int64_t batch = a.block_table.extent(0), max_blocks = a.block_table.extent(1);
-  if (batch == 0 || a.out_tokens == 0) return {};
-  const gather_layout layout(batch, max_blocks);
-  if (ws.bytes < layout.l.bytes() || ws.data == nullptr) return errc::size_mismatch;
-  device_runtime::metadata_upload up(layout.l.bytes());
-  up.put<std::int32_t>(layout.table, {a.block_table.data_handle(), static_cast<std::size_t>(batch * max_blocks)});
-  up.put<std::int32_t>(layout.lens, a.seq_lens);
-  if (auto r = up.upload(ws.data, stream); !r) return r;
+namespace {
+/// The gather kernel over a block table and lengths already in the workspace (`layout`; batch > 0).
+result<void> launch_gather(const kv_gather_args& a, std::int64_t batch, std::int64_t max_blocks,
+                           const gather_layout& layout, device_workspace ws, stream_handle stream) {
   const kv_pool_layout& l = a.layout;
   const dim3 grid(static_cast<unsigned>(batch * l.kv_heads),
                   static_cast<unsigned>((a.out_tokens + device::gather_tokens_per_block - 1) /
@@ -221,6 +215,53 @@ result<void> gather_kv(const kv_gather_args& a, device_workspace ws, stream_hand
     device::gather_kv_kernel<unsigned char><<<grid, device::gather_threads, 0, stream>>>(
         pool, l.block_size, l.kv_heads, static_cast<std::int64_t>(row), table, max_blocks, lens, out, a.out_tokens);
   return device_runtime::launch_status();
+}
+
+/// The gather plan's bytes (the block table, then the lengths) into `out`.
+void write_gather_plan(const kv_gather_args& a, const gather_layout& layout, std::span<std::byte> out) {
+  const std::int64_t batch = a.block_table.extent(0), max_blocks = a.block_table.extent(1);
+  std::memset(out.data(), 0, layout.l.bytes()); // the alignment padding too: equal plans give equal bytes
+  if (batch * max_blocks > 0)
+    std::memcpy(out.data() + layout.table, a.block_table.data_handle(),
+                static_cast<std::size_t>(batch * max_blocks) * sizeof(std::int32_t));
+  if (!a.seq_lens.empty()) std::memcpy(out.data() + layout.lens, a.seq_lens.data(), a.seq_lens.size_bytes());
+}
+} // namespace
+
+result<void> gather_kv(const kv_gather_args& a, device_workspace ws, stream_handle stream) {
+  if (errc e = validate_kv_gather(a); e != errc{}) return e;
+  const std::int64_t batch = a.block_table.extent(0), max_blocks = a.block_table.extent(1);
+  if (batch == 0 || a.out_tokens == 0) return {};
+  const gather_layout layout(batch, max_blocks);
+  if (ws.bytes < layout.l.bytes() || ws.data == nullptr) return errc::size_mismatch;
+  std::vector<std::byte> bytes(layout.l.bytes());
+  write_gather_plan(a, layout, bytes);
+  REPRISE_CUDA_TRY(cudaMemcpyAsync(ws.data, bytes.data(), bytes.size(), cudaMemcpyHostToDevice, stream));
+  return launch_gather(a, batch, max_blocks, layout, ws, stream);
+}
+
+result<gather_kv_shape> gather_kv_plan(const kv_gather_args& a, std::span<std::byte> metadata) {
+  if (errc e = validate_kv_gather(a); e != errc{}) return e;
+  const std::int64_t batch = a.block_table.extent(0), max_blocks = a.block_table.extent(1);
+  const gather_layout layout(batch, max_blocks);
+  const gather_kv_shape shape{batch, max_blocks, layout.l.bytes()};
+  if (metadata.empty()) return shape;
+  if (metadata.size() < layout.l.bytes()) return errc::size_mismatch;
+  write_gather_plan(a, layout, metadata);
+  return shape;
+}
+
+result<void> gather_kv_planned(const kv_gather_args& a, const gather_kv_shape& shape, device_workspace ws,
+                               stream_handle stream) {
+  const kv_pool_layout& l = a.layout;
+  if (a.pool == nullptr || a.out == nullptr || l.blocks <= 0 || l.block_size <= 0 || l.kv_heads <= 0 ||
+      l.head_dim <= 0 || l.element_bytes == 0 || a.out_tokens < 0 || shape.batch < 0 || shape.max_blocks < 0)
+    return errc::invalid_argument;
+  const gather_layout layout(shape.batch, shape.max_blocks);
+  if (layout.l.bytes() != shape.metadata_bytes) return errc::size_mismatch;
+  if (shape.batch == 0 || a.out_tokens == 0) return {};
+  if (ws.bytes < layout.l.bytes() || ws.data == nullptr) return errc::size_mismatch;
+  return launch_gather(a, shape.batch, shape.max_blocks, layout, ws, stream);
 }
 
 } // namespace reprise::ops

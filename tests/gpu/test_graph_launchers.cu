@@ -1,9 +1,10 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
-// CUDA-graph capture of the gated-delta, conv1d and state-copy launchers (the "CUDA-graph capture" sections
-// of include/reprise/ops/gated_delta.hpp, conv1d.hpp and state_copy.hpp): each prefill, decode step and copy
-// is captured once, replayed with new metadata (offsets, start positions, slots, captures, rings, pairs)
-// written by the engine before each replay, and compared bit for bit with a direct launch of the same
-// metadata. Also: the capture-safe launchers refuse shapes that do not match, and launch nothing.
+// CUDA-graph capture of the gated-delta, conv1d, state-copy and KV-gather launchers (the "CUDA-graph
+// capture" sections of include/reprise/ops/gated_delta.hpp, conv1d.hpp and state_copy.hpp): each prefill,
+// decode step, copy and gather is captured once, replayed with new metadata (offsets, start positions, slots,
+// captures, rings, pairs, block tables) written by the engine before each replay, and compared bit for bit
+// with a direct launch of the same metadata. Also: the capture-safe launchers refuse shapes that do not
+// match, and launch nothing.
 #include <reprise/ops/conv1d.hpp>
 #include <reprise/ops/gated_delta.hpp>
 #include <reprise/ops/state_copy.hpp>
@@ -478,6 +479,64 @@ TEST_CASE("a captured unit copy and transfer replay new pairs bitwise like direc
       CHECK(src.bytes() == src.init); // the sources are only read
     }
   }
+}
+
+TEST_CASE("a captured KV gather replays new block tables and lengths bitwise like direct launches") {
+  random_source rng(408);
+  const kv_pool_layout l{.blocks = 9, .block_size = 16, .kv_heads = 4, .head_dim = 64, .element_bytes = 2};
+  auto dpool = to_device(random_bytes(rng, static_cast<std::size_t>(l.blocks * l.block_size * l.kv_heads) * l.row_bytes()));
+  const std::int64_t out_tokens = 48;
+  const std::size_t out_bytes = static_cast<std::size_t>(2 * l.kv_heads * out_tokens) * l.row_bytes();
+  const std::vector<unsigned char> poison(out_bytes, 0x5A);
+  thrust::device_vector<unsigned char> dout(out_bytes, 0x5A);
+  // Same extents (2 sequences, 3 blocks each); other blocks and lengths.
+  const std::vector<std::vector<std::int32_t>> tables{{8, 1, 3, 0, 2, 7}, {4, 5, 6, 2, 8, 0}};
+  const std::vector<std::vector<std::int32_t>> lens{{40, 17}, {3, 48}};
+  auto args = [&](std::size_t i) {
+    return kv_gather_args{thrust::raw_pointer_cast(dpool.data()), l, tensor<const std::int32_t, 2>(tables[i].data(), 2, 3),
+                          lens[i], thrust::raw_pointer_cast(dout.data()), out_tokens};
+  };
+  auto shape = gather_kv_plan(args(0), {});
+  REQUIRE(shape.has_value());
+  REQUIRE(gather_kv_plan(args(1), {}).value() == *shape);
+  CHECK(shape->metadata_bytes == gather_kv_workspace_bytes(2, 3));
+
+  stream st;
+  scratch ws(shape->metadata_bytes);
+  pinned staging(shape->metadata_bytes);
+  graph gr;
+  REQUIRE(cudaStreamBeginCapture(st.s, cudaStreamCaptureModeGlobal) == cudaSuccess);
+  const cudaError_t copied =
+      cudaMemcpyAsync(ws.workspace().data, staging.p, shape->metadata_bytes, cudaMemcpyHostToDevice, st.s);
+  const auto captured = gather_kv_planned(args(0), *shape, ws.workspace(), st.s);
+  REQUIRE(cudaStreamEndCapture(st.s, &gr.g) == cudaSuccess);
+  REQUIRE(copied == cudaSuccess);
+  REQUIRE(captured.has_value());
+  gr.instantiate();
+
+  for (std::size_t i = 0; i < tables.size(); ++i) {
+    CAPTURE(i);
+    thrust::copy(poison.begin(), poison.end(), dout.begin());
+    REQUIRE(gather_kv_plan(args(i), staging.span()).has_value());
+    replay(gr, st.s);
+    const auto graphed = to_host(dout);
+
+    thrust::copy(poison.begin(), poison.end(), dout.begin());
+    scratch direct(gather_kv_workspace_bytes(2, 3));
+    REQUIRE(gather_kv(args(i), direct.workspace(), st.s).has_value());
+    REQUIRE(cudaStreamSynchronize(st.s) == cudaSuccess);
+    REQUIRE(device_ok());
+    CHECK(graphed == to_host(dout));
+    CHECK(graphed != poison);
+  }
+  // A shape that does not match its byte count, or a workspace too small, is refused.
+  gather_kv_shape wrong = *shape;
+  wrong.batch += 1;
+  CHECK(gather_kv_planned(args(0), wrong, ws.workspace(), nullptr).error() == errc::size_mismatch);
+  CHECK(gather_kv_planned(args(0), *shape, {ws.workspace().data, shape->metadata_bytes - 1}, nullptr).error() ==
+        errc::size_mismatch);
+  wrong.batch = -1;
+  CHECK(gather_kv_planned(args(0), wrong, ws.workspace(), nullptr).error() == errc::invalid_argument);
 }
 
 TEST_CASE("capture-safe gated-delta, conv1d and copy launchers refuse mismatched shapes and launch nothing") {

@@ -323,4 +323,27 @@ result<copy_shape> transfer_units_plan(std::span<const pool_pair_view> layers, s
 /// shape's byte count does not match its counts, or `ws` is smaller); `device_error`.
 result<void> copy_units_planned(const copy_shape& shape, device_workspace ws, stream_handle stream);
 
+/// What a captured KV gather is specialized to: its block table's extents and its bytes.
+struct gather_kv_shape {
+  std::int64_t batch = 0;
+  std::int64_t max_blocks = 0;
+  std::size_t metadata_bytes = 0; ///< the plan (block table, then lengths): the whole workspace the launch reads
+  friend constexpr bool operator==(const gather_kv_shape&, const gather_kv_shape&) = default;
+};
+
+/// Plans a KV gather for a capture-safe launch. Effects: validates exactly as `gather_kv`; writes the device
+/// metadata (the block table, then the lengths) into `metadata` when it is not empty. Returns the shape (with
+/// empty `metadata`: a size query). Errors: as `validate_kv_gather`; `size_mismatch` (`metadata` non-empty and
+/// smaller than `metadata_bytes`). Complexity: O(batch x max_blocks).
+result<gather_kv_shape> gather_kv_plan(const kv_gather_args& a, std::span<std::byte> metadata);
+
+/// Capture-safe KV gather: the kernel of `gather_kv` over the bytes of `gather_kv_plan` at the start of `ws`
+/// (filled by the engine before the launch). Reads `pool`, `layout`, `out` and `out_tokens` of `a`; its
+/// `block_table` and `seq_lens` are not read (the plan holds them, validated when planned, against the same
+/// layout and `out_tokens`). Launches only. Errors: `invalid_argument` (null pointers, empty layout, negative
+/// counts); `size_mismatch` (the shape's byte count does not match its extents, or `ws` is smaller);
+/// `device_error`.
+result<void> gather_kv_planned(const kv_gather_args& a, const gather_kv_shape& shape, device_workspace ws,
+                               stream_handle stream);
+
 } // namespace reprise::ops
