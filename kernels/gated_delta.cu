@@ -1,12 +1,14 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
 // Launchers and runtime dispatch of the gated-delta kernels (include/reprise/ops/gated_delta.hpp). The
 // kernels themselves are instantiated in gated_delta_small.cu and gated_delta_qwen3_next.full.cu; this file
-// only declares them, validates the host metadata, uploads it and picks the instance.
+// only declares them, validates and plans the host metadata, uploads it (or, capture-safe, leaves that to the
+// engine) and picks the instance.
 #include <reprise/ops/gated_delta.hpp>
 
 #include "gated_delta.cuh"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 // The dispatch table, one row per shape (fp32 and bf16 inputs each). Reduced set (CI): the small test shape.
@@ -65,19 +67,11 @@ device::gd_operands<T, float> operands_of(const gated_delta_args<T>& a, const ga
           o.l2norm_qk};
 }
 
-/// The prefill launcher; with `query` set, a workspace size query (`device_runtime::workspace_query`).
-template <class T>
-result<void> prefill(const gated_delta_args<T>& a, const gated_delta_options& o, const varlen_batch& b,
-                     const prefill_slots& slots, device_workspace ws, stream_handle stream,
-                     std::size_t* query = nullptr) {
-  if (errc e = validate_gated_delta_prefill(a, o, b, slots); e != errc{}) return e;
-  const auto inst = table.find<T>(config_of(a, o, true));
-  if (!inst) return inst.error();
+/// The prefill plan's bytes (sequence descriptors, captures sorted by sequence and position, each
+/// sequence's first capture) for validated metadata, into `out` (`layout.l.bytes()` of them).
+void write_prefill_plan(const varlen_batch& b, const prefill_slots& slots, const prefill_layout& layout,
+                        std::span<std::byte> out) {
   const std::int64_t S = b.sequences();
-  const prefill_layout layout(static_cast<std::size_t>(S), slots.captures.size());
-  if (auto done = device_runtime::meet_workspace(layout.l.bytes(), ws, query)) return *done;
-  if (S == 0) return {};
-
   std::vector<device::gd_seq> seqs(static_cast<std::size_t>(S));
   for (std::int64_t s = 0; s < S; ++s)
     seqs[static_cast<std::size_t>(s)] = {b.cu_seqlens[s], b.length(s), b.start_positions[s], slots.initial[s],
@@ -91,19 +85,76 @@ result<void> prefill(const gated_delta_args<T>& a, const gated_delta_options& o,
   std::vector<std::int32_t> begin(static_cast<std::size_t>(S) + 1, 0);
   for (const auto& c : caps) ++begin[static_cast<std::size_t>(c.seq) + 1];
   for (std::size_t s = 0; s < static_cast<std::size_t>(S); ++s) begin[s + 1] += begin[s];
+  std::memset(out.data(), 0, layout.l.bytes()); // the alignment padding too: equal plans give equal bytes
+  if (!seqs.empty()) std::memcpy(out.data() + layout.seqs, seqs.data(), seqs.size() * sizeof(device::gd_seq));
+  if (!caps.empty())
+    std::memcpy(out.data() + layout.captures, caps.data(), caps.size() * sizeof(device::gd_capture));
+  std::memcpy(out.data() + layout.capture_begin, begin.data(), begin.size() * sizeof(std::int32_t));
+}
 
-  device_runtime::metadata_upload up(layout.l.bytes());
-  up.put<device::gd_seq>(layout.seqs, seqs);
-  up.put<device::gd_capture>(layout.captures, caps);
-  up.put<std::int32_t>(layout.capture_begin, begin);
-  if (auto r = up.upload(ws.data, stream); !r) return r;
+/// The step plan's bytes (sequence descriptors with their (src, dst) pair, the ring) into `out`.
+void write_step_plan(const varlen_batch& b, const recurrent_slots& r, const step_layout& layout,
+                     std::span<std::byte> out) {
+  const std::int64_t S = b.sequences();
+  std::vector<device::gd_seq> seqs(static_cast<std::size_t>(S));
+  for (std::int64_t s = 0; s < S; ++s) {
+    const copy_pair pr = r.pairs[static_cast<std::size_t>(s)];
+    seqs[static_cast<std::size_t>(s)] = {b.cu_seqlens[s], b.length(s), b.start_positions[s], pr.src, pr.dst};
+  }
+  std::memset(out.data(), 0, layout.l.bytes());
+  if (!seqs.empty()) std::memcpy(out.data() + layout.seqs, seqs.data(), seqs.size() * sizeof(device::gd_seq));
+  if (!r.ring.empty()) std::memcpy(out.data() + layout.ring, r.ring.data(), r.ring.size_bytes());
+}
 
+/// One pageable copy of a host plan into the workspace (the direct launchers).
+result<void> upload_plan(const std::vector<std::byte>& plan, device_workspace ws, stream_handle stream) {
+  if (plan.empty()) return {};
+  REPRISE_CUDA_TRY(cudaMemcpyAsync(ws.data, plan.data(), plan.size(), cudaMemcpyHostToDevice, stream));
+  return {};
+}
+
+/// The prefill kernel over a plan already in the workspace (`layout`, `S` sequences, S > 0).
+template <class T>
+result<void> launch_prefill(const gated_delta_args<T>& a, const gated_delta_options& o,
+                            const device::gated_delta_instance<T>* inst, const prefill_layout& layout, std::int32_t S,
+                            device_workspace ws, stream_handle stream) {
   const device::gd_prefill_params<T, float> p{
       {operands_of(a, o)},
       device_runtime::at<device::gd_seq>(ws.data, layout.seqs),
       device_runtime::at<device::gd_capture>(ws.data, layout.captures),
       device_runtime::at<std::int32_t>(ws.data, layout.capture_begin)};
-  return (*inst)->chunked_prefill(p, static_cast<std::int32_t>(S), stream);
+  return inst->chunked_prefill(p, S, stream);
+}
+
+/// The step kernel over a plan already in the workspace (S > 0).
+template <class T>
+result<void> launch_step(const gated_delta_args<T>& a, const gated_delta_options& o,
+                         const device::gated_delta_instance<T>* inst, const step_layout& layout, std::int32_t S,
+                         std::int32_t ring_size, device_workspace ws, stream_handle stream) {
+  const device::gd_step_params<T, float> p{
+      {operands_of(a, o)},
+      device_runtime::at<device::gd_seq>(ws.data, layout.seqs),
+      ring_size > 0 ? device_runtime::at<std::int32_t>(ws.data, layout.ring) : nullptr,
+      ring_size};
+  return inst->recurrent_step(p, S, stream);
+}
+
+/// The prefill launcher; with `query` set, a workspace size query (`device_runtime::workspace_query`).
+template <class T>
+result<void> prefill(const gated_delta_args<T>& a, const gated_delta_options& o, const varlen_batch& b,
+                     const prefill_slots& slots, device_workspace ws, stream_handle stream,
+                     std::size_t* query = nullptr) {
+  if (errc e = validate_gated_delta_prefill(a, o, b, slots); e != errc{}) return e;
+  const auto inst = table.find<T>(config_of(a, o, true));
+  if (!inst) return inst.error();
+  const std::int64_t S = b.sequences();
+  const prefill_layout layout(static_cast<std::size_t>(S), slots.captures.size());
+  if (auto done = device_runtime::meet_workspace(layout.l.bytes(), ws, query)) return *done;
+  if (S == 0) return {};
+  std::vector<std::byte> plan(layout.l.bytes());
+  write_prefill_plan(b, slots, layout, plan);
+  if (auto r = upload_plan(plan, ws, stream); !r) return r;
+  return launch_prefill(a, o, *inst, layout, static_cast<std::int32_t>(S), ws, stream);
 }
 
 /// The step launcher; with `query` set, a workspace size query.
@@ -117,23 +168,73 @@ result<void> step(const gated_delta_args<T>& a, const gated_delta_options& o, co
   const step_layout layout(static_cast<std::size_t>(S), r.ring.size());
   if (auto done = device_runtime::meet_workspace(layout.l.bytes(), ws, query)) return *done;
   if (S == 0) return {};
+  std::vector<std::byte> plan(layout.l.bytes());
+  write_step_plan(b, r, layout, plan);
+  if (auto res = upload_plan(plan, ws, stream); !res) return res;
+  return launch_step(a, o, *inst, layout, static_cast<std::int32_t>(S), r.ring_size, ws, stream);
+}
 
-  std::vector<device::gd_seq> seqs(static_cast<std::size_t>(S));
-  for (std::int64_t s = 0; s < S; ++s) {
-    const copy_pair pr = r.pairs[static_cast<std::size_t>(s)];
-    seqs[static_cast<std::size_t>(s)] = {b.cu_seqlens[s], b.length(s), b.start_positions[s], pr.src, pr.dst};
-  }
-  device_runtime::metadata_upload up(layout.l.bytes());
-  up.put<device::gd_seq>(layout.seqs, seqs);
-  up.put<std::int32_t>(layout.ring, r.ring);
-  if (auto res = up.upload(ws.data, stream); !res) return res;
+/// Host planning for a capture-safe prefill: the bytes `prefill` would upload.
+template <class T>
+result<gated_delta_prefill_shape> prefill_plan(const gated_delta_args<T>& a, const gated_delta_options& o,
+                                               const varlen_batch& b, const prefill_slots& slots,
+                                               std::span<std::byte> out) {
+  if (errc e = validate_gated_delta_prefill(a, o, b, slots); e != errc{}) return e;
+  const auto inst = table.find<T>(config_of(a, o, true));
+  if (!inst) return inst.error();
+  const prefill_layout layout(static_cast<std::size_t>(b.sequences()), slots.captures.size());
+  const gated_delta_prefill_shape shape{static_cast<std::int32_t>(b.sequences()),
+                                        static_cast<std::int32_t>(slots.captures.size()), layout.l.bytes()};
+  if (out.empty()) return shape;
+  if (out.size() < layout.l.bytes()) return errc::size_mismatch;
+  write_prefill_plan(b, slots, layout, out);
+  return shape;
+}
 
-  const device::gd_step_params<T, float> p{
-      {operands_of(a, o)},
-      device_runtime::at<device::gd_seq>(ws.data, layout.seqs),
-      r.ring_size > 0 ? device_runtime::at<std::int32_t>(ws.data, layout.ring) : nullptr,
-      r.ring_size};
-  return (*inst)->recurrent_step(p, static_cast<std::int32_t>(S), stream);
+/// The capture-safe prefill: the kernel of `prefill` over a plan already in the workspace.
+template <class T>
+result<void> prefill_planned(const gated_delta_args<T>& a, const gated_delta_options& o,
+                             const gated_delta_prefill_shape& shape, device_workspace ws, stream_handle stream) {
+  if (errc e = validate_gated_delta(a, o); e != errc{}) return e;
+  const auto inst = table.find<T>(config_of(a, o, true));
+  if (!inst) return inst.error();
+  if (shape.sequences < 0 || shape.captures < 0) return errc::invalid_argument;
+  const prefill_layout layout(static_cast<std::size_t>(shape.sequences), static_cast<std::size_t>(shape.captures));
+  if (layout.l.bytes() != shape.metadata_bytes) return errc::size_mismatch;
+  if (shape.sequences == 0) return {};
+  if (ws.bytes < layout.l.bytes() || ws.data == nullptr) return errc::size_mismatch;
+  return launch_prefill(a, o, *inst, layout, shape.sequences, ws, stream);
+}
+
+/// Host planning for a capture-safe step: the bytes `step` would upload.
+template <class T>
+result<gated_delta_step_shape> step_plan(const gated_delta_args<T>& a, const gated_delta_options& o,
+                                         const varlen_batch& b, const recurrent_slots& r, std::span<std::byte> out) {
+  if (errc e = validate_gated_delta_step(a, o, b, r); e != errc{}) return e;
+  const auto inst = table.find<T>(config_of(a, o, false));
+  if (!inst) return inst.error();
+  const step_layout layout(static_cast<std::size_t>(b.sequences()), r.ring.size());
+  const gated_delta_step_shape shape{static_cast<std::int32_t>(b.sequences()), r.ring_size, layout.l.bytes()};
+  if (out.empty()) return shape;
+  if (out.size() < layout.l.bytes()) return errc::size_mismatch;
+  write_step_plan(b, r, layout, out);
+  return shape;
+}
+
+/// The capture-safe step: the kernel of `step` over a plan already in the workspace.
+template <class T>
+result<void> step_planned(const gated_delta_args<T>& a, const gated_delta_options& o,
+                          const gated_delta_step_shape& shape, device_workspace ws, stream_handle stream) {
+  if (errc e = validate_gated_delta(a, o); e != errc{}) return e;
+  const auto inst = table.find<T>(config_of(a, o, false));
+  if (!inst) return inst.error();
+  if (shape.sequences < 0 || shape.ring_size < 0) return errc::invalid_argument;
+  const step_layout layout(static_cast<std::size_t>(shape.sequences),
+                           static_cast<std::size_t>(shape.sequences) * static_cast<std::size_t>(shape.ring_size));
+  if (layout.l.bytes() != shape.metadata_bytes) return errc::size_mismatch;
+  if (shape.sequences == 0) return {};
+  if (ws.bytes < layout.l.bytes() || ws.data == nullptr) return errc::size_mismatch;
+  return launch_step(a, o, *inst, layout, shape.sequences, shape.ring_size, ws, stream);
 }
 
 } // namespace
@@ -183,6 +284,51 @@ result<void> gated_delta_recurrent_step(const gated_delta_args<bfloat16>& a, con
                                         const varlen_batch& b, const recurrent_slots& r, device_workspace ws,
                                         stream_handle stream) {
   return step(a, o, b, r, ws, stream);
+}
+
+result<gated_delta_prefill_shape> gated_delta_chunked_prefill_plan(const gated_delta_args<float>& a,
+                                                                   const gated_delta_options& o, const varlen_batch& b,
+                                                                   const prefill_slots& slots,
+                                                                   std::span<std::byte> metadata) {
+  return prefill_plan(a, o, b, slots, metadata);
+}
+result<gated_delta_prefill_shape> gated_delta_chunked_prefill_plan(const gated_delta_args<bfloat16>& a,
+                                                                   const gated_delta_options& o, const varlen_batch& b,
+                                                                   const prefill_slots& slots,
+                                                                   std::span<std::byte> metadata) {
+  return prefill_plan(a, o, b, slots, metadata);
+}
+result<void> gated_delta_chunked_prefill_planned(const gated_delta_args<float>& a, const gated_delta_options& o,
+                                                 const gated_delta_prefill_shape& shape, device_workspace ws,
+                                                 stream_handle stream) {
+  return prefill_planned(a, o, shape, ws, stream);
+}
+result<void> gated_delta_chunked_prefill_planned(const gated_delta_args<bfloat16>& a, const gated_delta_options& o,
+                                                 const gated_delta_prefill_shape& shape, device_workspace ws,
+                                                 stream_handle stream) {
+  return prefill_planned(a, o, shape, ws, stream);
+}
+result<gated_delta_step_shape> gated_delta_recurrent_step_plan(const gated_delta_args<float>& a,
+                                                               const gated_delta_options& o, const varlen_batch& b,
+                                                               const recurrent_slots& r,
+                                                               std::span<std::byte> metadata) {
+  return step_plan(a, o, b, r, metadata);
+}
+result<gated_delta_step_shape> gated_delta_recurrent_step_plan(const gated_delta_args<bfloat16>& a,
+                                                               const gated_delta_options& o, const varlen_batch& b,
+                                                               const recurrent_slots& r,
+                                                               std::span<std::byte> metadata) {
+  return step_plan(a, o, b, r, metadata);
+}
+result<void> gated_delta_recurrent_step_planned(const gated_delta_args<float>& a, const gated_delta_options& o,
+                                                const gated_delta_step_shape& shape, device_workspace ws,
+                                                stream_handle stream) {
+  return step_planned(a, o, shape, ws, stream);
+}
+result<void> gated_delta_recurrent_step_planned(const gated_delta_args<bfloat16>& a, const gated_delta_options& o,
+                                                const gated_delta_step_shape& shape, device_workspace ws,
+                                                stream_handle stream) {
+  return step_planned(a, o, shape, ws, stream);
 }
 
 } // namespace reprise::ops

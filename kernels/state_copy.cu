@@ -5,6 +5,7 @@
 
 #include "state_copy.cuh"
 
+#include <cstring>
 #include <vector>
 
 namespace reprise::ops {
@@ -36,14 +37,14 @@ std::uint32_t access_width(std::uint64_t src, std::uint64_t dst, std::uint64_t u
   return 1;
 }
 
-/// Uploads the layer descriptors and pairs and launches one copy over all of them. `layers` is not empty,
-/// nor is `pairs`, and both passed validation.
-result<void> launch_copy(std::span<const std::uint64_t> src_bases, std::span<const std::uint64_t> dst_bases,
-                         std::span<const std::size_t> unit_bytes, std::span<const copy_pair> pairs,
-                         device_workspace ws, stream_handle stream) {
+/// The plan of a copy (layer descriptors, then pairs) for validated pools and pairs: its shape, and its bytes
+/// into `out` when that is not empty (`size_mismatch` when it is too small). `invalid_argument` when the grid
+/// would not fit one launch.
+result<copy_shape> plan_copy(std::span<const std::uint64_t> src_bases, std::span<const std::uint64_t> dst_bases,
+                             std::span<const std::size_t> unit_bytes, std::span<const copy_pair> pairs,
+                             std::span<std::byte> out) {
   const std::size_t layers = unit_bytes.size();
   const copy_layout layout(layers, pairs.size());
-  if (ws.bytes < layout.l.bytes() || ws.data == nullptr) return errc::size_mismatch;
   std::vector<device::copy_pool_desc> desc(layers);
   std::uint64_t chunks = 0;
   for (std::size_t i = 0; i < layers; ++i) {
@@ -51,17 +52,72 @@ result<void> launch_copy(std::span<const std::uint64_t> src_bases, std::span<con
                static_cast<std::uint32_t>(chunks)};
     chunks += (unit_bytes[i] + device::copy_chunk_bytes - 1) / device::copy_chunk_bytes;
   }
-  const std::uint64_t blocks = chunks * pairs.size();
-  if (chunks > 0xffffffffu || blocks > 0x7fffffffu) return errc::invalid_argument;
-  device_runtime::metadata_upload up(layout.l.bytes());
-  up.put<device::copy_pool_desc>(layout.pools, desc);
-  up.put<copy_pair>(layout.pairs, pairs);
-  if (auto r = up.upload(ws.data, stream); !r) return r;
+  if (chunks > 0xffffffffu || chunks * pairs.size() > 0x7fffffffu) return errc::invalid_argument;
+  const copy_shape shape{static_cast<std::int32_t>(layers), static_cast<std::int32_t>(pairs.size()),
+                         static_cast<std::uint32_t>(chunks), layout.l.bytes()};
+  if (out.empty()) return shape;
+  if (out.size() < layout.l.bytes()) return errc::size_mismatch;
+  std::memset(out.data(), 0, layout.l.bytes()); // the alignment padding too: equal plans give equal bytes
+  if (!desc.empty())
+    std::memcpy(out.data() + layout.pools, desc.data(), desc.size() * sizeof(device::copy_pool_desc));
+  if (!pairs.empty()) std::memcpy(out.data() + layout.pairs, pairs.data(), pairs.size_bytes());
+  return shape;
+}
+
+/// The copy kernel over a plan already in the workspace.
+result<void> launch_planned(const copy_shape& shape, device_workspace ws, stream_handle stream) {
+  if (shape.layers < 0 || shape.pairs < 0) return errc::invalid_argument;
+  const copy_layout layout(static_cast<std::size_t>(shape.layers), static_cast<std::size_t>(shape.pairs));
+  if (layout.l.bytes() != shape.metadata_bytes) return errc::size_mismatch;
+  const std::uint64_t blocks = std::uint64_t{shape.chunks} * static_cast<std::uint64_t>(shape.pairs);
+  if (blocks > 0x7fffffffu) return errc::invalid_argument;
+  if (blocks == 0) return {};
+  if (ws.bytes < layout.l.bytes() || ws.data == nullptr) return errc::size_mismatch;
   device::copy_units_kernel<<<static_cast<unsigned>(blocks), device::copy_threads, 0, stream>>>(
-      device_runtime::at<device::copy_pool_desc>(ws.data, layout.pools), static_cast<int>(layers),
-      device_runtime::at<copy_pair>(ws.data, layout.pairs), static_cast<std::uint32_t>(chunks));
+      device_runtime::at<device::copy_pool_desc>(ws.data, layout.pools), shape.layers,
+      device_runtime::at<copy_pair>(ws.data, layout.pairs), shape.chunks);
   return device_runtime::launch_status();
 }
+
+/// Plans, uploads (one pageable copy) and launches one copy over all layers and pairs. `layers` is not empty,
+/// nor is `pairs`, and both passed validation.
+result<void> launch_copy(std::span<const std::uint64_t> src_bases, std::span<const std::uint64_t> dst_bases,
+                         std::span<const std::size_t> unit_bytes, std::span<const copy_pair> pairs,
+                         device_workspace ws, stream_handle stream) {
+  const copy_layout layout(unit_bytes.size(), pairs.size());
+  if (ws.bytes < layout.l.bytes() || ws.data == nullptr) return errc::size_mismatch;
+  std::vector<std::byte> bytes(layout.l.bytes());
+  const auto shape = plan_copy(src_bases, dst_bases, unit_bytes, pairs, bytes);
+  if (!shape) return shape.error();
+  REPRISE_CUDA_TRY(cudaMemcpyAsync(ws.data, bytes.data(), bytes.size(), cudaMemcpyHostToDevice, stream));
+  return launch_planned(*shape, ws, stream);
+}
+
+/// The bases and unit sizes of a copy within pools.
+struct copy_bases {
+  std::vector<std::uint64_t> bases;
+  std::vector<std::size_t> units;
+  explicit copy_bases(std::span<const pool_view> pools) : bases(pools.size()), units(pools.size()) {
+    for (std::size_t i = 0; i < pools.size(); ++i) {
+      bases[i] = reinterpret_cast<std::uint64_t>(pools[i].base);
+      units[i] = pools[i].unit_bytes;
+    }
+  }
+};
+
+/// The bases and unit sizes of a transfer between pools.
+struct transfer_bases {
+  std::vector<std::uint64_t> src, dst;
+  std::vector<std::size_t> units;
+  explicit transfer_bases(std::span<const pool_pair_view> layers)
+      : src(layers.size()), dst(layers.size()), units(layers.size()) {
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      src[i] = reinterpret_cast<std::uint64_t>(layers[i].src.base);
+      dst[i] = reinterpret_cast<std::uint64_t>(layers[i].dst.base);
+      units[i] = layers[i].src.unit_bytes;
+    }
+  }
+};
 } // namespace
 
 std::size_t copy_units_workspace_bytes(std::size_t pools, std::size_t pairs) noexcept {
@@ -72,13 +128,8 @@ result<void> copy_units(std::span<const pool_view> pools, std::span<const copy_p
                         stream_handle stream) {
   if (errc e = validate_copy(pools, pairs); e != errc{}) return e;
   if (pairs.empty()) return {};
-  std::vector<std::uint64_t> bases(pools.size());
-  std::vector<std::size_t> units(pools.size());
-  for (std::size_t i = 0; i < pools.size(); ++i) {
-    bases[i] = reinterpret_cast<std::uint64_t>(pools[i].base);
-    units[i] = pools[i].unit_bytes;
-  }
-  return launch_copy(bases, bases, units, pairs, ws, stream);
+  const copy_bases b(pools);
+  return launch_copy(b.bases, b.bases, b.units, pairs, ws, stream);
 }
 
 std::size_t transfer_units_workspace_bytes(std::size_t layers, std::size_t pairs) noexcept {
@@ -94,14 +145,26 @@ result<void> transfer_units(std::span<const pool_pair_view> layers, std::span<co
                             device_workspace ws, stream_handle stream) {
   if (errc e = validate_transfer(layers, pairs); e != errc{}) return e;
   if (pairs.empty()) return {};
-  std::vector<std::uint64_t> src(layers.size()), dst(layers.size());
-  std::vector<std::size_t> units(layers.size());
-  for (std::size_t i = 0; i < layers.size(); ++i) {
-    src[i] = reinterpret_cast<std::uint64_t>(layers[i].src.base);
-    dst[i] = reinterpret_cast<std::uint64_t>(layers[i].dst.base);
-    units[i] = layers[i].src.unit_bytes;
-  }
-  return launch_copy(src, dst, units, pairs, ws, stream);
+  const transfer_bases b(layers);
+  return launch_copy(b.src, b.dst, b.units, pairs, ws, stream);
+}
+
+result<copy_shape> copy_units_plan(std::span<const pool_view> pools, std::span<const copy_pair> pairs,
+                                   std::span<std::byte> metadata) {
+  if (errc e = validate_copy(pools, pairs); e != errc{}) return e;
+  const copy_bases b(pools);
+  return plan_copy(b.bases, b.bases, b.units, pairs, metadata);
+}
+
+result<copy_shape> transfer_units_plan(std::span<const pool_pair_view> layers, std::span<const copy_pair> pairs,
+                                       std::span<std::byte> metadata) {
+  if (errc e = validate_transfer(layers, pairs); e != errc{}) return e;
+  const transfer_bases b(layers);
+  return plan_copy(b.src, b.dst, b.units, pairs, metadata);
+}
+
+result<void> copy_units_planned(const copy_shape& shape, device_workspace ws, stream_handle stream) {
+  return launch_planned(shape, ws, stream);
 }
 
 result<void> check_transfer_pools(std::span<const pool_pair_view> layers) {
@@ -130,16 +193,10 @@ std::size_t gather_kv_workspace_bytes(std::int64_t batch, std::int64_t max_block
   return gather_layout(batch, max_blocks).l.bytes();
 }
 
-result<void> gather_kv(const kv_gather_args& a, device_workspace ws, stream_handle stream) {
-  if (errc e = validate_kv_gather(a); e != errc{}) return e;
-  const std::int64_t batch = a.block_table.extent(0), max_blocks = a.block_table.extent(1);
-  if (batch == 0 || a.out_tokens == 0) return {};
-  const gather_layout layout(batch, max_blocks);
-  if (ws.bytes < layout.l.bytes() || ws.data == nullptr) return errc::size_mismatch;
-  device_runtime::metadata_upload up(layout.l.bytes());
-  up.put<std::int32_t>(layout.table, {a.block_table.data_handle(), static_cast<std::size_t>(batch * max_blocks)});
-  up.put<std::int32_t>(layout.lens, a.seq_lens);
-  if (auto r = up.upload(ws.data, stream); !r) return r;
+namespace {
+/// The gather kernel over a block table and lengths already in the workspace (`layout`; batch > 0).
+result<void> launch_gather(const kv_gather_args& a, std::int64_t batch, std::int64_t max_blocks,
+                           const gather_layout& layout, device_workspace ws, stream_handle stream) {
   const kv_pool_layout& l = a.layout;
   const dim3 grid(static_cast<unsigned>(batch * l.kv_heads),
                   static_cast<unsigned>((a.out_tokens + device::gather_tokens_per_block - 1) /
@@ -158,6 +215,53 @@ result<void> gather_kv(const kv_gather_args& a, device_workspace ws, stream_hand
     device::gather_kv_kernel<unsigned char><<<grid, device::gather_threads, 0, stream>>>(
         pool, l.block_size, l.kv_heads, static_cast<std::int64_t>(row), table, max_blocks, lens, out, a.out_tokens);
   return device_runtime::launch_status();
+}
+
+/// The gather plan's bytes (the block table, then the lengths) into `out`.
+void write_gather_plan(const kv_gather_args& a, const gather_layout& layout, std::span<std::byte> out) {
+  const std::int64_t batch = a.block_table.extent(0), max_blocks = a.block_table.extent(1);
+  std::memset(out.data(), 0, layout.l.bytes()); // the alignment padding too: equal plans give equal bytes
+  if (batch * max_blocks > 0)
+    std::memcpy(out.data() + layout.table, a.block_table.data_handle(),
+                static_cast<std::size_t>(batch * max_blocks) * sizeof(std::int32_t));
+  if (!a.seq_lens.empty()) std::memcpy(out.data() + layout.lens, a.seq_lens.data(), a.seq_lens.size_bytes());
+}
+} // namespace
+
+result<void> gather_kv(const kv_gather_args& a, device_workspace ws, stream_handle stream) {
+  if (errc e = validate_kv_gather(a); e != errc{}) return e;
+  const std::int64_t batch = a.block_table.extent(0), max_blocks = a.block_table.extent(1);
+  if (batch == 0 || a.out_tokens == 0) return {};
+  const gather_layout layout(batch, max_blocks);
+  if (ws.bytes < layout.l.bytes() || ws.data == nullptr) return errc::size_mismatch;
+  std::vector<std::byte> bytes(layout.l.bytes());
+  write_gather_plan(a, layout, bytes);
+  REPRISE_CUDA_TRY(cudaMemcpyAsync(ws.data, bytes.data(), bytes.size(), cudaMemcpyHostToDevice, stream));
+  return launch_gather(a, batch, max_blocks, layout, ws, stream);
+}
+
+result<gather_kv_shape> gather_kv_plan(const kv_gather_args& a, std::span<std::byte> metadata) {
+  if (errc e = validate_kv_gather(a); e != errc{}) return e;
+  const std::int64_t batch = a.block_table.extent(0), max_blocks = a.block_table.extent(1);
+  const gather_layout layout(batch, max_blocks);
+  const gather_kv_shape shape{batch, max_blocks, layout.l.bytes()};
+  if (metadata.empty()) return shape;
+  if (metadata.size() < layout.l.bytes()) return errc::size_mismatch;
+  write_gather_plan(a, layout, metadata);
+  return shape;
+}
+
+result<void> gather_kv_planned(const kv_gather_args& a, const gather_kv_shape& shape, device_workspace ws,
+                               stream_handle stream) {
+  const kv_pool_layout& l = a.layout;
+  if (a.pool == nullptr || a.out == nullptr || l.blocks <= 0 || l.block_size <= 0 || l.kv_heads <= 0 ||
+      l.head_dim <= 0 || l.element_bytes == 0 || a.out_tokens < 0 || shape.batch < 0 || shape.max_blocks < 0)
+    return errc::invalid_argument;
+  const gather_layout layout(shape.batch, shape.max_blocks);
+  if (layout.l.bytes() != shape.metadata_bytes) return errc::size_mismatch;
+  if (shape.batch == 0 || a.out_tokens == 0) return {};
+  if (ws.bytes < layout.l.bytes() || ws.data == nullptr) return errc::size_mismatch;
+  return launch_gather(a, shape.batch, shape.max_blocks, layout, ws, stream);
 }
 
 } // namespace reprise::ops

@@ -180,4 +180,47 @@ result<void> causal_conv1d_update(const conv1d_args<float>& a, std::span<const c
 result<void> causal_conv1d_update(const conv1d_args<bfloat16>& a, std::span<const copy_pair> pairs,
                                   device_workspace ws, stream_handle stream);
 
+// ---- CUDA-graph capture (reprise::kernels) ---------------------------------------------------------------
+// As for Mamba2 (`include/reprise/ops/mamba2.hpp`, "CUDA-graph capture"): the capture-safe form plans into
+// bytes the engine owns and copies into the workspace (inside the graph or before it), and launches over
+// them without uploading or allocating. One captured graph serves every plan of the same shape.
+
+/// What a captured prefill is specialized to: its grids (sequences, token tiles, window writes) and its bytes.
+struct conv1d_prefill_shape {
+  std::int32_t sequences = 0;
+  std::int32_t tiles = 0;  ///< token tiles: the prefill kernel's grid (depends on the sequences' lengths)
+  std::int32_t writes = 0; ///< window writes: one per capture and per sequence with a final slot
+  std::size_t metadata_bytes = 0; ///< the plan: the whole workspace the launch reads
+  friend constexpr bool operator==(const conv1d_prefill_shape&, const conv1d_prefill_shape&) = default;
+};
+
+/// Plans a prefill for a capture-safe launch. Effects: validates exactly as `causal_conv1d_prefill`; writes
+/// the device metadata (sequence descriptors: token offsets, lengths, start positions, initial and final
+/// slots; token tiles; window writes) into `metadata` when it is not empty. Returns the shape (with empty
+/// `metadata`: a size query). Errors: as `causal_conv1d_prefill`'s validation; `size_mismatch` (`metadata`
+/// non-empty and smaller than `metadata_bytes`). Complexity: O(sequences + tiles + captures).
+result<conv1d_prefill_shape> causal_conv1d_prefill_plan(const conv1d_args<float>& a, const varlen_batch& b,
+                                                        const prefill_slots& slots, std::span<std::byte> metadata);
+result<conv1d_prefill_shape> causal_conv1d_prefill_plan(const conv1d_args<bfloat16>& a, const varlen_batch& b,
+                                                        const prefill_slots& slots, std::span<std::byte> metadata);
+
+/// Capture-safe prefill: the kernels of `causal_conv1d_prefill`, reading the plan from the first
+/// `shape.metadata_bytes` of `ws`, which the engine filled (stream-ordered before the launch) with the bytes
+/// of `causal_conv1d_prefill_plan` for these operand extents. Launches only; no copy, allocation or
+/// synchronization. The plan's indices are not read on the host: they were validated when planned.
+/// Errors: as `validate_conv1d`; `invalid_argument` (negative counts); `size_mismatch` (the shape's byte count
+/// does not match its counts, or `ws` is smaller); `device_error`.
+result<void> causal_conv1d_prefill_planned(const conv1d_args<float>& a, const conv1d_prefill_shape& shape,
+                                           device_workspace ws, stream_handle stream);
+result<void> causal_conv1d_prefill_planned(const conv1d_args<bfloat16>& a, const conv1d_prefill_shape& shape,
+                                           device_workspace ws, stream_handle stream);
+
+/// Capture-safe decode update: as `causal_conv1d_update`, with the (src, dst) pair of each of the
+/// x.extent(0) rows read from device memory `pairs` at run time (the engine writes them, validated with
+/// `validate_decode_slots`, before each replay; a negative index makes a padding row). Launches only.
+/// Errors: as `validate_conv1d`; `invalid_argument` (null `pairs` with rows); `device_error`.
+result<void> causal_conv1d_update_planned(const conv1d_args<float>& a, const copy_pair* pairs, stream_handle stream);
+result<void> causal_conv1d_update_planned(const conv1d_args<bfloat16>& a, const copy_pair* pairs,
+                                          stream_handle stream);
+
 } // namespace reprise::ops

@@ -432,4 +432,80 @@ result<void> gated_delta_recurrent_step(const gated_delta_args<bfloat16>& a, con
                                         const varlen_batch& b, const recurrent_slots& r, device_workspace ws,
                                         stream_handle stream);
 
+// ---- CUDA-graph capture (reprise::kernels) ---------------------------------------------------------------
+// As for Mamba2 (`include/reprise/ops/mamba2.hpp`, "CUDA-graph capture"): the launchers above plan on the host
+// and upload with a pageable copy, which a captured graph would freeze. The capture-safe form plans into bytes
+// the engine owns (pinned memory it copies into the workspace, inside the graph or before it) and launches
+// over them without uploading or allocating. One captured graph serves every plan of the same shape: new
+// offsets, start positions, slots, capture lists and rings at each replay, bitwise equal to a direct launch.
+
+/// What a captured chunked prefill is specialized to: its grid (sequences), its capture count and its bytes.
+struct gated_delta_prefill_shape {
+  std::int32_t sequences = 0;
+  std::int32_t captures = 0;
+  std::size_t metadata_bytes = 0; ///< the plan: the whole workspace the launch reads
+  friend constexpr bool operator==(const gated_delta_prefill_shape&, const gated_delta_prefill_shape&) = default;
+};
+
+/// What a captured recurrent step is specialized to: its grid (sequences), its ring size and its bytes.
+struct gated_delta_step_shape {
+  std::int32_t sequences = 0;
+  std::int32_t ring_size = 0;
+  std::size_t metadata_bytes = 0; ///< the plan: the whole workspace the launch reads
+  friend constexpr bool operator==(const gated_delta_step_shape&, const gated_delta_step_shape&) = default;
+};
+
+/// Plans a chunked prefill for a capture-safe launch. Effects: validates exactly as
+/// `gated_delta_chunked_prefill`; writes the device metadata (sequence descriptors: token offsets, lengths,
+/// start positions, initial and final slots; captures sorted per sequence) into `metadata` when it is not
+/// empty. Returns the shape (with empty `metadata`: a size query).
+/// Errors: as `gated_delta_chunked_prefill`'s validation and dispatch; `size_mismatch` (`metadata` non-empty
+/// and smaller than `metadata_bytes`). Complexity: O(sequences + captures log captures).
+result<gated_delta_prefill_shape> gated_delta_chunked_prefill_plan(const gated_delta_args<float>& a,
+                                                                   const gated_delta_options& o, const varlen_batch& b,
+                                                                   const prefill_slots& slots,
+                                                                   std::span<std::byte> metadata);
+result<gated_delta_prefill_shape> gated_delta_chunked_prefill_plan(const gated_delta_args<bfloat16>& a,
+                                                                   const gated_delta_options& o, const varlen_batch& b,
+                                                                   const prefill_slots& slots,
+                                                                   std::span<std::byte> metadata);
+
+/// Capture-safe chunked prefill: the kernel of `gated_delta_chunked_prefill`, reading the plan from the first
+/// `shape.metadata_bytes` of `ws`, which the engine filled (stream-ordered before the launch) with the bytes
+/// of `gated_delta_chunked_prefill_plan` for these operand extents. Launches only; no copy, allocation or
+/// synchronization. The plan's indices are not read on the host: they were validated when planned.
+/// Errors: as `validate_gated_delta`; `unsupported_config`; `invalid_argument` (negative counts);
+/// `size_mismatch` (the shape's byte count does not match its counts, or `ws` is smaller); `device_error`.
+result<void> gated_delta_chunked_prefill_planned(const gated_delta_args<float>& a, const gated_delta_options& o,
+                                                 const gated_delta_prefill_shape& shape, device_workspace ws,
+                                                 stream_handle stream);
+result<void> gated_delta_chunked_prefill_planned(const gated_delta_args<bfloat16>& a, const gated_delta_options& o,
+                                                 const gated_delta_prefill_shape& shape, device_workspace ws,
+                                                 stream_handle stream);
+
+/// Plans a recurrent step for a capture-safe launch. Effects: validates exactly as
+/// `gated_delta_recurrent_step`; writes the device metadata (sequence descriptors with their (src, dst)
+/// pair; the ring) into `metadata` when it is not empty. Returns the shape (with empty `metadata`: a size
+/// query). Errors: as `gated_delta_recurrent_step`'s validation and dispatch; `size_mismatch` (`metadata`
+/// non-empty and smaller than `metadata_bytes`). Complexity: O(sequences x (1 + ring_size)).
+result<gated_delta_step_shape> gated_delta_recurrent_step_plan(const gated_delta_args<float>& a,
+                                                               const gated_delta_options& o, const varlen_batch& b,
+                                                               const recurrent_slots& r,
+                                                               std::span<std::byte> metadata);
+result<gated_delta_step_shape> gated_delta_recurrent_step_plan(const gated_delta_args<bfloat16>& a,
+                                                               const gated_delta_options& o, const varlen_batch& b,
+                                                               const recurrent_slots& r,
+                                                               std::span<std::byte> metadata);
+
+/// Capture-safe recurrent step: the kernel of `gated_delta_recurrent_step` over the bytes of
+/// `gated_delta_recurrent_step_plan` at the start of `ws` (filled by the engine before the launch). Launches
+/// only. Errors: as `validate_gated_delta`; `unsupported_config`; `invalid_argument` (negative counts);
+/// `size_mismatch` (byte count, or `ws` smaller); `device_error`.
+result<void> gated_delta_recurrent_step_planned(const gated_delta_args<float>& a, const gated_delta_options& o,
+                                                const gated_delta_step_shape& shape, device_workspace ws,
+                                                stream_handle stream);
+result<void> gated_delta_recurrent_step_planned(const gated_delta_args<bfloat16>& a, const gated_delta_options& o,
+                                                const gated_delta_step_shape& shape, device_workspace ws,
+                                                stream_handle stream);
+
 } // namespace reprise::ops

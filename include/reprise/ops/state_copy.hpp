@@ -286,4 +286,64 @@ std::size_t gather_kv_workspace_bytes(std::int64_t batch, std::int64_t max_block
 /// `device_error`.
 result<void> gather_kv(const kv_gather_args& a, device_workspace ws, stream_handle stream);
 
+// ---- CUDA-graph capture (reprise::kernels) ---------------------------------------------------------------
+// As for Mamba2 (`include/reprise/ops/mamba2.hpp`, "CUDA-graph capture"): `copy_units` and `transfer_units`
+// upload their layer descriptors and pairs with a pageable copy, which a captured graph would freeze. The
+// capture-safe form plans both into bytes the engine owns (pinned memory it copies into the workspace, inside
+// the graph or before it) and launches the copy over them without uploading or allocating. One captured graph
+// serves every plan of the same shape: new pairs (and pools, if they move) at each replay.
+
+/// What a captured copy or transfer is specialized to: its layer and pair counts, its grid and its bytes.
+struct copy_shape {
+  std::int32_t layers = 0;
+  std::int32_t pairs = 0;
+  std::uint32_t chunks = 0;       ///< copy chunks of one unit over all layers: the grid is chunks x pairs
+  std::size_t metadata_bytes = 0; ///< the plan (layer descriptors, then pairs): the whole workspace the launch reads
+  friend constexpr bool operator==(const copy_shape&, const copy_shape&) = default;
+};
+
+/// Plans a copy within pools for a capture-safe launch. Effects: validates exactly as `copy_units`; writes the
+/// device metadata (one descriptor per pool: base, unit size, access width; then the pairs) into `metadata`
+/// when it is not empty. Returns the shape (with empty `metadata`: a size query). Errors: as `validate_copy`;
+/// `invalid_argument` (a grid too large for one launch); `size_mismatch` (`metadata` non-empty and smaller
+/// than `metadata_bytes`). Complexity: that of `validate_copy`.
+result<copy_shape> copy_units_plan(std::span<const pool_view> pools, std::span<const copy_pair> pairs,
+                                   std::span<std::byte> metadata);
+
+/// Plans a transfer between pools for a capture-safe launch: as `copy_units_plan`, validated as
+/// `transfer_units` (its pointer precondition included: `check_transfer_pools` once at setup).
+result<copy_shape> transfer_units_plan(std::span<const pool_pair_view> layers, std::span<const copy_pair> pairs,
+                                       std::span<std::byte> metadata);
+
+/// Capture-safe copy or transfer: the kernel of `copy_units` / `transfer_units`, reading the plan from the
+/// first `shape.metadata_bytes` of `ws`, which the engine filled (stream-ordered before the launch) with the
+/// bytes of `copy_units_plan` or `transfer_units_plan`. Launches only; no copy, allocation or
+/// synchronization. The plan's indices and bases are not read on the host: they were validated when planned.
+/// Errors: `invalid_argument` (negative counts, a grid too large for one launch); `size_mismatch` (the
+/// shape's byte count does not match its counts, or `ws` is smaller); `device_error`.
+result<void> copy_units_planned(const copy_shape& shape, device_workspace ws, stream_handle stream);
+
+/// What a captured KV gather is specialized to: its block table's extents and its bytes.
+struct gather_kv_shape {
+  std::int64_t batch = 0;
+  std::int64_t max_blocks = 0;
+  std::size_t metadata_bytes = 0; ///< the plan (block table, then lengths): the whole workspace the launch reads
+  friend constexpr bool operator==(const gather_kv_shape&, const gather_kv_shape&) = default;
+};
+
+/// Plans a KV gather for a capture-safe launch. Effects: validates exactly as `gather_kv`; writes the device
+/// metadata (the block table, then the lengths) into `metadata` when it is not empty. Returns the shape (with
+/// empty `metadata`: a size query). Errors: as `validate_kv_gather`; `size_mismatch` (`metadata` non-empty and
+/// smaller than `metadata_bytes`). Complexity: O(batch x max_blocks).
+result<gather_kv_shape> gather_kv_plan(const kv_gather_args& a, std::span<std::byte> metadata);
+
+/// Capture-safe KV gather: the kernel of `gather_kv` over the bytes of `gather_kv_plan` at the start of `ws`
+/// (filled by the engine before the launch). Reads `pool`, `layout`, `out` and `out_tokens` of `a`; its
+/// `block_table` and `seq_lens` are not read (the plan holds them, validated when planned, against the same
+/// layout and `out_tokens`). Launches only. Errors: `invalid_argument` (null pointers, empty layout, negative
+/// counts); `size_mismatch` (the shape's byte count does not match its extents, or `ws` is smaller);
+/// `device_error`.
+result<void> gather_kv_planned(const kv_gather_args& a, const gather_kv_shape& shape, device_workspace ws,
+                               stream_handle stream);
+
 } // namespace reprise::ops
