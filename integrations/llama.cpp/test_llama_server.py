@@ -177,51 +177,35 @@ def test_exactness(args, model, arch, failures):
     system, steps = workload(seed=zlib.crc32(arch.encode()) + args.seed)
     n_conv = 1 + max(c for c, _, _ in steps)
     budget = ["--reprise-snapshot-bytes", SNAPSHOT_BYTES] if arch in HYBRID else []
+
+    def compare(policy, reference, ref_name, ref_options, session):
+        """Reprise under `policy` against `reference` (a server run with `ref_options`; `session`: one slot per
+        conversation, each turn's prompt extending the last), then, with a deliberate fault, caught."""
+        ref = Server(args.server, model, ref_options + ["--cache-ram", "0", "--ctx-checkpoints", "0"], args.workdir,
+                     f"{arch}-{ref_name}")
+        try:
+            runs = [(None, f"{arch}-{policy}")]
+            if "faults" in args.only:
+                runs.append(("state" if arch in HYBRID else "kv", f"{arch}-{policy}-fault"))
+            for fault, name in runs:
+                cand = Server(args.server, model, ["-np", "2", "--reprise", policy] + budget, args.workdir, name,
+                              env={"REPRISE_LLAMA_FAULT": fault} if fault else None)
+                try:
+                    r = run_pair(cand, ref, system, steps, ref_cache_prompt=session, ref_slots=session)
+                finally:
+                    cand.stop()
+                if fault is None:
+                    report(arch, policy, reference, r, failures)
+                else:
+                    check(bool(r.mismatches), f"{arch}: a wrong restore ({fault}) under {policy} is caught on turns "
+                          f"whose cells are in order (turns {r.mismatches})", failures)
+        finally:
+            ref.stop()
+
     if "strict" in args.only:
-        ref = Server(args.server, model, ["-np", "1", "--cache-ram", "0", "--ctx-checkpoints", "0"], args.workdir,
-                     f"{arch}-off")
-        try:
-            cand = Server(args.server, model, ["-np", "2", "--reprise", "strict"] + budget, args.workdir,
-                          f"{arch}-strict")
-            try:
-                r = run_pair(cand, ref, system, steps, ref_cache_prompt=False, ref_slots=False)
-            finally:
-                cand.stop()
-            report(arch, "strict", "caching off", r, failures)
-            if "faults" in args.only:
-                fault = "state" if arch in HYBRID else "kv"
-                cand = Server(args.server, model, ["-np", "2", "--reprise", "strict"] + budget, args.workdir,
-                              f"{arch}-strict-fault", env={"REPRISE_LLAMA_FAULT": fault})
-                try:
-                    r = run_pair(cand, ref, system, steps, ref_cache_prompt=False, ref_slots=False)
-                finally:
-                    cand.stop()
-                check(bool(r.mismatches), f"{arch}: a wrong restore ({fault}) under strict is caught on turns whose "
-                      f"cells are in order (turns {r.mismatches})", failures)
-        finally:
-            ref.stop()
+        compare("strict", "caching off", "off", ["-np", "1"], session=False)
     if "chat" in args.only and arch in HYBRID:
-        ref = Server(args.server, model, ["-np", str(n_conv), "--cache-ram", "0", "--ctx-checkpoints", "0"],
-                     args.workdir, f"{arch}-session")
-        try:
-            cand = Server(args.server, model, ["-np", "2", "--reprise", "chat"] + budget, args.workdir, f"{arch}-chat")
-            try:
-                r = run_pair(cand, ref, system, steps, ref_cache_prompt=True, ref_slots=True)
-            finally:
-                cand.stop()
-            report(arch, "chat", "a never-ending session per conversation", r, failures)
-            if "faults" in args.only:
-                fault = "state" if arch in HYBRID else "kv"
-                cand = Server(args.server, model, ["-np", "2", "--reprise", "chat"] + budget, args.workdir,
-                              f"{arch}-chat-fault", env={"REPRISE_LLAMA_FAULT": fault})
-                try:
-                    r = run_pair(cand, ref, system, steps, ref_cache_prompt=True, ref_slots=True)
-                finally:
-                    cand.stop()
-                check(bool(r.mismatches), f"{arch}: a wrong restore ({fault}) under chat is caught on turns whose "
-                      f"cells are in order (turns {r.mismatches})", failures)
-        finally:
-            ref.stop()
+        compare("chat", "a never-ending session per conversation", "session", ["-np", str(n_conv)], session=True)
 
 
 def startup_error(args, model, extra):
