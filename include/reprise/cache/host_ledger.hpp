@@ -39,9 +39,15 @@
 
 namespace reprise::detail {
 
-/// A host unit id (KV or snapshot pool); `no_host_unit` when none.
-using host_unit = std::uint32_t;
-inline constexpr host_unit no_host_unit = std::numeric_limits<host_unit>::max();
+/// A unit of one of the host tier's pools (KV or snapshot); `no_host_unit` when none. Its own type: a host
+/// unit is never a GPU block id or snapshot slot, and the two meet only in typed moves (`host_tier.hpp`).
+/// The engine-facing plans carry it as the `std::uint32_t` index into its pinned pool (`unit_index`).
+enum class host_unit : std::uint32_t {};
+inline constexpr host_unit no_host_unit{std::numeric_limits<std::uint32_t>::max()};
+constexpr std::uint32_t unit_index(host_unit u) noexcept { return static_cast<std::uint32_t>(u); }
+
+/// The two pools of the host tier.
+enum class host_pool_kind : std::uint8_t { kv, snapshot };
 
 /// free: in the free queue; cached: indexed (in the LRU queue unless held); reserved: taken for a fetch
 /// from the remote tier, neither indexed nor queued until the fetch is reported.
@@ -92,9 +98,9 @@ public:
   ~host_pool() { index_.clear(); }
 
   std::uint32_t size() const noexcept { return static_cast<std::uint32_t>(nodes_.size()); }
-  Node& node(host_unit u) noexcept { return nodes_[u]; }
-  const Node& node(host_unit u) const noexcept { return nodes_[u]; }
-  host_unit id_of(const Node& n) const noexcept { return static_cast<host_unit>(&n - nodes_.data()); }
+  Node& node(host_unit u) noexcept { return nodes_[unit_index(u)]; }
+  const Node& node(host_unit u) const noexcept { return nodes_[unit_index(u)]; }
+  host_unit id_of(const Node& n) const noexcept { return host_unit{static_cast<std::uint32_t>(&n - nodes_.data())}; }
 
   queue& free() noexcept { return free_; }
   queue& lru() noexcept { return lru_; }
@@ -171,9 +177,9 @@ public:
   host_snapshot_node& snapshot(host_unit u) noexcept { return snapshots_.node(u); }
   const host_snapshot_node& snapshot(host_unit u) const noexcept { return snapshots_.node(u); }
   std::span<const token_id> tokens(host_unit u) const noexcept {
-    return {tokens_.data() + std::size_t{u} * block_size_, block_size_};
+    return {tokens_.data() + std::size_t{unit_index(u)} * block_size_, block_size_};
   }
-  const stored_extra_keys& root_extras(host_unit u) const noexcept { return root_extras_[u]; }
+  const stored_extra_keys& root_extras(host_unit u) const noexcept { return root_extras_[unit_index(u)]; }
 
   // --- KV blocks ---
 
@@ -214,7 +220,7 @@ public:
   }
 
   /// Called with a cached unit the LRU queue is about to hand out again (a lower tier may copy it first).
-  using evict_hook = void (*)(void* context, remote_item item, host_unit unit) noexcept;
+  using evict_hook = void (*)(void* context, host_pool_kind pool, host_unit unit) noexcept;
   void set_evict_hook(evict_hook f, void* context) noexcept {
     evict_hook_ = f;
     evict_context_ = context;
@@ -225,7 +231,7 @@ public:
   /// is free and `may_evict(u)` refuses the least recently used one, `u`.
   template <class MayEvict>
   host_unit reserve_block(MayEvict&& may_evict) noexcept {
-    const host_unit u = take(blocks_, remote_item::block, metrics_->host_blocks_held, metrics_->host_block_evictions, may_evict);
+    const host_unit u = take(blocks_, host_pool_kind::kv, metrics_->host_blocks_held, metrics_->host_block_evictions, may_evict);
     if (u != no_host_unit) blocks_.node(u).state = host_state::reserved;
     return u;
   }
@@ -236,7 +242,7 @@ public:
 
 private:
   host_unit take_block() noexcept {
-    return take(blocks_, remote_item::block, metrics_->host_blocks_held, metrics_->host_block_evictions);
+    return take(blocks_, host_pool_kind::kv, metrics_->host_blocks_held, metrics_->host_block_evictions);
   }
 
   void fill_block(host_unit u, const host_block_desc& d) noexcept {
@@ -249,8 +255,8 @@ private:
     n->kind = d.kind;
     n->holds = 0;
     n->state = host_state::cached;
-    std::copy(d.tokens.begin(), d.tokens.end(), tokens_.begin() + static_cast<std::ptrdiff_t>(std::size_t{u} * block_size_));
-    root_extras_[u] = d.parent_serial == 0 && d.extras != nullptr ? *d.extras : stored_extra_keys{};
+    std::copy(d.tokens.begin(), d.tokens.end(), tokens_.begin() + static_cast<std::ptrdiff_t>(std::size_t{unit_index(u)} * block_size_));
+    root_extras_[unit_index(u)] = d.parent_serial == 0 && d.extras != nullptr ? *d.extras : stored_extra_keys{};
     blocks_.index().insert(*n);
     // Written by this step's transfers: an onboard in the same step is ordered after them.
     blocks_.lru().push_back(*n, clock_->release_tag(), clock_->safe_before);
@@ -299,7 +305,7 @@ public:
   template <class MayEvict>
   host_unit reserve_snapshot(MayEvict&& may_evict) noexcept {
     const host_unit u = snapshots_.size() == 0 ? no_host_unit
-                                               : take(snapshots_, remote_item::snapshot, metrics_->host_snapshots_held,
+                                               : take(snapshots_, host_pool_kind::snapshot, metrics_->host_snapshots_held,
                                                       metrics_->host_snapshot_evictions, may_evict);
     if (u != no_host_unit) snapshots_.node(u).state = host_state::reserved;
     return u;
@@ -311,14 +317,14 @@ public:
 
 private:
   host_unit take_snapshot() noexcept {
-    return take(snapshots_, remote_item::snapshot, metrics_->host_snapshots_held, metrics_->host_snapshot_evictions);
+    return take(snapshots_, host_pool_kind::snapshot, metrics_->host_snapshots_held, metrics_->host_snapshot_evictions);
   }
 
   /// A safe free unit of `p`, else its LRU one evicted if `may_evict` lets it (the evict hook called first,
   /// `held` and `evictions` moved); unlinked from both queues, state free. `no_host_unit` when neither is
   /// reusable.
   template <class Pool, class MayEvict = bool (*)(host_unit) noexcept>
-  host_unit take(Pool& p, remote_item item, std::uint32_t& held, std::uint64_t& evictions,
+  host_unit take(Pool& p, host_pool_kind pool, std::uint32_t& held, std::uint64_t& evictions,
                  MayEvict&& may_evict = [](host_unit) noexcept { return true; }) noexcept {
     auto* n = p.free().front_safe();
     if (n != nullptr) {
@@ -326,7 +332,7 @@ private:
     } else {
       n = p.lru().front_safe();
       if (n == nullptr || !may_evict(p.id_of(*n))) return no_host_unit;
-      if (evict_hook_ != nullptr) evict_hook_(evict_context_, item, p.id_of(*n));
+      if (evict_hook_ != nullptr) evict_hook_(evict_context_, pool, p.id_of(*n));
       p.lru().erase(*n, clock_->safe_before);
       p.index().erase(p.index().iterator_to(*n));
       --held;
@@ -387,8 +393,8 @@ private:
                const stored_extra_keys& extras) const noexcept {
     if (n.parent_serial != parent_serial) return false;
     const host_unit u = blocks_.id_of(n);
-    if (std::memcmp(tokens_.data() + std::size_t{u} * block_size_, tokens.data(), tokens.size_bytes()) != 0) return false;
-    return parent_serial != 0 || root_extras_[u] == extras;
+    if (std::memcmp(tokens_.data() + std::size_t{unit_index(u)} * block_size_, tokens.data(), tokens.size_bytes()) != 0) return false;
+    return parent_serial != 0 || root_extras_[unit_index(u)] == extras;
   }
 
   template <class Pool>
@@ -420,29 +426,6 @@ private:
   std::size_t bytes_per_snapshot_;
   const epoch_clock* clock_;
   cache_metrics* metrics_;
-};
-
-/// What a cache with a host tier keeps besides the host ledger: the serial of every GPU block, the host copy
-/// a GPU block was onboarded from (so evicting it again moves no bytes), the moves planned since the last
-/// `take_transfers` and the scratch of a lookup.
-struct host_tier_state {
-  host_tier_state(std::uint32_t gpu_blocks, std::uint32_t kv_units, std::uint32_t snapshot_units,
-                  std::uint32_t block_size, std::size_t bytes_per_block, std::size_t bytes_per_snapshot,
-                  const epoch_clock& clock, cache_metrics& m)
-      : ledger(kv_units, snapshot_units, block_size, bytes_per_block, bytes_per_snapshot, clock, m),
-        serial(gpu_blocks, 0), twin(gpu_blocks, no_host_unit) {}
-
-  /// A fresh serial, or 0 once 2^64 - 1 were drawn: a block without a serial is never offloaded (never a
-  /// wrap that could make two blocks one).
-  std::uint64_t draw_serial() noexcept { return next_serial == 0 ? 0 : next_serial++; }
-
-  host_ledger ledger;
-  std::vector<std::uint64_t> serial; ///< by GPU block id: the published block's serial (0: none)
-  std::vector<host_unit> twin;       ///< by GPU block id: the host copy it was onboarded from
-  std::uint64_t next_serial = 1;     ///< 0 after the last one
-  std::vector<unit_move> kv_offload, snapshot_offload, kv_onboard;       ///< planned, not yet taken
-  std::vector<unit_move> taken_kv_offload, taken_snapshot_offload, taken_kv_onboard; ///< the last taken
-  std::vector<host_unit> hits;       ///< lookup scratch: the host blocks continuing a prompt's GPU match
 };
 
 } // namespace reprise::detail

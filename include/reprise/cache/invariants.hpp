@@ -57,7 +57,7 @@ result<void> check_invariants(const cache_core<Policy, Hasher, Tiers>& c) {
       if (r.copy_src < 0 || r.copy_src >= nblocks || blocks.node(r.copy_src).state != block_state::tail) return fail();
       ++at(refs, r.copy_src);
     }
-    if (r.restore_slot != no_slot && !r.restore_on_host) {
+    if (r.restore_slot != no_slot) {
       if (r.restore_slot < 0 || r.restore_slot >= nslots) return fail();
       ++at(slot_refs, r.restore_slot);
     }
@@ -162,68 +162,14 @@ result<void> check_invariants(const cache_core<Policy, Hasher, Tiers>& c) {
       m.blocks_free != pool.free().size() || m.tail_blocks != tails || m.snapshots_held != held ||
       m.snapshot_bytes_held != std::uint64_t{held} * slots.bytes_per_snapshot())
     return fail();
-  if constexpr (core::has_host) {
-    if (!check_host_tier(c)) return fail();
+  // The components beside the core check their own side tables.
+  if constexpr (core::tier_component::enabled) {
+    if (!c.tiers.check()) return fail();
+    if constexpr (core::has_remote) {
+      if (!c.tiers.below.check(c.tiers.ledger)) return fail();
+    }
   }
   return {};
-}
-
-/// The host tier: every unit free (in the free queue, not indexed) or cached (indexed; in the LRU queue iff
-/// no sequence holds it, with the holds the sequences account for); serials drawn parent first; the
-/// gauges. Complexity: O(blocks + host units + sequences).
-template <class Policy, class Hasher, class Tiers>
-bool check_host_tier(const cache_core<Policy, Hasher, Tiers>& c) {
-  const host_tier_state& h = *c.host;
-  const host_ledger& l = h.ledger;
-  const std::uint32_t block_size = c.geometry.block_size;
-  std::vector<std::uint32_t> block_holds(l.blocks().size(), 0), snapshot_holds(l.snapshots().size(), 0);
-  for (const sequence_record& r : c.sequences) {
-    if (r.host_copy_src != no_host_unit) {
-      if (r.host_copy_src >= l.blocks().size()) return false;
-      ++block_holds[r.host_copy_src];
-    }
-    if (r.restore_on_host) {
-      if (r.restore_slot < 0 || static_cast<std::uint32_t>(r.restore_slot) >= l.snapshots().size()) return false;
-      ++snapshot_holds[static_cast<std::uint32_t>(r.restore_slot)];
-    }
-  }
-  auto check_pool = [](const auto& pool, const std::vector<std::uint32_t>& holds, std::uint32_t& cached) {
-    std::size_t free_count = 0, lru_count = 0;
-    for (host_unit u = 0; u < pool.size(); ++u) {
-      const auto& n = pool.node(u);
-      if (n.holds != holds[u]) return false;
-      const bool indexed = n.index_link.is_linked(), queued = n.queue_link.is_linked();
-      if (n.state == host_state::free) {
-        if (indexed || !queued || n.holds != 0) return false;
-        ++free_count;
-      } else if (n.state == host_state::reserved) { // a fetch from the remote tier in flight
-        if (indexed || queued || n.holds != 0) return false;
-      } else {
-        if (!indexed || queued != (n.holds == 0)) return false;
-        ++cached;
-        lru_count += queued;
-      }
-    }
-    return pool.free().size() == free_count && pool.lru().size() == lru_count && pool.index().size() == cached;
-  };
-  std::uint32_t blocks_cached = 0, snapshots_cached = 0;
-  if (!check_pool(l.blocks(), block_holds, blocks_cached)) return false;
-  if (!check_pool(l.snapshots(), snapshot_holds, snapshots_cached)) return false;
-  for (host_unit u = 0; u < l.blocks().size(); ++u) {
-    const host_block_node& n = l.block(u);
-    if (n.state != host_state::cached) continue;
-    if (n.fill == 0 || n.fill > block_size || n.serial == 0 || n.parent_serial >= n.serial) return false;
-  }
-  // GPU blocks: a kept one has a serial drawn after its parent's; any other none.
-  for (block_id b = 0; b < static_cast<block_id>(c.blocks.size()); ++b) {
-    const block_node& n = c.blocks.node(b);
-    const std::uint64_t serial = h.serial[static_cast<std::size_t>(b)];
-    const bool kept = n.state == block_state::cached || n.state == block_state::tail;
-    if (!kept && (serial != 0 || h.twin[static_cast<std::size_t>(b)] != no_host_unit)) return false;
-    if (kept && serial != 0 && n.parent != no_block && h.serial[static_cast<std::size_t>(n.parent)] >= serial) return false;
-  }
-  const cache_metrics& m = c.metrics;
-  return m.host_blocks_held == blocks_cached && m.host_snapshots_held == snapshots_cached;
 }
 
 } // namespace reprise::detail

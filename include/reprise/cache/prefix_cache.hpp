@@ -339,14 +339,8 @@ public:
   std::uint32_t snapshot_slots() const noexcept { return st_ ? st_->slots.size() : 0; }
   std::uint32_t kv_blocks() const noexcept { return st_ ? st_->blocks.size() : 0; }
   /// Units of the host tier's KV pool and snapshot pool (`policy::host_tier`; 0 without).
-  std::uint32_t host_kv_units() const noexcept {
-    if constexpr (policy::tier_traits<Tiers>::host) return st_ ? st_->host->ledger.blocks().size() : 0;
-    else return 0;
-  }
-  std::uint32_t host_snapshot_units() const noexcept {
-    if constexpr (policy::tier_traits<Tiers>::host) return st_ ? st_->host->ledger.snapshots().size() : 0;
-    else return 0;
-  }
+  std::uint32_t host_kv_units() const noexcept { return st_ ? st_->tiers.kv_units() : 0; }
+  std::uint32_t host_snapshot_units() const noexcept { return st_ ? st_->tiers.snapshot_units() : 0; }
   std::uint64_t hasher_seed() const noexcept { return st_ ? st_->seed : 0; }
 
   /// The block table of a live sequence (empty if unknown). Valid until the next non-const call.

@@ -35,19 +35,13 @@ struct sequence_record {
   /// already been published for (two equal prompts in flight); then the sequence also holds a reference on
   /// the published one, so its chain stays whole and later blocks publish under it.
   std::vector<block_id> chain;
-  slot_id restore_slot = no_slot;        ///< held until the first commit (the restore copy has run)
+  slot_id restore_slot = no_slot;        ///< a GPU snapshot slot held until the first commit (restore run)
   block_id copy_src = no_block;          ///< a kept partial block held until the first commit (copied)
-  bool restore_on_host = false;          ///< `restore_slot` is a host snapshot unit (`policy::host_tier`)
-  content_key content_root{};            ///< `policy::remote_tier`: the chain's root content key
-  /// A turn end's partial block onboarded from the host tier, held until the first commit.
-  std::uint32_t host_copy_src = std::numeric_limits<std::uint32_t>::max();
   /// The turn-end snapshot this sequence restored from and the block it sits on: superseded once this
-  /// sequence's own turn end is captured further along the same path.
+  /// sequence's own turn end is captured further along the same path. (What a sequence holds in a tier
+  /// below the GPU is that tier's side table, indexed like this table: host_tier.hpp, remote_tier.hpp.)
   slot_id turn_restore = no_slot;
   block_id turn_restore_block = no_block;
-  /// The same for a turn end restored from the host tier: its unit and its block's serial.
-  std::uint32_t host_turn_restore = std::numeric_limits<std::uint32_t>::max();
-  std::uint64_t host_turn_serial = 0;
   /// Tokens before this position were computed prefill-exactly (from the zero state or prefill-exact state,
   /// through prefill-exact KV); the KV of later positions, and states past it, are `decode_continuation`.
   std::uint32_t exact_until = 0;
@@ -74,13 +68,8 @@ struct sequence_record {
     tokens = computed = 0;
     restore_slot = no_slot;
     copy_src = no_block;
-    restore_on_host = false;
-    content_root = {};
-    host_copy_src = std::numeric_limits<std::uint32_t>::max();
     turn_restore = no_slot;
     turn_restore_block = no_block;
-    host_turn_restore = std::numeric_limits<std::uint32_t>::max();
-    host_turn_serial = 0;
     exact_until = 0;
     prompt = 0;
     foreign_from = std::numeric_limits<std::uint32_t>::max();
