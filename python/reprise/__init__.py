@@ -10,7 +10,8 @@ The package is a thin layer over the C++ library (the compiled module ``reprise.
   the GPU pools evict goes to host pools the engine owns, and :meth:`PrefixCache.take_transfers` returns the
   moves (:class:`Transfers`) to run.
 - :mod:`reprise.ops` holds the host implementations of the state kernels (state copy, transfers between pool
-  sets, causal conv1d, Mamba2 SSD, gated delta rule) on float32 numpy arrays.
+  sets, causal conv1d, Mamba2 SSD, gated delta rule) on numpy arrays: float32, or bfloat16 (uint16 bits,
+  ``dtype='bfloat16'``) activations; float32, or bfloat16 / float16 state pools where the kernel takes them.
 
 Every ``reprise::errc`` is an exception class derived from :class:`Error` (``PoolExhausted``,
 ``UnknownSequence``, ...); :data:`ERRORS` maps errc names to them. A call that raises has changed nothing.
