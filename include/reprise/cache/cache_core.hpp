@@ -158,43 +158,20 @@ struct cache_core {
   // ------------------------------------------------------------------------------------------------------
   // the remote tier: prefetch into reserved host units, verified when reported (remote_fetch.hpp)
 
-  /// Plans fetches from the remote store of what `prompt` would reuse and the GPU and host tiers lack: the
-  /// prefill-exact blocks past its match (continuing a prefill-exact chain), and snapshots at the deepest
-  /// `remote_snapshot_candidates` positions on the alignment grid past what the local tiers restore, each
-  /// into a reserved host unit. Changes no GPU state; host units it reserves may evict others (their puts
-  /// come with the next `take_transfers`, which the engine runs before starting the fetches).
-  ///
-  /// With `in_store` (the keys a `probe` of this prompt found in the store), only those are fetched: the
-  /// blocks up to the first one absent and, for a model with recurrent layers, only up to the deepest
-  /// snapshot found (KV past it would be recomputed anyway). Without it every candidate is fetched, and
-  /// those the store lacks cost a reserved unit each until reported.
-  ///
-  /// Complexity: the prompt's lookup (as `admit`'s, up to its first miss), then at most as many block keys
-  /// as the host tier has KV units, and memory of the same order: a prompt of any length costs no more.
-  /// Errors: as `admit`'s checks of the prompt (`invalid_argument`, `out_of_range`).
+  /// `policy::remote_tier` (remote_fetch.hpp has what each plans and its complexity; prefix_cache.hpp the
+  /// engine's view). Errors: as `admit`'s checks of the prompt; `fetched`: `invalid_argument` when no fetch
+  /// into that unit is pending. Without a remote tier: empty plans.
   result<fetch_plan> prefetch(std::span<const token_id> prompt, const extra_keys& keys,
                               const std::span<const content_key>* in_store = nullptr) {
     if (const errc e = check_prompt(prompt, keys); e != errc{}) return e;
     if constexpr (!has_remote) return fetch_plan{};
     else return fetch.prefetch(*this, prompt, keys, in_store);
   }
-
-  /// The content keys a `prefetch` of `prompt` could ask the store for now, blocks in chain order then
-  /// snapshots deepest first, with nothing reserved and nothing changed. An engine asks the store which of
-  /// them it has (one pipelined round trip: `redis_store::probe`) and passes those to `prefetch`, so that
-  /// a prompt's new content, which no engine computed yet, reserves no host unit. Lists at most as many
-  /// blocks as the host tier has KV units past the prompt's local match (no more could be fetched).
-  /// Complexity: as `prefetch`'s. Errors: as `prefetch`'s.
   result<probe_plan> probe(std::span<const token_id> prompt, const extra_keys& keys) {
     if (const errc e = check_prompt(prompt, keys); e != errc{}) return e;
     if constexpr (!has_remote) return probe_plan{};
     else return fetch.probe(*this, prompt, keys);
   }
-
-  /// Reports the fetch into `unit` of `item`: `header` as the store returned it, empty for a miss (absent,
-  /// corrupt, timed out). A header equal to the one `prefetch` expected makes the unit a host-tier block or
-  /// snapshot (its bytes already written by the engine); anything else frees it, counted as rejected.
-  /// Errors: `invalid_argument` when no fetch into that unit is pending (nothing changes).
   result<void> fetched(remote_item item, std::uint32_t unit, std::span<const std::byte> header) {
     if constexpr (!has_remote) return errc::invalid_argument;
     else return fetch.fetched(*this, item, unit, header);

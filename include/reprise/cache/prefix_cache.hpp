@@ -141,12 +141,19 @@ public:
   ///
   /// Effects: allocates every pool (blocks and their stored tokens, index buckets, sequence records,
   /// snapshot slots); throws `std::bad_alloc` when they do not fit in memory.
-  /// Errors: `invalid_argument` (`kv_blocks` or `max_sequences` is 0); `out_of_range` (either is above
-  /// `max_pool_ids`); `unsupported_config` (a block size outside `supported_block_sizes`, `block_sharing`
-  /// on a model with recurrent layers, `snapshot_restore` on an attention-only one, `share_in_step` with a
-  /// policy other than `block_sharing`); `budget_too_small` (a
-  /// `snapshot_restore` budget below one snapshot); `misaligned` (an `every<I>` or
-  /// `cache_options::capture_interval` that is 0 or off the alignment unit).
+  /// Errors: `invalid_argument` (`kv_blocks` or `max_sequences` is 0; a snapshot policy on a model whose
+  /// snapshot has no bytes; `decode_checkpoints_per_sequence` 0 with `policy::decode_checkpoints`; with a
+  /// host tier, a model whose KV block has no bytes; with a remote tier, no `remote_keys` or
+  /// `remote_snapshot_candidates` 0); `out_of_range` (`kv_blocks` or `max_sequences` above `max_pool_ids`);
+  /// `unsupported_config` (a block size outside `supported_block_sizes`, `block_sharing` on a model with
+  /// recurrent layers, `snapshot_restore` on an attention-only one, `share_in_step` with a policy other
+  /// than `block_sharing` or with a host tier, a host tier under `memory_only`, host snapshot budget under
+  /// a policy that restores none, host budgets without a host tier, `remote_keys` or
+  /// `remote_write_through` without a remote tier); `budget_too_small` (a `snapshot_restore` budget below
+  /// one snapshot, a host KV budget below one block, a non-zero host snapshot budget below one snapshot);
+  /// `misaligned` (an alignment that is not a multiple of the block size, an `every<I>` or
+  /// `cache_options::capture_interval` that is 0 or off the alignment unit, a `decode_checkpoint_interval`
+  /// off it).
   /// Complexity: linear in the pool sizes.
   static result<prefix_cache> create(const model_config& m, const cache_options& options)
     requires std::same_as<Model, dynamic_model>
@@ -281,7 +288,6 @@ public:
     return st_->step_complete(n);
   }
 
-  /// The step being scheduled now (starts at 0).
   /// `policy::host_tier`: the moves between GPU and host memory that the calls since the previous
   /// `take_transfers` planned (offloads of what the GPU pools evicted, onboards of host hits). Call it once
   /// per step, after the step's admit / extend / fork / finish calls, and issue the moves before that step's
@@ -326,6 +332,7 @@ public:
     return st_->fetched(item, unit, header);
   }
 
+  /// The step being scheduled now (starts at 0).
   epoch_t current_epoch() const noexcept { return st_ ? st_->clock.current : 0; }
 
   const cache_metrics& metrics() const noexcept { return st_ ? st_->metrics : empty_metrics; }
