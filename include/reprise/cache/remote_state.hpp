@@ -81,15 +81,15 @@ struct snapshot_candidate {
 };
 
 struct remote_tier_state {
-  remote_tier_state(const remote_keyer& k, std::uint32_t gpu_blocks, std::uint32_t gpu_slots, std::uint32_t kv_units,
+  remote_tier_state(remote_keys_ref k, std::uint32_t gpu_blocks, std::uint32_t gpu_slots, std::uint32_t kv_units,
                     std::uint32_t snapshot_units)
-      : keyer(&k), gpu_key(gpu_blocks), gpu_parent(gpu_blocks), gpu_in_store(gpu_blocks, 0), slot_in_store(gpu_slots, 0),
+      : keyer(k), gpu_key(gpu_blocks), gpu_parent(gpu_blocks), gpu_in_store(gpu_blocks, 0), slot_in_store(gpu_slots, 0),
         slot_epoch(gpu_slots, 0), host_key(kv_units), host_parent(kv_units),
         host_fetched(kv_units, 0), host_from_store(kv_units, 0), snapshot_key(snapshot_units), snapshot_block(snapshot_units),
         snapshot_position(snapshot_units, 0), snapshot_fetched(snapshot_units, 0), kv_pending(kv_units),
         snapshot_pending(snapshot_units) {}
 
-  const remote_keyer* keyer;
+  remote_keys_ref keyer;
   /// By GPU block id: the content key of a cached prefill-exact full block and the key it chains from (zero
   /// for anything that never goes to the store).
   std::vector<content_key> gpu_key, gpu_parent;
