@@ -115,7 +115,7 @@ inline stream_outcome run_cache_operation_stream(const std::uint8_t* data, std::
     // strict (prefill-exact captures) with small host pools under a remote store: what the host tier evicts
     // is put (and, in half the streams, every prefill-exact block and snapshot is written through from GPU
     // memory once its step completed), and every admit is preceded by a prefetch from the store.
-    static const test_remote_keyer keys;
+    static const test_content_keyer keys;
     cache_options o = small;
     o.remote_write_through = in.below(2) == 1;
     o.snapshot_budget_bytes = 3 * hybrid.bytes_per_snapshot();

@@ -1,7 +1,9 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
 // Content keys (reprise/keys/content_key.hpp): the format of docs/key-format.md, its test vectors, and which
 // inputs every key depends on.
+#include <reprise/cache/types.hpp>
 #include <reprise/keys/content_key.hpp>
+#include <reprise/keys/remote_keys.hpp>
 #include <reprise/state/presets.hpp>
 
 #include <doctest/doctest.h>
@@ -9,12 +11,14 @@
 
 #include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <numeric>
 #include <set>
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <unordered_set>
 #include <vector>
 
@@ -357,4 +361,34 @@ TEST_CASE("content keys: errors return nothing") {
   m.state_type = dtype::bf16;
   CHECK(snapshot_dtypes::of(config_of({{tiny_kv, 1}, {tiny_mamba2, 1}, {m, 1}})).error() == errc::unsupported_config);
   CHECK(ok(snapshot_dtypes::of(config_of({{m, 2}}))) == snapshot_dtypes{dtype::bf16, dtype::bf16});
+}
+
+TEST_CASE("remote_keys_ref: a content_keyer through the reference gives the keyer's own keys") {
+  static_assert(content_key_source<content_keyer>);
+  static_assert(std::is_convertible_v<const content_keyer*, remote_keys_ref>);
+  static_assert(std::is_convertible_v<content_keyer*, remote_keys_ref>);
+  static_assert(std::is_convertible_v<std::nullptr_t, remote_keys_ref>);
+  // Not from a pointer to another reference (it would dangle with it), nor from a type without the calls.
+  static_assert(!std::is_convertible_v<const remote_keys_ref*, remote_keys_ref>);
+  static_assert(!std::is_convertible_v<const int*, remote_keys_ref>);
+  static_assert(sizeof(remote_keys_ref) == 2 * sizeof(void*));
+
+  const content_keyer keyer = ok(content_keyer::make(tiny_context(), tiny_config()));
+  const remote_keys_ref empty;
+  CHECK(empty == nullptr);
+  CHECK_FALSE(empty);
+  CHECK(remote_keys_ref(static_cast<const content_keyer*>(nullptr)) == nullptr);
+
+  cache_options o;
+  CHECK(o.remote_keys == nullptr);
+  o.remote_keys = &keyer;
+  CHECK(o.remote_keys != nullptr);
+  const remote_keys_ref copy = *o.remote_keys;
+  const auto t = iota_tokens(8, 100);
+  const content_key root = keyer.root(tiny_extra);
+  CHECK(root != content_key{});
+  CHECK(o.remote_keys->root(tiny_extra) == root);
+  CHECK(copy.chain(root, t) == keyer.chain(root, t));
+  CHECK(copy.snapshot(root, 8) == keyer.snapshot(root, 8));
+  CHECK(keyer.chain(root, t) == ok(block_keys(tiny_context(), tiny_extra, t, 8))[0]);
 }

@@ -133,15 +133,15 @@ TEST_CASE("the chat and strict presets under nvcc: branch blocks, decode checkpo
 TEST_CASE("host and remote tiers under nvcc: offload, prefetch and onboard plan the same moves") {
   using tiered = prefix_cache<presets::nemotron_h_8b, policy::strict, xxh3_hasher,
                               policy::tiers<policy::host_tier, policy::remote_tier>>;
-  struct counting_keyer final : remote_keyer {
-    content_key root(const extra_keys&) const noexcept override { return key(1); }
-    content_key chain(const content_key& p, std::span<const token_id> t) const noexcept override {
+  struct counting_keyer {
+    content_key root(const extra_keys&) const noexcept { return key(1); }
+    content_key chain(const content_key& p, std::span<const token_id> t) const noexcept {
       content_key k = p;
       k.bytes[31] = static_cast<std::uint8_t>(k.bytes[31] + 1);
       k.bytes[30] = static_cast<std::uint8_t>(t.empty() ? 0 : t[0]);
       return k;
     }
-    content_key snapshot(const content_key& b, std::uint32_t position) const noexcept override {
+    content_key snapshot(const content_key& b, std::uint32_t position) const noexcept {
       content_key k = b;
       k.bytes[0] = static_cast<std::uint8_t>(position >> 8);
       return k;
@@ -152,6 +152,7 @@ TEST_CASE("host and remote tiers under nvcc: offload, prefetch and onboard plan 
       return k;
     }
   } keys;
+  static_assert(content_key_source<counting_keyer>);
   using model = presets::nemotron_h_8b;
   auto made = tiered::create({.kv_blocks = 40,
                               .snapshot_budget_bytes = model::bytes_per_snapshot,

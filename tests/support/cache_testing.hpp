@@ -31,17 +31,17 @@ struct constant_hasher {
 };
 static_assert(hasher<constant_hasher>);
 
-/// A `remote_keyer` for tests that need no OpenSSL: two XXH3-128 chains side by side (256 bits). A
+/// A `content_key_source` for tests that need no OpenSSL: two XXH3-128 chains side by side (256 bits). A
 /// snapshot's key chains two tokens (its position and a marker) onto its block's: no block chains fewer
 /// than 8.
-class test_remote_keyer final : public remote_keyer {
+class test_content_keyer {
 public:
-  explicit test_remote_keyer(std::uint64_t fleet_seed = 11) : a_(fleet_seed), b_(fleet_seed ^ 0x5bd1e995u) {}
-  content_key root(const extra_keys& k) const noexcept override { return pack(a_.root(k), b_.root(k)); }
-  content_key chain(const content_key& p, std::span<const token_id> t) const noexcept override {
+  explicit test_content_keyer(std::uint64_t fleet_seed = 11) : a_(fleet_seed), b_(fleet_seed ^ 0x5bd1e995u) {}
+  content_key root(const extra_keys& k) const noexcept { return pack(a_.root(k), b_.root(k)); }
+  content_key chain(const content_key& p, std::span<const token_id> t) const noexcept {
     return pack(a_.chain(half(p, 0), t), b_.chain(half(p, 16), t));
   }
-  content_key snapshot(const content_key& block, std::uint32_t position) const noexcept override {
+  content_key snapshot(const content_key& block, std::uint32_t position) const noexcept {
     const token_id t[2] = {static_cast<token_id>(position), -7};
     return chain(block, t);
   }
@@ -60,6 +60,7 @@ private:
   }
   xxh3_hasher a_, b_;
 };
+static_assert(content_key_source<test_content_keyer>);
 
 /// Tokens first, first + 1, ... (count of them).
 inline std::vector<token_id> iota_tokens(std::size_t count, token_id first = 0) {

@@ -5,6 +5,7 @@
 
 #include <reprise/ids.hpp>
 #include <reprise/keys/block_key.hpp>
+#include <reprise/keys/remote_keys.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -43,8 +44,6 @@ struct cache_geometry {
   bool has_recurrent = false;
   friend constexpr bool operator==(const cache_geometry&, const cache_geometry&) = default;
 };
-
-class remote_keyer;
 
 /// Construction options of a `prefix_cache`.
 struct cache_options {
@@ -110,10 +109,11 @@ struct cache_options {
   /// keeps no snapshot on the host (models without recurrent layers need none). Without a host tier a
   /// non-zero value is `unsupported_config`.
   std::size_t host_snapshot_budget_bytes = 0;
-  /// `policy::remote_tier`: how the fleet names what the remote store holds (<reprise/keys/content_key.hpp>
-  /// has `content_keyer`, the SHA-256 derivation of docs/key-format.md). The engine keeps it alive as long as
-  /// the cache. Required with a remote tier (`invalid_argument`), `unsupported_config` without one.
-  const remote_keyer* remote_keys = nullptr;
+  /// `policy::remote_tier`: how the fleet names what the remote store holds, any `content_key_source`
+  /// (`o.remote_keys = &keys;`; <reprise/keys/content_key.hpp> has `content_keyer`, the SHA-256 derivation of
+  /// docs/key-format.md). The engine keeps it alive as long as the cache. Required with a remote tier
+  /// (`invalid_argument`), `unsupported_config` without one.
+  remote_keys_ref remote_keys{};
   /// `policy::remote_tier`: snapshots `prefetch` asks the store for per prompt, the deepest positions on the
   /// alignment grid past what local tiers restore (>= 1).
   std::uint32_t remote_snapshot_candidates = 2;
@@ -123,21 +123,6 @@ struct cache_options {
   /// tier later evicts is then not put again. Off (write-back): values reach the store only when the host
   /// tier evicts them. Without a remote tier, `true` is `unsupported_config`.
   bool remote_write_through = false;
-};
-
-/// Names what the remote tier stores, the same way in every process of a fleet (`policy::remote_tier`). Each
-/// function returns all zeros when it cannot compute a key (the value is then neither stored nor fetched).
-class remote_keyer {
-public:
-  /// key_{-1}: the chain's root, from the extra keys.
-  virtual content_key root(const extra_keys& keys) const noexcept = 0;
-  /// key_i = H(key_{i-1}, the B tokens of block i).
-  virtual content_key chain(const content_key& parent, std::span<const token_id> block) const noexcept = 0;
-  /// A prefill-exact snapshot at block end `position`, whose block has key `block`.
-  virtual content_key snapshot(const content_key& block, std::uint32_t position) const noexcept = 0;
-
-protected:
-  ~remote_keyer() = default;
 };
 
 /// What a remote value holds: a KV block (a host KV unit) or a snapshot (a host snapshot unit).

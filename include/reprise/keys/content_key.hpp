@@ -26,8 +26,8 @@
 
 #include <reprise/errc.hpp>
 #include <reprise/ids.hpp>
-#include <reprise/cache/types.hpp>
 #include <reprise/keys/block_key.hpp>
+#include <reprise/keys/remote_keys.hpp>
 #include <reprise/state/model_config.hpp>
 
 #include <openssl/evp.h>
@@ -356,10 +356,10 @@ inline result<content_key> snapshot_key(const content_key_context& context, cons
   return k;
 }
 
-/// The `remote_keyer` of `policy::remote_tier` (cache_options::remote_keys): the keys of this file, so every
-/// process of a fleet with equal contexts names equal blocks and snapshots alike. A key OpenSSL cannot
-/// compute comes back all zero, and the cache then neither stores nor fetches that value.
-class content_keyer final : public remote_keyer {
+/// The `content_key_source` of `policy::remote_tier` (`cache_options::remote_keys = &keyer;`): the keys of this
+/// file, so every process of a fleet with equal contexts names equal blocks and snapshots alike. A key OpenSSL
+/// cannot compute comes back all zero, and the cache then neither stores nor fetches that value.
+class content_keyer final {
 public:
   /// Errors: `invalid_argument` (a context without a computed fingerprint, whose block size must be the
   /// model's), those of `snapshot_dtypes::of` (a model whose recurrent layers disagree on their dtypes).
@@ -372,11 +372,11 @@ public:
     return content_keyer(context, *dtypes);
   }
 
-  content_key root(const extra_keys& keys) const noexcept override {
+  content_key root(const extra_keys& keys) const noexcept {
     auto k = root_key(context_, keys);
     return k ? *k : content_key{};
   }
-  content_key chain(const content_key& parent, std::span<const token_id> block) const noexcept override {
+  content_key chain(const content_key& parent, std::span<const token_id> block) const noexcept {
     detail::content_digest d;
     d.begin();
     d.bytes(parent.bytes.data(), parent.bytes.size());
@@ -384,7 +384,7 @@ public:
     content_key k;
     return d.finish(k.bytes) ? k : content_key{};
   }
-  content_key snapshot(const content_key& block, std::uint32_t position) const noexcept override {
+  content_key snapshot(const content_key& block, std::uint32_t position) const noexcept {
     auto k = snapshot_key(context_, block, {}, position, exactness::prefill_exact, dtypes_);
     return k ? *k : content_key{};
   }
@@ -394,6 +394,7 @@ private:
   content_key_context context_;
   snapshot_dtypes dtypes_;
 };
+static_assert(content_key_source<content_keyer>);
 
 /// Lowercase hex of the 32 bytes in order (Python's `hexdigest()`), for logs and store key names.
 inline std::string to_hex(std::span<const std::uint8_t, 32> bytes) {

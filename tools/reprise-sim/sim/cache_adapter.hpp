@@ -35,7 +35,7 @@ using clock_type = std::chrono::steady_clock;
 
 /// The cache options of a replay: `kv_blocks` blocks, the snapshot budgets in the model's real bytes, the
 /// fleet's content keys `keys` for a remote tier.
-inline cache_options options_for(const replay_config& c, std::uint32_t kv_blocks, const remote_keyer* keys = nullptr) {
+inline cache_options options_for(const replay_config& c, std::uint32_t kv_blocks, remote_keys_ref keys = nullptr) {
   cache_options o;
   o.kv_blocks = kv_blocks;
   o.max_sequences = c.concurrency + 1;
