@@ -495,47 +495,11 @@ struct cache_core {
     r->computed = n;
     with_block_size(geometry.block_size, [&](auto b) { publish_blocks<decltype(b)::value>(*r); });
     if constexpr (restores) {
-      resolve_captures(*r, n);
+      resolve_captures(*r, n, geometry, options.decode_checkpoints_per_sequence, blocks, slots, metrics,
+                       [this](slot_id slot, block_id b, exactness kind) { tiers.snapshot_published(slot, b, kind); });
       unhold_restore(*r);
     }
     return {};
-  }
-
-  /// Publishes the captures at positions <= n that the engine wrote (marked in `r.written`) and frees the
-  /// others' slots. Complexity: O(captures).
-  void resolve_captures(sequence_record& r, std::uint32_t n) noexcept {
-    const std::uint32_t B = geometry.block_size;
-    std::size_t kept = 0;
-    for (std::size_t k = 0; k < r.captures.size(); ++k) {
-      const capture_point c = r.captures[k];
-      if (c.position > n) {
-        r.captures[kept++] = c;
-        continue;
-      }
-      slot_node& slot = slots.node(c.slot);
-      const auto p = static_cast<std::uint32_t>(c.position);
-      const std::uint32_t i = p / B - 1;
-      const exactness kind = capture_kind(r, p, geometry.alignment);
-      block_node* b = i < r.chain.size() ? &blocks.node(r.chain[i]) : nullptr;
-      if (r.written[k] != 0 && b != nullptr && p <= r.foreign_from && b->snapshot[static_cast<int>(kind)] == no_slot &&
-          b->snapshot[static_cast<int>(exactness::prefill_exact)] == no_slot) {
-        const bool checkpoint = p > r.prompt; // planned by `extend`
-        slots.attach(slot, *b, kind, 0, checkpoint);
-        tiers.snapshot_published(c.slot, blocks.id_of(*b), kind);
-        ++metrics.captures_written;
-        if (checkpoint) {
-          r.checkpoints.emplace_back(c.slot, blocks.id_of(*b));
-          if (r.checkpoints.size() > options.decode_checkpoints_per_sequence) {
-            slots.discard(r.checkpoints.front().first, r.checkpoints.front().second);
-            r.checkpoints.erase(r.checkpoints.begin());
-          }
-        }
-      } else {
-        ++metrics.captures_refused;
-        slots.release(slot);
-      }
-    }
-    r.captures.resize(kept);
   }
 
   /// Publishes the sequence's blocks that are full and computed, in chain order.
@@ -603,34 +567,13 @@ struct cache_core {
     plan.new_blocks = std::span<const block_id>(r->blocks).subspan(have);
     if constexpr (restores) {
       if constexpr (traits::capture::at_decode) {
-        if (!tokens.empty()) plan_checkpoint(*r, plan); // an empty extend reaches no new position
+        // An empty extend reaches no new position.
+        if (!tokens.empty())
+          plan.captures = plan_checkpoint(*r, options.decode_checkpoint_interval, options.max_snapshots_per_path,
+                                          blocks, slots, metrics);
       }
     }
     return plan;
-  }
-
-  /// `policy::decode_checkpoints`: a capture at the sequence's new length when it is a multiple of the
-  /// interval, not already planned, within the per-path cap and when a slot is reusable. Complexity: O(1),
-  /// plus O(chain) with a per-path cap.
-  void plan_checkpoint(sequence_record& r, extend_plan& plan) noexcept {
-    const std::uint32_t interval = options.decode_checkpoint_interval;
-    const std::uint32_t p = r.tokens;
-    if (interval == 0 || p % interval != 0 || p <= r.computed) return;
-    if (!r.captures.empty() && r.captures.back().position >= p) return; // pending captures are in order
-    if (options.max_snapshots_per_path != 0) {
-      if (snapshots_on_chain(r, blocks) >= options.max_snapshots_per_path) {
-        ++metrics.captures_refused;
-        return;
-      }
-    }
-    slot_node* n = slots.take();
-    if (n == nullptr) {
-      ++metrics.captures_refused;
-      return;
-    }
-    r.captures.push_back({.sequence = 0, .position = p, .slot = slots.id_of(*n)}); // after every earlier one
-    ++metrics.captures_planned;
-    plan.captures = std::span<const capture_point>(r.captures).last(1);
   }
 
   result<fork_plan> fork(seq_id src, seq_id dst) {

@@ -1,8 +1,11 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file
-/// `plan_captures`: turns a policy's capture placements into the (position, slot) list of one admitted
-/// prompt. Each placement computes its own positions (`policy::capture_placement`); the planner keeps those
+/// The capture planner: `plan_captures` turns a policy's capture placements into the (position, slot) list
+/// of one admitted prompt, `plan_checkpoint` adds a decode checkpoint as a sequence is extended, and
+/// `resolve_captures` publishes (or frees) them when the engine commits.
+///
+/// `plan_captures`: Each placement computes its own positions (`policy::capture_placement`); the planner keeps those
 /// on the alignment grid in (usable, L] (on the block grid when a placement captures off the grid), drops
 /// positions whose cached block already holds a snapshot as good
 /// as the one the prefill would write, applies the per-path cap (the deepest survive), and takes slots
@@ -17,6 +20,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 namespace reprise::detail {
 
@@ -91,6 +95,71 @@ void plan_captures(sequence_record& r, const policy::capture_context& c, std::ui
         break;
       }
   }
+}
+
+/// `policy::decode_checkpoints`: a capture at the sequence's new length when it is a multiple of `interval`,
+/// not already planned, within the per-path cap and when a slot is reusable; the capture (or none) for the
+/// extend plan. Complexity: O(1), plus O(chain) with a per-path cap.
+inline std::span<const capture_point> plan_checkpoint(sequence_record& r, std::uint32_t interval,
+                                                      std::uint32_t max_per_path, const block_ledger& blocks,
+                                                      snapshot_ledger& slots, cache_metrics& m) noexcept {
+  const std::uint32_t p = r.tokens;
+  if (interval == 0 || p % interval != 0 || p <= r.computed) return {};
+  if (!r.captures.empty() && r.captures.back().position >= p) return {}; // pending captures are in order
+  if (max_per_path != 0 && snapshots_on_chain(r, blocks) >= max_per_path) {
+    ++m.captures_refused;
+    return {};
+  }
+  slot_node* n = slots.take();
+  if (n == nullptr) {
+    ++m.captures_refused;
+    return {};
+  }
+  r.captures.push_back({.sequence = 0, .position = p, .slot = slots.id_of(*n)}); // after every earlier one
+  ++m.captures_planned;
+  return std::span<const capture_point>(r.captures).last(1);
+}
+
+/// At a commit of `n` tokens: publishes the captures at positions <= n that the engine wrote (marked in
+/// `r.written`) on the cached block ending there, calling `published(slot, block, kind)` for each, and frees
+/// the others' slots. A decode checkpoint published beyond `checkpoints_per_sequence` drops the sequence's
+/// oldest. Complexity: O(captures).
+template <class Published>
+void resolve_captures(sequence_record& r, std::uint32_t n, const cache_geometry& g,
+                      std::uint32_t checkpoints_per_sequence, block_ledger& blocks, snapshot_ledger& slots,
+                      cache_metrics& m, Published&& published) noexcept {
+  const std::uint32_t B = g.block_size;
+  std::size_t kept = 0;
+  for (std::size_t k = 0; k < r.captures.size(); ++k) {
+    const capture_point c = r.captures[k];
+    if (c.position > n) {
+      r.captures[kept++] = c;
+      continue;
+    }
+    slot_node& slot = slots.node(c.slot);
+    const auto p = static_cast<std::uint32_t>(c.position);
+    const std::uint32_t i = p / B - 1;
+    const exactness kind = capture_kind(r, p, g.alignment);
+    block_node* b = i < r.chain.size() ? &blocks.node(r.chain[i]) : nullptr;
+    if (r.written[k] != 0 && b != nullptr && p <= r.foreign_from && b->snapshot[static_cast<int>(kind)] == no_slot &&
+        b->snapshot[static_cast<int>(exactness::prefill_exact)] == no_slot) {
+      const bool checkpoint = p > r.prompt; // planned by `extend`
+      slots.attach(slot, *b, kind, 0, checkpoint);
+      published(c.slot, blocks.id_of(*b), kind);
+      ++m.captures_written;
+      if (checkpoint) {
+        r.checkpoints.emplace_back(c.slot, blocks.id_of(*b));
+        if (r.checkpoints.size() > checkpoints_per_sequence) {
+          slots.discard(r.checkpoints.front().first, r.checkpoints.front().second);
+          r.checkpoints.erase(r.checkpoints.begin());
+        }
+      }
+    } else {
+      ++m.captures_refused;
+      slots.release(slot);
+    }
+  }
+  r.captures.resize(kept);
 }
 
 } // namespace reprise::detail
