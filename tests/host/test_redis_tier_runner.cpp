@@ -4,6 +4,7 @@
 // store by hand, or a server that is gone, costs a miss and never wrong state. Without redis-server on PATH
 // the cases exit 77, which CTest reports as skipped.
 #include "support/cache_testing.hpp"
+#include "support/content_keys.hpp"
 #include "support/redis_testing.hpp"
 
 #include <reprise/keys/content_key.hpp>
@@ -36,14 +37,6 @@ using cache_type = prefix_cache<small_hybrid, policy::strict, xxh3_hasher, tiers
 constexpr std::uint32_t B = small_hybrid::block_size;
 constexpr std::uint32_t A = small_hybrid::alignment;
 constexpr std::size_t unit_bytes = 256; // the test's stand-in for a block's or a snapshot's bytes, in two layers
-
-content_keyer make_keyer() {
-  auto fingerprint = model_fingerprint::make(model_config::of<small_hybrid>(), "test-weights");
-  REQUIRE(fingerprint.has_value());
-  auto k = content_keyer::make({.fleet_seed = 7, .fingerprint = *fingerprint}, model_config::of<small_hybrid>());
-  REQUIRE(k.has_value());
-  return std::move(*k);
-}
 
 /// The bytes a cold prefill leaves in a block ending at `end`, or in a snapshot at `end`, for `tokens`.
 std::vector<std::byte> content_of(std::span<const token_id> tokens, std::uint32_t end, bool snapshot) {

@@ -4,6 +4,7 @@
 // its own prompt implies, and restores from it. Two caches stand for two processes here, with a store in
 // memory and engine pools whose bytes are a function of the prefix they hold, so "bitwise" is checkable.
 #include "support/cache_testing.hpp"
+#include "support/content_keys.hpp"
 #include "support/chat_turns.hpp"
 #include "support/huge_tokens.hpp"
 
@@ -30,14 +31,6 @@ using cache_type = prefix_cache<small_hybrid, policy::strict, xxh3_hasher, tiers
 constexpr std::uint32_t B = small_hybrid::block_size;
 constexpr std::uint32_t A = small_hybrid::alignment;
 constexpr std::size_t unit_bytes = 64; // the test's stand-in for a block's or a snapshot's bytes
-
-content_keyer make_keyer(std::uint64_t fleet_seed = 7) {
-  auto fingerprint = model_fingerprint::make(model_config::of<small_hybrid>(), "test-weights");
-  REQUIRE(fingerprint.has_value());
-  auto k = content_keyer::make({.fleet_seed = fleet_seed, .fingerprint = *fingerprint}, model_config::of<small_hybrid>());
-  REQUIRE(k.has_value());
-  return std::move(*k);
-}
 
 /// The bytes a cold prefill would leave in a block ending at `end`, or in a snapshot at `end`, for `tokens`.
 std::vector<std::byte> content_of(std::span<const token_id> tokens, std::uint32_t end, bool snapshot) {

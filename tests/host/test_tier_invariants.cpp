@@ -3,6 +3,7 @@
 // check_invariants: each corruption of a side table is reported, and undoing it makes the check pass again.
 // The cores are built directly (detail::cache_core) so the test can reach the components' tables.
 #include "support/cache_testing.hpp"
+#include "support/content_keys.hpp"
 
 #include <reprise/keys/content_key.hpp>
 
@@ -30,14 +31,6 @@ cache_options host_options(std::uint32_t kv_blocks, std::uint32_t host_blocks) {
           .hasher_seed = 3,
           .host_kv_budget_bytes = host_blocks * small_hybrid::bytes_per_kv_block,
           .host_snapshot_budget_bytes = 2 * small_hybrid::bytes_per_snapshot};
-}
-
-content_keyer make_keyer() {
-  auto fingerprint = model_fingerprint::make(model_config::of<small_hybrid>(), "test-weights");
-  REQUIRE(fingerprint.has_value());
-  auto k = content_keyer::make({.fleet_seed = 7, .fingerprint = *fingerprint}, model_config::of<small_hybrid>());
-  REQUIRE(k.has_value());
-  return std::move(*k);
 }
 
 /// Serves `prompt` as sequence `s` to the end: admit, commit with every capture written, release, step.
