@@ -426,7 +426,7 @@ public:
     return choose(loads, total);
   }
 
-  /// Per engine, the usable tokens of the last `route` (empty before the first).
+  /// Per engine, the usable tokens of the last `route` (zeros before the first).
   std::span<const std::uint64_t> usable_tokens() const noexcept { return usable_; }
   /// Per engine, the KV-matched tokens of the last `route`: B times the leading prompt blocks it holds. On
   /// a hybrid model the difference to `usable_tokens()` is what a missing snapshot costs.
