@@ -19,6 +19,7 @@
 #include <reprise/keys/block_key.hpp>
 #include <reprise/keys/xxh3_hasher.hpp>
 #include <reprise/cache/types.hpp>
+#include <reprise/cache/metrics.hpp>
 #include <reprise/cache/epoch_fifo.hpp>
 #include <reprise/cache/block_pool.hpp>
 #include <reprise/cache/block_index.hpp>
