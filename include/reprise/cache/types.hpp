@@ -248,6 +248,14 @@ struct admit_plan {
   /// `policy::host_tier`: `restore_slot` names a slot of the host snapshot pool; the engine copies it from
   /// host memory into the live state (after the step's transfers).
   bool restore_from_host = false;
+  /// `policy::host_tier`: full KV blocks of this prompt's match copied back from the host tier (the
+  /// `kv_onboard` moves of the next `take_transfers` into this sequence's first `shared_blocks`); a turn
+  /// end's partial block brought back with them is not counted. 0 without a host tier. Summed over admits it
+  /// is `cache_metrics::host_blocks_onboarded`.
+  std::uint32_t host_blocks_onboarded = 0;
+  /// `policy::remote_tier`: of `host_blocks_onboarded`, the blocks whose host units the remote store filled
+  /// (a `prefetch` fetched them). Summed over admits it is `cache_metrics::remote_blocks_onboarded`.
+  std::uint32_t store_blocks_onboarded = 0;
   /// What restoring `restore_slot` and reusing the shared blocks is equivalent to: `prefill_exact` (a cold
   /// prefill, bitwise) unless a `decode_continuation` snapshot or block was reused (policies that accept it).
   exactness restore_exactness = exactness::prefill_exact;
