@@ -20,6 +20,7 @@
 #include <reprise/keys/xxh3_hasher.hpp>
 #include <reprise/cache/types.hpp>
 #include <reprise/cache/metrics.hpp>
+#include <reprise/cache/config_rules.hpp>
 #include <reprise/cache/epoch_fifo.hpp>
 #include <reprise/cache/block_pool.hpp>
 #include <reprise/cache/block_index.hpp>
