@@ -35,3 +35,4 @@
 #include <reprise/cache/prefix_cache.hpp>
 #include <reprise/policy/policies.hpp>
 #include <reprise/policy/tiers.hpp>
+#include <reprise/catalog.hpp>

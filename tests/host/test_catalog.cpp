@@ -1,6 +1,7 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
-// The tables front ends read: the metric list (metrics.hpp) and the configuration rules (config_rules.hpp: each
-// reachable, each with the errc `create` returns).
+// The tables front ends read: the metric list (metrics.hpp), the configuration rules (config_rules.hpp: each
+// reachable, each with the errc `create` returns) and the named policies and presets (catalog.hpp).
+#include <reprise/catalog.hpp>
 #include <reprise/reprise.hpp>
 
 #include <doctest/doctest.h>
@@ -87,8 +88,7 @@ TEST_CASE("metrics: one list gives the struct, the names and the kinds") {
 
 TEST_CASE("config rules: every rule is reachable, and create returns its errc") {
   using strict = policy::strict;
-  using every_interval =
-      policy::snapshot_restore<policy::capture<policy::every_interval>, policy::accept_prefill_exact>;
+  using every_interval = catalog::policies::snapshot_interval;
   using checkpoints = policy::snapshot_restore<policy::capture<policy::decode_checkpoints>, policy::accept_any>;
   using bad_every = policy::snapshot_restore<policy::capture<policy::every<96>>>;
   const unused_keyer keyer;
@@ -192,4 +192,44 @@ TEST_CASE("model rules: a block size off the chunk grid says so") {
   CHECK(to_string(f.error) == "alignment_too_coarse");
   CHECK(rule_message(f.error).find("divide the largest") != std::string_view::npos);
   CHECK(model_config::make({groups[0], groups[1]}).error() == errc::misaligned);
+}
+
+TEST_CASE("catalog: named policies and presets") {
+  std::set<std::string_view> names;
+  for (std::size_t i = 0; i < catalog::policy_table.size(); ++i) {
+    const auto id = static_cast<catalog::policy_id>(i);
+    const catalog::policy_entry& e = catalog::entry(id);
+    CHECK(names.insert(e.name).second);
+    CHECK(catalog::find_policy(e.name) == id);
+    CHECK(!e.doc.empty());
+    catalog::visit_policy(id, [&](auto tag) {
+      using P = typename decltype(tag)::type;
+      CHECK(e.restores_snapshots == policy::policy_traits<P>::restores_snapshots);
+      CHECK(e.takes_host_tier == takes_host_tier<P>);
+      CHECK(e.summary.empty() == !e.restores_snapshots);
+    });
+  }
+  CHECK(!catalog::find_policy("snapshot_restore")); // a C++ template's name, not a named policy
+  // One name per type: `strict` is the only name of policy::strict.
+  std::size_t strict_names = 0;
+  for (std::size_t i = 0; i < catalog::policy_table.size(); ++i)
+    catalog::visit_policy(static_cast<catalog::policy_id>(i), [&](auto tag) {
+      strict_names += std::is_same_v<typename decltype(tag)::type, policy::strict>;
+    });
+  CHECK(strict_names == 1);
+  // "memory_only has no host tier" is one fact: the catalog's flag, the rule and the typed cache agree.
+  CHECK_FALSE(catalog::entry(catalog::policy_id::memory_only).takes_host_tier);
+  static_assert(!takes_host_tier<policy::memory_only> && takes_host_tier<policy::chat>);
+
+  std::set<std::string_view> models;
+  for (std::size_t i = 0; i < catalog::preset_table.size(); ++i) {
+    const auto id = static_cast<catalog::preset_id>(i);
+    CHECK(models.insert(catalog::entry(id).name).second);
+    CHECK(catalog::find_preset(catalog::entry(id).name) == id);
+    CHECK(catalog::entry(id).active_params > 0);
+  }
+  CHECK(catalog::config_of(catalog::preset_id::nemotron_h_8b).bytes_per_snapshot() ==
+        presets::nemotron_h_8b::bytes_per_snapshot);
+  CHECK(catalog::entry(catalog::preset_id::nemotron_h_8b).name == "nemotron-h-8b");
+  CHECK(catalog::entry(catalog::preset_id::nemotron_h_8b).type_name == "nemotron_h_8b");
 }
