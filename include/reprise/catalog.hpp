@@ -3,8 +3,8 @@
 /// \file
 /// The names every front end offers: the named policies (a name for a compile-time policy type) and the named
 /// model presets. The Python package and reprise-sim build their lists from these two tables, so a name means
-/// the same cache everywhere and a name cannot exist in one front end only (tests/host/test_catalog.cpp and
-/// python/tests/test_catalog.py compare them).
+/// the same cache everywhere and a name cannot exist in one front end only (tests/host/test_sim_cli.cpp checks
+/// reprise-sim's names against these tables, python/tests/test_catalog.py the package's against reprise-sim's).
 ///
 /// It is part of the library, not of a tool, because both front ends include it and an engine that reads a
 /// policy or model name from its own configuration can use it too:
