@@ -20,6 +20,8 @@
 #include <reprise/keys/remote_keys.hpp>
 #include <reprise/keys/xxh3_hasher.hpp>
 #include <reprise/cache/types.hpp>
+#include <reprise/cache/metrics.hpp>
+#include <reprise/cache/config_rules.hpp>
 #include <reprise/cache/epoch_fifo.hpp>
 #include <reprise/cache/block_pool.hpp>
 #include <reprise/cache/block_index.hpp>
@@ -34,3 +36,4 @@
 #include <reprise/cache/prefix_cache.hpp>
 #include <reprise/policy/policies.hpp>
 #include <reprise/policy/tiers.hpp>
+#include <reprise/catalog.hpp>

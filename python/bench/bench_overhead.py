@@ -29,7 +29,7 @@ def base_prompt(tokens: int) -> np.ndarray:
 
 def measure(tokens: int, hit: int, min_time: float, as_list: bool) -> float:
     """CPU microseconds per admit + commit + release + step_complete, over at least `min_time` seconds."""
-    config = reprise.ModelConfig.preset("llama3_8b")
+    config = reprise.ModelConfig.preset("llama-3-8b")
     cache = reprise.PrefixCache(config, "block_sharing", kv_blocks=4 * (tokens // B + 1), max_sequences=4,
                                 hasher_seed=11)
     prompt = base_prompt(tokens)

@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace reprise::python {
 
@@ -31,6 +32,15 @@ void bind_ops(nb::module_& m);
 [[noreturn]] void raise(errc e, std::string_view where);
 /// Raises the Python exception class of `e` with `message` as it is (a message that already says what and where).
 [[noreturn]] void raise_message(errc e, const std::string& message);
+
+/// The `name` of every entry of a C++ table (`catalog::policy_table`, `metric_table`, ...), in order: the
+/// lists the package's `*_names()` functions return.
+template <class Table>
+std::vector<std::string> names_of(const Table& table) {
+  std::vector<std::string> names;
+  for (const auto& entry : table) names.emplace_back(entry.name);
+  return names;
+}
 
 /// The value of `r`, or raises its error.
 template <class T>

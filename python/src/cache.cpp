@@ -1,19 +1,22 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
 /// \file
 /// `PrefixCache`: `reprise::runtime_prefix_cache<Policy>` behind one Python class. The policy is a
-/// compile-time parameter in C++, so the module instantiates a fixed set of named policies (`policies` below)
-/// and the constructor picks one by name. Every call forwards to the C++ cache; an errc becomes the matching
-/// exception and, as in C++, leaves the cache unchanged. Plans copy their block tables and capture lists into
-/// numpy arrays they own, so a plan stays valid after later calls.
+/// compile-time parameter in C++, so the module instantiates the named policies of <reprise/catalog.hpp> (the
+/// names reprise-sim offers too) and the constructor picks one by name. Every call forwards to the C++ cache;
+/// an errc becomes the matching exception and, as in C++, leaves the cache unchanged. Plans copy their block
+/// tables and capture lists into numpy arrays they own, so a plan stays valid after later calls.
 ///
 /// The host tier (`policy::tiers<policy::host_tier>`) is a compile-time parameter too: every named policy that
-/// can have one is also instantiated with it, and a non-zero host budget picks that instantiation; and with the
-/// remote tier below it (`policy::tiers<policy::host_tier, policy::remote_tier>`), picked by a fleet seed. The
+/// can have one (`catalog::policy_entry::takes_host_tier`) is also instantiated with it, and a non-zero host
+/// budget picks that instantiation; and with the remote tier below it (`policy::tiers<policy::host_tier,
+/// policy::remote_tier>`), picked by a fleet seed. A configuration the C++ cache refuses raises the rule's own
+/// message (`reprise::describe(config_rule)`, config_rules.hpp). The
 /// content keys of the remote tier need OpenSSL (`reprise::sha256`); a module built without it refuses them.
 
 #include "bindings.hpp"
 
 #include <reprise/cache/prefix_cache.hpp>
+#include <reprise/catalog.hpp>
 #include <reprise/policy/tiers.hpp>
 #if REPRISE_PYTHON_HAS_CONTENT_KEYS
 #include <reprise/keys/content_key.hpp>
@@ -107,67 +110,46 @@ private:
   cache_type c_;
 };
 
-using cache_factory = result<std::unique_ptr<cache_base>> (*)(const model_config&, const cache_options&);
-
-struct named_policy {
-  const char* name;
-  const char* doc;
-  cache_factory make;      ///< policy::tiers<>
-  cache_factory make_host; ///< policy::tiers<policy::host_tier>, or null: the policy cannot have a host tier
-  cache_factory make_remote; ///< policy::tiers<policy::host_tier, policy::remote_tier>, or null as make_host
-};
-
+/// A cache of policy `Policy` with tiers `Tiers`, or the Python exception of the first configuration rule
+/// `m` and `o` break, with the rule's message.
 template <class Policy, class Tiers>
-result<std::unique_ptr<cache_base>> make_cache_of(const model_config& m, const cache_options& o) {
-  auto c = runtime_prefix_cache<Policy, xxh3_hasher, Tiers>::create(m, o);
-  if (!c) return c.error();
-  return std::unique_ptr<cache_base>(std::make_unique<cache_of<Policy, Tiers>>(std::move(*c)));
+std::unique_ptr<cache_base> make_cache_of(const model_config& m, const cache_options& o) {
+  using cache = runtime_prefix_cache<Policy, xxh3_hasher, Tiers>;
+  if (const config_rule r = cache::check(m, o); r != config_rule::ok)
+    raise_message(to_errc(r), "PrefixCache: " + describe(r));
+  return std::make_unique<cache_of<Policy, Tiers>>(value_or_raise(cache::create(m, o), "PrefixCache"));
 }
 
-/// A policy's factories: without a tier and, when `host` is set, with the host tier.
-template <class Policy, bool host = true>
-constexpr named_policy named(const char* name, const char* doc) {
-  if constexpr (host)
-    return {name, doc, &make_cache_of<Policy, pol::tiers<>>, &make_cache_of<Policy, host_tiers>,
-            &make_cache_of<Policy, remote_tiers>};
-  else return {name, doc, &make_cache_of<Policy, pol::tiers<>>, nullptr, nullptr};
+/// A cache of the named policy `id`: with the remote tier below a host tier (`remote`), with a host tier
+/// (`host`), or with neither. Precondition: the policy takes a host tier when `host` is set.
+std::unique_ptr<cache_base> make_cache(catalog::policy_id id, const model_config& m, const cache_options& o, bool host,
+                                       bool remote) {
+  return catalog::visit_policy(id, [&](auto policy) {
+    using P = typename decltype(policy)::type;
+    if constexpr (takes_host_tier<P>) {
+      if (remote) return make_cache_of<P, remote_tiers>(m, o);
+      if (host) return make_cache_of<P, host_tiers>(m, o);
+    }
+    return make_cache_of<P, pol::tiers<>>(m, o);
+  });
 }
 
-// The policies this module is built with. Adding one is one line here (and one instantiation of the cache per
-// tier list).
-constexpr std::array<named_policy, 7> policies{{
-    named<pol::chat>(
-        "chat",
-        "the multi-turn chat preset: snapshots at every turn end (any position, the partial block kept), at the "
-        "last KV block a prompt shares with a different cached continuation (branch_block) and every "
-        "`decode_checkpoint_interval` decode tokens; a hit continues the same session bitwise (policy::chat)"),
-    named<pol::strict>("strict",
-                       "the prefill-exact preset: captures at last_aligned and branch_point, every hit bitwise a "
-                       "cold prefill (policy::strict)"),
-    named<pol::block_sharing>(
-        "block_sharing", "attention-only models: share KV blocks and skip their prefill (policy::block_sharing)"),
-    // No host tier: it skips no prefill, so nothing brought back from host memory would save anything (the C++
-    // cache rejects policy::tiers<policy::host_tier> with it at compile time).
-    named<pol::memory_only, false>(
-        "memory_only",
-        "hybrid models without a snapshot budget: share matched KV blocks, skip nothing (policy::memory_only)"),
-    named<pol::snapshot_restore<>>(
-        "snapshot_restore",
-        "hybrid models: skip prefill up to the deepest usable snapshot; captures at last_aligned, branch_point and "
-        "end_of_turn; accepts decode-continuation state (policy::snapshot_restore<>)"),
-    named<pol::snapshot_restore<pol::capture<pol::last_aligned, pol::branch_point>, pol::accept_prefill_exact>>(
-        "snapshot_prefill_exact",
-        "snapshot_restore with captures at last_aligned and branch_point, reusing only prefill-exact state: every "
-        "hit is bitwise a cold prefill (snapshot_restore<capture<last_aligned, branch_point>, "
-        "accept_prefill_exact>)"),
-    named<pol::snapshot_restore<pol::capture<pol::every_interval, pol::last_aligned, pol::branch_point,
-                                             pol::end_of_turn>,
-                                pol::accept_any>>(
-        "snapshot_interval",
-        "snapshot_restore with captures every `capture_interval` tokens plus last_aligned, branch_point and "
-        "end_of_turn, accepting decode-continuation state (snapshot_restore<capture<every_interval, last_aligned, "
-        "branch_point, end_of_turn>, accept_any>)"),
-}};
+/// Names this module accepted before its policies and presets came from the catalog shared with reprise-sim.
+/// Deprecated: each still works, with a DeprecationWarning naming the catalog's name.
+struct deprecated_name {
+  std::string_view name;
+  std::string_view now;
+};
+constexpr deprecated_name deprecated_policies[] = {{"snapshot_restore", "snapshot_turns"},
+                                                   {"snapshot_prefill_exact", "strict"}};
+
+/// "snapshot_restore (now snapshot_turns), ...".
+std::string deprecated_policy_list() {
+  std::string s;
+  for (const deprecated_name& d : deprecated_policies)
+    s.append(s.empty() ? "" : ", ").append(d.name).append(" (now ").append(d.now).append(")");
+  return s;
+}
 
 const char* exactness_name(exactness e) {
   return e == exactness::prefill_exact ? "prefill_exact" : "decode_continuation";
@@ -299,17 +281,39 @@ struct py_extra_keys {
   }
 };
 
+/// The named policy `name`, or its catalog name when `name` is a deprecated one (with a DeprecationWarning).
+/// Raises ValueError listing the names for any other.
+catalog::policy_id find_policy(const std::string& name) {
+  if (const auto id = catalog::find_policy(name)) return *id;
+  for (const deprecated_name& d : deprecated_policies)
+    if (name == d.name) {
+      const std::string warning = "PrefixCache: policy '" + name + "' is deprecated, use '" + std::string(d.now) +
+                                  "' (the same policy; the names are reprise-sim's too)";
+      if (PyErr_WarnEx(PyExc_DeprecationWarning, warning.c_str(), 2) != 0) throw nb::python_error();
+      return *catalog::find_policy(d.now);
+    }
+  std::string names;
+  for (const catalog::policy_entry& p : catalog::policy_table)
+    names.append(names.empty() ? "" : ", ").append(p.name);
+  throw nb::value_error(("PrefixCache: unknown policy '" + name + "' (policies: " + names +
+                         "; deprecated names: " + deprecated_policy_list() + ")")
+                            .c_str());
+}
+
 /// A snapshot policy on a model with recurrent layers needs a snapshot budget of at least one snapshot: the
 /// default (none) and a budget below one snapshot raise BudgetTooSmall saying how much one snapshot takes.
-void check_snapshot_budget(const model_config& m, const std::string& policy, std::optional<std::size_t> budget) {
-  const bool keeps_snapshots = m.has_recurrent() && policy != "memory_only" && policy != "block_sharing";
+void check_snapshot_budget(const model_config& m, const std::string& policy, bool restores,
+                           std::optional<std::size_t> budget) {
+  const bool keeps_snapshots = m.has_recurrent() && restores;
   if (!keeps_snapshots || (budget && *budget >= m.bytes_per_snapshot())) return;
   const std::size_t one = m.bytes_per_snapshot();
   const std::size_t tenths_of_mib = (one * 10 + (std::size_t{1} << 19)) >> 20;
   const std::string per = std::to_string(one) + " bytes (" + std::to_string(tenths_of_mib / 10) + "." +
                           std::to_string(tenths_of_mib % 10) + " MiB)";
-  raise_message(errc::budget_too_small,
-                "PrefixCache: policy '" + policy + "' keeps snapshots of this model's recurrent layers, " +
+  const config_rule rule = config_rule::snapshot_budget_below_one_snapshot;
+  raise_message(to_errc(rule),
+                "PrefixCache: " + std::string(to_string(rule)) + " (" + std::string(to_string(to_errc(rule))) +
+                    "): policy '" + policy + "' keeps snapshots of this model's recurrent layers, " +
                     (budget ? "and snapshot_budget_bytes=" + std::to_string(*budget) + " holds none"
                             : std::string("so snapshot_budget_bytes is required")) +
                     ": one snapshot is " + per + "; give about one slot per live conversation plus one per shared "
@@ -362,23 +366,16 @@ public:
       raise(errc::unsupported_config,
             "PrefixCache: the remote tier (remote_fleet_seed) sits below the host tier: values reach the store "
             "from host units and come back through them; set host_kv_budget_bytes");
-    for (const named_policy& p : policies)
-      if (policy == p.name) {
-        check_snapshot_budget(m, policy, snapshot_budget_bytes);
-        if (host && p.make_host == nullptr)
-          raise(errc::unsupported_config,
-                "PrefixCache: policy '" + policy +
-                    "' has no host tier (it skips no prefill, so a block brought back from host memory would save "
-                    "nothing; the C++ cache does not compile policy::tiers<policy::host_tier> with it): leave "
-                    "host_kv_budget_bytes and host_snapshot_budget_bytes at 0");
-        impl_ = value_or_raise(remote ? p.make_remote(m, o) : host ? p.make_host(m, o) : p.make(m, o), "PrefixCache");
-        remote_ = remote;
-        policy_ = p.name;
-        return;
-      }
-    std::string names;
-    for (const named_policy& p : policies) names += std::string(names.empty() ? "" : ", ") + p.name;
-    throw nb::value_error(("PrefixCache: unknown policy '" + policy + "' (built-in policies: " + names + ")").c_str());
+    const catalog::policy_id id = find_policy(policy);
+    const catalog::policy_entry& p = catalog::entry(id);
+    check_snapshot_budget(m, policy, p.restores_snapshots, snapshot_budget_bytes);
+    if (host && !p.takes_host_tier) { // the C++ cache does not compile policy::tiers<policy::host_tier> with it
+      const config_rule rule = config_rule::memory_only_host_tier;
+      raise_message(to_errc(rule), "PrefixCache: policy '" + policy + "': " + describe(rule));
+    }
+    impl_ = make_cache(id, m, o, host, remote);
+    remote_ = remote;
+    policy_ = policy;
   }
 
   py_admit_plan admit(seq_id s, nb::handle tokens, const std::optional<py_extra_keys>& keys) {
@@ -484,54 +481,10 @@ public:
   nb::dict metrics() const {
     const cache_metrics& m = impl_->metrics();
     nb::dict d;
-#define REPRISE_METRIC(name) d[#name] = m.name;
-    REPRISE_METRIC(lookups)
-    REPRISE_METRIC(prompt_tokens)
-    REPRISE_METRIC(kv_matched_tokens)
-    REPRISE_METRIC(usable_tokens)
-    REPRISE_METRIC(tokens_lost_to_missing_snapshot)
-    REPRISE_METRIC(blocks_shared)
-    REPRISE_METRIC(bytes_saved)
-    REPRISE_METRIC(blocks_shared_in_step)
-    REPRISE_METRIC(blocks_published)
-    REPRISE_METRIC(duplicate_blocks)
-    REPRISE_METRIC(kv_evictions)
-    REPRISE_METRIC(snapshot_hits)
-    REPRISE_METRIC(snapshot_misses)
-    REPRISE_METRIC(partial_blocks_copied)
-    REPRISE_METRIC(captures_planned)
-    REPRISE_METRIC(captures_written)
-    REPRISE_METRIC(captures_refused)
-    REPRISE_METRIC(snapshot_evictions_lru)
-    REPRISE_METRIC(snapshot_evictions_ttl)
-    REPRISE_METRIC(snapshot_evictions_invalidated)
-    REPRISE_METRIC(live_sequences)
-    REPRISE_METRIC(blocks_referenced)
-    REPRISE_METRIC(blocks_cached)
-    REPRISE_METRIC(blocks_free)
-    REPRISE_METRIC(tail_blocks)
-    REPRISE_METRIC(snapshots_held)
-    REPRISE_METRIC(snapshot_bytes_held)
-    REPRISE_METRIC(host_blocks_onboarded)
-    REPRISE_METRIC(host_tails_onboarded)
-    REPRISE_METRIC(host_snapshot_hits)
-    REPRISE_METRIC(host_blocks_offloaded)
-    REPRISE_METRIC(host_snapshots_offloaded)
-    REPRISE_METRIC(host_bytes_offloaded)
-    REPRISE_METRIC(host_bytes_onboarded)
-    REPRISE_METRIC(host_block_evictions)
-    REPRISE_METRIC(host_snapshot_evictions)
-    REPRISE_METRIC(host_blocks_held)
-    REPRISE_METRIC(host_snapshots_held)
-    REPRISE_METRIC(remote_puts)
-    REPRISE_METRIC(remote_bytes_put)
-    REPRISE_METRIC(remote_fetches)
-    REPRISE_METRIC(remote_hits)
-    REPRISE_METRIC(remote_misses)
-    REPRISE_METRIC(remote_rejected)
-    REPRISE_METRIC(remote_bytes_fetched)
-    REPRISE_METRIC(remote_blocks_onboarded)
-#undef REPRISE_METRIC
+    for_each_metric([&](metric id, auto member) {
+      const std::string_view name = metric_info_of(id).name;
+      d[nb::str(name.data(), name.size())] = m.*member;
+    });
     return d;
   }
 
@@ -731,13 +684,23 @@ void bind_cache(nb::module_& m) {
                ", kv_onboard=" + std::to_string(nb::len(t.kv_onboard)) + ")";
       });
 
-  std::string policy_doc = "Named policies (compile-time C++ policies instantiated in this module):\n";
+  std::string policy_doc = "Named policies (compile-time C++ policies instantiated in this module, the catalog "
+                           "reprise-sim offers too):\n";
   nb::dict policy_dict;
-  for (const named_policy& p : policies) {
-    policy_doc += std::string("  ") + p.name + ": " + p.doc + "\n";
-    policy_dict[p.name] = p.doc;
+  for (const catalog::policy_entry& p : catalog::policy_table) {
+    policy_doc.append("  ").append(p.name).append(": ").append(p.doc).append("\n");
+    policy_dict[nb::str(p.name.data(), p.name.size())] = nb::str(p.doc.data(), p.doc.size());
   }
+  policy_doc += "Deprecated names (each warns with a DeprecationWarning): " + deprecated_policy_list() + ".\n";
   m.attr("POLICIES") = policy_dict;
+  m.def(
+      "policy_names", [] { return names_of(catalog::policy_table); },
+      "The names PrefixCache takes, in the catalog's order (reprise::catalog::policy_table, the names reprise-sim's "
+      "--policy takes).");
+  m.def(
+      "metric_names", [] { return names_of(metric_table); },
+      "The keys of PrefixCache.metrics(), in order: the fields of the C++ cache_metrics, from the one list that "
+      "also names reprise-sim's metric columns (reprise::metric_table).");
 
   const std::string class_doc =
       "A prefix cache over a runtime model (reprise::runtime_prefix_cache<Policy>). Drive it from one thread: "
@@ -751,7 +714,7 @@ void bind_cache(nb::module_& m) {
                     std::uint32_t, std::uint32_t, std::optional<std::uint64_t>, bool, std::uint32_t,
                     std::uint32_t, std::size_t, std::size_t, std::optional<std::uint64_t>, const std::string&, bool,
                     std::uint32_t>(),
-           nb::arg("config"), nb::arg("policy") = "snapshot_restore", nb::kw_only(), nb::arg("kv_blocks"),
+           nb::arg("config"), nb::arg("policy") = "snapshot_turns", nb::kw_only(), nb::arg("kv_blocks"),
            nb::arg("max_sequences") = 256, nb::arg("snapshot_budget_bytes") = nb::none(), nb::arg("snapshot_ttl_steps") = 0,
            nb::arg("max_snapshots_per_path") = 0, nb::arg("capture_interval") = 0,
            nb::arg("hasher_seed") = nb::none(), nb::arg("share_in_step") = false,
@@ -772,8 +735,9 @@ void bind_cache(nb::module_& m) {
            "on a model with recurrent layers without snapshot_budget_bytes, or with a budget below one snapshot: "
            "the message gives the bytes of one snapshot; with a host tier, a host KV budget below one KV block or a non-zero "
            "host snapshot budget below one snapshot), Misaligned (capture_interval 0 or off the alignment unit "
-           "with 'snapshot_interval'; decode_checkpoint_interval off it with 'chat'), ValueError (unknown policy "
-           "name). A `remote_fleet_seed` adds the remote tier below the host tier "
+           "with the policies that capture every interval; decode_checkpoint_interval off it with 'chat'), ValueError "
+           "(unknown policy name); each message names the C++ configuration rule broken and what to change. "
+           "A `remote_fleet_seed` adds the remote tier below the host tier "
            "(policy::tiers<policy::host_tier, policy::remote_tier>): prefill-exact blocks and snapshots named by "
            "content keys that every process with the same seed, model and `remote_revision` (the weights' name) "
            "computes alike; take_transfers() lists remote_puts for the store, probe() / prefetch() / fetched() "
@@ -850,7 +814,7 @@ void bind_cache(nb::module_& m) {
       .def("block_table", &py_cache::block_table, nb::arg("seq_id"),
            nb::sig("def block_table(self, seq_id: int) -> numpy.typing.NDArray[numpy.int32]"),
            "A copy of the block table of a live sequence (empty if unknown).")
-      .def_prop_ro("policy", &py_cache::policy, "The policy name.")
+      .def_prop_ro("policy", &py_cache::policy, "The policy name as given (a deprecated name stays as given).")
       .def_prop_ro("block_size", [](const py_cache& c) { return c.impl().geometry().block_size; },
                    "Tokens per KV block.")
       .def_prop_ro("alignment", [](const py_cache& c) { return c.impl().geometry().alignment; },

@@ -7,9 +7,9 @@
 
 #include "bindings.hpp"
 
+#include <reprise/catalog.hpp>
 #include <reprise/state/hf_config.hpp>
 #include <reprise/state/model_config.hpp>
-#include <reprise/state/presets.hpp>
 
 #include <nanobind/stl/filesystem.h>
 #include <nanobind/stl/optional.h>
@@ -72,17 +72,29 @@ model_config make_config(const std::vector<std::tuple<nb::object, std::uint32_t>
     else throw nb::type_error("ModelConfig: each group is (KvShape | Mamba2Shape | GatedDeltaShape, count)");
     specs.push_back(g);
   }
+  // The model rule broken, with its words (hybrid_model's static_assert text).
+  if (const model_facts f = model_config::facts_of(specs); f.error != model_error::none)
+    raise_message(f.to_errc(), "ModelConfig: " + std::string(to_string(f.error)) + " (" +
+                                   std::string(to_string(f.to_errc())) + "): " + std::string(rule_message(f.error)));
   return value_or_raise(model_config::make(std::move(specs)), "ModelConfig");
 }
 
+/// `ModelConfig.preset`: a preset of the catalog shared with reprise-sim (`nemotron-h-8b`), or, deprecated
+/// (a DeprecationWarning), the name of its C++ type (`nemotron_h_8b`), which this module took before.
 model_config preset(const std::string& name) {
-  if (name == "nemotron_h_8b") return model_config::of<presets::nemotron_h_8b>();
-  if (name == "qwen3_next_80b") return model_config::of<presets::qwen3_next_80b>();
-  if (name == "falcon_h1_7b") return model_config::of<presets::falcon_h1_7b>();
-  if (name == "llama3_8b") return model_config::of<presets::llama3_8b>();
-  throw nb::value_error(("unknown preset '" + name +
-                         "': nemotron_h_8b, qwen3_next_80b, falcon_h1_7b or llama3_8b")
-                            .c_str());
+  if (const auto id = catalog::find_preset(name)) return catalog::config_of(*id);
+  std::string names;
+  for (std::size_t i = 0; i < catalog::preset_table.size(); ++i) {
+    const catalog::preset_entry& p = catalog::preset_table[i];
+    if (name == p.type_name) {
+      const std::string warning =
+          "ModelConfig.preset('" + name + "') is deprecated, use '" + std::string(p.name) + "' (the same model)";
+      if (PyErr_WarnEx(PyExc_DeprecationWarning, warning.c_str(), 2) != 0) throw nb::python_error();
+      return catalog::config_of(static_cast<catalog::preset_id>(i));
+    }
+    names += (names.empty() ? "'" : ", '") + std::string(p.name) + "'";
+  }
+  throw nb::value_error(("unknown preset '" + name + "': " + names).c_str());
 }
 
 nb::list groups_of(const model_config& c) {
@@ -90,6 +102,15 @@ nb::list groups_of(const model_config& c) {
   for (const layer_spec& g : c.groups())
     std::visit([&](const auto& s) { out.append(nb::make_tuple(nb::cast(s), g.count)); }, g.shape);
   return out;
+}
+
+/// The docstring of `ModelConfig.preset`, listing the catalog's presets.
+std::string preset_docstring() {
+  std::string s = "The layout of a public model the C++ library ships as a preset (16-token KV blocks): ";
+  for (const catalog::preset_entry& p : catalog::preset_table)
+    s.append("'").append(p.name).append("' (").append(p.checkpoint).append("), ");
+  return s + "the names reprise-sim takes (reprise.preset_names()). The names of the C++ preset types "
+             "('nemotron_h_8b', ...) still work, deprecated (a DeprecationWarning).";
 }
 
 std::string repr(const model_config& c) {
@@ -104,6 +125,11 @@ std::string repr(const model_config& c) {
 } // namespace
 
 void bind_model(nb::module_& m) {
+  static const std::string preset_doc = preset_docstring();
+  m.def(
+      "preset_names", [] { return names_of(catalog::preset_table); },
+      "The names ModelConfig.preset takes, in the catalog's order (reprise::catalog::preset_table, the names "
+      "reprise-sim's --model takes).");
   nb::class_<kv_shape>(m, "KvShape",
                        "Attention KV cache of one layer: K and V for `kv_heads` heads of `head_dim`, in blocks "
                        "of `block_size` tokens (one of 8, 16, 32, 64, 128, 256 for a cache).")
@@ -206,9 +232,7 @@ void bind_model(nb::module_& m) {
           "Validates `groups`, a list of (KvShape | Mamba2Shape | GatedDeltaShape, count). Raises InvalidArgument "
           "(no layers, a count of 0, attention layers with different block sizes), UnsupportedConfig (a shape "
           "the kernels do not support) or Misaligned (a block or chunk size that does not divide the largest).")
-      .def_static("preset", &preset, nb::arg("name"),
-                  "The layout of a public model the C++ library ships as a preset: 'nemotron_h_8b', "
-                  "'qwen3_next_80b', 'falcon_h1_7b' or 'llama3_8b' (16-token KV blocks).")
+      .def_static("preset", &preset, nb::arg("name"), preset_doc.c_str())
       .def_static("from_hf_config", &from_hf_config, nb::arg("config"), nb::arg("block_size") = 16, nb::kw_only(),
                   nb::arg("kv_dtype") = nb::none(), nb::arg("state_dtype") = nb::none(),
                   nb::arg("conv_dtype") = nb::none(),

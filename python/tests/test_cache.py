@@ -10,7 +10,8 @@ import pytest
 import reprise
 from conftest import attention_config, hybrid_config
 
-HYBRID_POLICIES = ["memory_only", "snapshot_restore", "snapshot_prefill_exact", "snapshot_interval", "strict"]
+HYBRID_POLICIES = ["memory_only", "snapshot_interval", "snapshot_prefix_tree", "snapshot_turns", "snapshot_all",
+                   "strict"]
 
 
 def make(policy, config=None, **kw):
@@ -19,7 +20,7 @@ def make(policy, config=None, **kw):
     kw.setdefault("hasher_seed", 1)
     if policy not in ("block_sharing", "memory_only"):
         kw.setdefault("snapshot_budget_bytes", 8 * config.bytes_per_snapshot)
-    if policy == "snapshot_interval":
+    if policy in ("snapshot_interval", "snapshot_prefix_tree", "snapshot_all"):
         kw.setdefault("capture_interval", 128)
     return reprise.PrefixCache(config, policy, **kw)
 
@@ -77,21 +78,21 @@ def test_share_in_step_shares_blocks_before_their_commit():
     cache.check_invariants()
 
 
-@pytest.mark.parametrize("policy", ["snapshot_restore", "snapshot_prefill_exact", "snapshot_interval"])
+@pytest.mark.parametrize("policy", ["snapshot_turns", "strict", "snapshot_all"])
 def test_captures_follow_the_policy(policy):
     cache = make(policy)
     plan = cache.admit(1, np.arange(600, dtype=np.int32))
     positions = plan.captures[:, 0].tolist()
     assert positions == sorted(positions) and all(0 < p <= 600 and p % 64 == 0 for p in positions)
     assert 576 in positions  # last_aligned: floor(599 / 64) * 64
-    if policy == "snapshot_interval":
+    if policy == "snapshot_all":
         assert {128, 256, 384, 512} <= set(positions)
     slots = plan.captures[:, 1]
     assert len(set(slots.tolist())) == len(slots) and ((slots >= 0) & (slots < cache.snapshot_slots)).all()
 
 
 def test_end_of_turn_capture_only_with_end_of_turn():
-    for policy, expect in (("snapshot_restore", True), ("snapshot_prefill_exact", False)):
+    for policy, expect in (("snapshot_turns", True), ("strict", False)):
         cache = make(policy)
         plan = cache.admit(1, np.arange(100, dtype=np.int32))
         cache.commit(1, 100, plan.captures[:, 0])
@@ -105,7 +106,7 @@ def test_end_of_turn_capture_only_with_end_of_turn():
 
 
 def test_turn_end_off_a_block_boundary_is_restored_with_a_copy_on_write_plan():
-    cache = make("snapshot_restore")
+    cache = make("snapshot_turns")
     plan = cache.admit(1, np.arange(100, dtype=np.int32))
     assert plan.copy_src == -1 and plan.copy_dst == -1
     cache.commit(1, 100, plan.captures[:, 0])
@@ -125,7 +126,7 @@ def test_turn_end_off_a_block_boundary_is_restored_with_a_copy_on_write_plan():
 
 
 def test_plan_arrays_hold_the_cache_values_and_have_the_right_types():
-    cache = make("snapshot_restore", kv_blocks=64)
+    cache = make("snapshot_turns", kv_blocks=64)
     plan = cache.admit(7, list(range(100)))
     assert plan.block_table.dtype == np.int32 and plan.block_table.shape == (7,)
     assert plan.captures.dtype == np.int64 and plan.captures.shape[1] == 2
@@ -138,7 +139,7 @@ def test_plan_arrays_hold_the_cache_values_and_have_the_right_types():
 
 
 def test_captures_in_the_kernels_form_go_to_the_kernels_and_back_to_commit():
-    cache = make("snapshot_restore", kv_blocks=64)
+    cache = make("snapshot_turns", kv_blocks=64)
     plan = cache.admit(1, np.arange(200, dtype=np.int32))
     assert len(plan.captures) == 1
     rows = plan.kernel_captures(3)  # the sequence's index in the kernel call's batch
@@ -156,14 +157,14 @@ def test_captures_in_the_kernels_form_go_to_the_kernels_and_back_to_commit():
 
 
 def test_commit_takes_a_plans_captures_as_they_are():
-    cache = make("snapshot_restore", kv_blocks=64)
+    cache = make("snapshot_turns", kv_blocks=64)
     plan = cache.admit(1, np.arange(200, dtype=np.int32))
     cache.commit(1, 200, plan.captures)
     assert cache.metrics()["snapshot_bytes_held"] == cache.bytes_per_snapshot
 
 
 def test_every_plan_prints_its_fields():
-    cache = make("snapshot_restore", kv_blocks=64)
+    cache = make("snapshot_turns", kv_blocks=64)
     admit = cache.admit(1, np.arange(100, dtype=np.int32))
     cache.commit(1, 100)
     extend = cache.extend(1, [5] * 20)
@@ -181,19 +182,19 @@ def test_every_plan_prints_its_fields():
 def test_a_snapshot_policy_on_a_hybrid_model_asks_for_its_budget():
     config = hybrid_config()
     with pytest.raises(reprise.BudgetTooSmall, match="snapshot_budget_bytes is required") as e:
-        reprise.PrefixCache(config, "snapshot_restore", kv_blocks=16)
+        reprise.PrefixCache(config, "snapshot_turns", kv_blocks=16)
     assert str(config.bytes_per_snapshot) in str(e.value)
     with pytest.raises(reprise.BudgetTooSmall, match="snapshot_budget_bytes=1 holds none"):
         reprise.PrefixCache(config, "chat", kv_blocks=16, snapshot_budget_bytes=1)
     # Policies without snapshots need no budget.
     reprise.PrefixCache(config, "memory_only", kv_blocks=16)
     reprise.PrefixCache(attention_config(), "block_sharing", kv_blocks=16)
-    cache = reprise.PrefixCache(config, "snapshot_restore", kv_blocks=16, snapshot_budget_bytes=config.bytes_per_snapshot)
+    cache = reprise.PrefixCache(config, "snapshot_turns", kv_blocks=16, snapshot_budget_bytes=config.bytes_per_snapshot)
     assert cache.snapshot_slots == 1
 
 
 def test_plans_do_not_dangle():
-    cache = make("snapshot_restore", kv_blocks=64, max_sequences=4)
+    cache = make("snapshot_turns", kv_blocks=64, max_sequences=4)
     plan = cache.admit(1, np.arange(200, dtype=np.int32))
     table, caps = plan.block_table.copy(), plan.captures.copy()
     view = plan.block_table  # a view kept without the plan
@@ -263,7 +264,7 @@ def test_extra_keys_separate_prefixes():
 
 
 def test_fork_copies_the_partial_block():
-    cache = make("snapshot_restore")
+    cache = make("snapshot_turns")
     plan = cache.admit(1, np.arange(40, dtype=np.int32))
     cache.commit(1, 40)
     fork = cache.fork(1, 2)

@@ -22,14 +22,14 @@ def baseline():
     return chat.serve(chat.Uncached(512), 512)
 
 
-@pytest.mark.parametrize("policy", ["snapshot_prefill_exact", "memory_only"])
+@pytest.mark.parametrize("policy", ["strict", "memory_only"])
 def test_caching_on_is_bitwise_caching_off(baseline, policy):
     config = tiny_hybrid.model_config()
     cache = reprise.PrefixCache(config, policy, kv_blocks=512, snapshot_budget_bytes=16 * config.bytes_per_snapshot)
     outputs, engine = chat.serve(cache, 512)
     assert chat.same(outputs, baseline[0])
     cache.check_invariants()
-    if policy == "snapshot_prefill_exact":
+    if policy == "strict":
         assert engine.skipped_tokens > 1000  # the system prompt and earlier turns were restored, not recomputed
         assert cache.metrics()["snapshot_hits"] >= 6
     else:
@@ -49,7 +49,7 @@ def test_a_corrupted_snapshot_is_noticed(baseline, monkeypatch, pool):
 
     monkeypatch.setattr(tiny_hybrid.Memory, "copy_slots", corrupting)
     config = tiny_hybrid.model_config()
-    cache = reprise.PrefixCache(config, "snapshot_prefill_exact", kv_blocks=512,
+    cache = reprise.PrefixCache(config, "strict", kv_blocks=512,
                                 snapshot_budget_bytes=16 * config.bytes_per_snapshot)
     outputs, _ = chat.serve(cache, 512)
     assert not chat.same(outputs, baseline[0])

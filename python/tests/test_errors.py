@@ -38,9 +38,9 @@ def test_every_errc_has_a_class():
 
 
 def busy_cache(**kw):
-    """A snapshot_restore cache with history: a published prompt with a snapshot, one live sequence."""
+    """A snapshot_turns cache with history: a published prompt with a snapshot, one live sequence."""
     config = hybrid_config()
-    cache = reprise.PrefixCache(config, "snapshot_restore", kv_blocks=kw.pop("kv_blocks", 32),
+    cache = reprise.PrefixCache(config, "snapshot_turns", kv_blocks=kw.pop("kv_blocks", 32),
                                 max_sequences=kw.pop("max_sequences", 4),
                                 snapshot_budget_bytes=2 * config.bytes_per_snapshot, hasher_seed=3)
     plan = cache.admit(1, np.arange(200, dtype=np.int32))
@@ -116,11 +116,11 @@ CREATE_ERRORS = [
     (reprise.InvalidArgument, lambda: reprise.PrefixCache(hybrid_config(), "memory_only", kv_blocks=0)),
     (reprise.OutOfRange, lambda: reprise.PrefixCache(hybrid_config(), "memory_only", kv_blocks=2**31)),
     (reprise.UnsupportedConfig, lambda: reprise.PrefixCache(hybrid_config(), "block_sharing", kv_blocks=8)),
-    (reprise.UnsupportedConfig, lambda: reprise.PrefixCache(attention_config(), "snapshot_restore", kv_blocks=8,
+    (reprise.UnsupportedConfig, lambda: reprise.PrefixCache(attention_config(), "snapshot_turns", kv_blocks=8,
                                                             snapshot_budget_bytes=1 << 20)),
     (reprise.UnsupportedConfig, lambda: reprise.PrefixCache(hybrid_config(), "memory_only", kv_blocks=8,
                                                             share_in_step=True)),
-    (reprise.BudgetTooSmall, lambda: reprise.PrefixCache(hybrid_config(), "snapshot_restore", kv_blocks=8,
+    (reprise.BudgetTooSmall, lambda: reprise.PrefixCache(hybrid_config(), "snapshot_turns", kv_blocks=8,
                                                          snapshot_budget_bytes=100)),
     (reprise.Misaligned, lambda: reprise.PrefixCache(hybrid_config(), "snapshot_interval", kv_blocks=8,
                                                      snapshot_budget_bytes=1 << 20, capture_interval=96)),

@@ -31,7 +31,7 @@ MiB = 1 << 20
 
 def test_nemotron_h_8b_matches_the_preset():
     c = reprise.ModelConfig.from_hf_config(NEMOTRON_H_8B)
-    preset = reprise.ModelConfig.preset("nemotron_h_8b")
+    preset = reprise.ModelConfig.preset("nemotron-h-8b")
     assert (c.attention_layers, c.mamba2_layers, c.gated_delta_layers) == (4, 24, 0)
     assert c.bytes_per_snapshot == preset.bytes_per_snapshot == 102137856  # 97.4 MiB
     assert round(c.bytes_per_snapshot / MiB, 1) == 97.4
@@ -40,10 +40,10 @@ def test_nemotron_h_8b_matches_the_preset():
     assert c.alignment == preset.alignment == 128
 
 
-@pytest.mark.parametrize("preset, file", [("nemotron_h_8b", "nemotron_h_8b.json"),
-                                          ("qwen3_next_80b", "qwen3_next_80b_a3b.json"),
-                                          ("falcon_h1_7b", "falcon_h1_7b.json"),
-                                          ("llama3_8b", "llama_3_8b.json")])
+@pytest.mark.parametrize("preset, file", [("nemotron-h-8b", "nemotron_h_8b.json"),
+                                          ("qwen3-next-80b-a3b", "qwen3_next_80b_a3b.json"),
+                                          ("falcon-h1-7b", "falcon_h1_7b.json"),
+                                          ("llama-3-8b", "llama_3_8b.json")])
 def test_every_preset_equals_its_checkpoint(preset, file):
     c = reprise.ModelConfig.from_hf_config(FIXTURES / file)  # a path: the file itself
     p = reprise.ModelConfig.preset(preset)
@@ -62,7 +62,7 @@ def test_nemotron_h_layers_block_type_spelling():
 
 def test_qwen3_next_80b_matches_the_preset():
     c = reprise.ModelConfig.from_hf_config(QWEN3_NEXT_80B_A3B)
-    preset = reprise.ModelConfig.preset("qwen3_next_80b")
+    preset = reprise.ModelConfig.preset("qwen3-next-80b-a3b")
     assert (c.attention_layers, c.gated_delta_layers) == (12, 36)
     assert c.bytes_per_snapshot == preset.bytes_per_snapshot == 77266944  # 73.7 MiB
     assert round(c.bytes_per_snapshot / MiB, 1) == 73.7
@@ -80,7 +80,7 @@ def test_qwen3_5_reads_text_config_and_layer_types():
 
 def test_falcon_h1_7b_matches_the_preset():
     c = reprise.ModelConfig.from_hf_config(FALCON_H1_7B)
-    preset = reprise.ModelConfig.preset("falcon_h1_7b")
+    preset = reprise.ModelConfig.preset("falcon-h1-7b")
     assert (c.attention_layers, c.mamba2_layers) == (44, 44)  # attention and Mamba2 side by side
     assert c.bytes_per_snapshot == preset.bytes_per_snapshot == 139358208  # 132.9 MiB
     assert round(c.bytes_per_snapshot / MiB, 1) == 132.9
@@ -110,7 +110,7 @@ def test_bamba_9b():
 
 def test_llama_is_attention_only():
     c = reprise.ModelConfig.from_hf_config(LLAMA_3_8B)
-    preset = reprise.ModelConfig.preset("llama3_8b")
+    preset = reprise.ModelConfig.preset("llama-3-8b")
     assert not c.has_recurrent and c.attention_layers == 32
     assert c.bytes_per_kv_block == preset.bytes_per_kv_block == 32 * 2 * 8 * 128 * 2 * 16
     assert c.bytes_per_snapshot == 0

@@ -178,8 +178,8 @@ def test_without_a_host_tier_nothing_moves():
     assert len(host) == 11 and not any(host.values())
 
 
-@pytest.mark.parametrize("policy", ["chat", "strict", "block_sharing", "snapshot_restore", "snapshot_prefill_exact",
-                                    "snapshot_interval"])
+@pytest.mark.parametrize("policy", ["chat", "strict", "block_sharing", "snapshot_turns", "snapshot_interval",
+                                    "snapshot_prefix_tree", "snapshot_all"])
 def test_every_policy_but_memory_only_has_a_host_tier(policy):
     config = attention_config() if policy == "block_sharing" else hybrid_config()
     kw = {} if policy == "block_sharing" else {"snapshot_budget_bytes": 2 * config.bytes_per_snapshot,
@@ -282,7 +282,7 @@ def test_chat_through_tiny_gpu_pools_and_the_host_tier_is_bitwise_chat_with_memo
 def test_prefill_exact_snapshots_through_the_host_tier_are_bitwise_caching_off():
     config, kv_blocks = tiny_hybrid.model_config(), chat.TINY_KV_BLOCKS
     baseline, _ = chat.serve(chat.Uncached(512), 512)
-    cache = reprise.PrefixCache(config, "snapshot_prefill_exact", kv_blocks=kv_blocks, hasher_seed=1,
+    cache = reprise.PrefixCache(config, "strict", kv_blocks=kv_blocks, hasher_seed=1,
                                 snapshot_budget_bytes=2 * config.bytes_per_snapshot,
                                 host_kv_budget_bytes=512 * config.bytes_per_kv_block,
                                 host_snapshot_budget_bytes=16 * config.bytes_per_snapshot)

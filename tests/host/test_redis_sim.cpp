@@ -45,11 +45,11 @@ TEST_CASE("a fleet on a live redis-server gets the results of the unlimited mode
   CHECK(live.remote_store.find("redis at " + server.endpoint()) == 0);
   CHECK(live.remote_failures == 0);
   CHECK(live.remote_wrong_payloads == 0);
-  CHECK(live.remote_puts == modelled.remote_puts);
-  CHECK(live.remote_fetches == modelled.remote_fetches);
+  CHECK(live.metrics.remote_puts == modelled.metrics.remote_puts);
+  CHECK(live.metrics.remote_fetches == modelled.metrics.remote_fetches);
   CHECK(live.remote_block_hits == modelled.remote_block_hits);
   CHECK(live.remote_snapshot_hits == modelled.remote_snapshot_hits);
-  CHECK(live.remote_rejected == 0);
+  CHECK(live.metrics.remote_rejected == 0);
   CHECK(live.prefill_tokens == modelled.prefill_tokens);
 }
 
@@ -71,7 +71,7 @@ TEST_CASE("a fleet whose redis-server is gone fetches nothing, and the replay co
   const replay_report probed = simulate(t, c);
   REQUIRE(probed.error.empty());
   CHECK(probed.remote_failures > 0);
-  CHECK(probed.remote_fetches == 0);
+  CHECK(probed.metrics.remote_fetches == 0);
   CHECK(probed.remote_probed_found == 0);
   CHECK(probed.prefill_tokens == without.prefill_tokens);
   CHECK(std::any_of(probed.warnings.begin(), probed.warnings.end(),
@@ -84,8 +84,8 @@ TEST_CASE("a fleet whose redis-server is gone fetches nothing, and the replay co
   REQUIRE(r.error.empty());
   CHECK(r.remote_failures > 0);
   CHECK(r.remote_block_hits + r.remote_snapshot_hits == 0);
-  CHECK(r.remote_misses == r.remote_fetches);
-  CHECK(r.remote_fetches > 0);
+  CHECK(r.metrics.remote_misses == r.metrics.remote_fetches);
+  CHECK(r.metrics.remote_fetches > 0);
   CHECK(r.prefill_tokens >= without.prefill_tokens);
   CHECK(static_cast<double>(r.prefill_tokens) <= 1.05 * static_cast<double>(without.prefill_tokens));
 }

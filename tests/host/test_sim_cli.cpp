@@ -11,8 +11,12 @@
 
 #include <doctest/doctest.h>
 
+#include <reprise/cache/config_rules.hpp>
+#include <reprise/catalog.hpp>
+
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <sstream>
 
 using namespace reprise::sim;
@@ -185,6 +189,29 @@ TEST_CASE("models table: mixture-of-experts models show active and total paramet
   const std::string table = models_table();
   CHECK(table.find("3.0B/80B") != std::string::npos);
   CHECK(table.find("active/total") != std::string::npos);
+}
+
+TEST_CASE("names: the policies and models are the catalog's, which the Python package offers too") {
+  // A name in reprise-sim and not in <reprise/catalog.hpp> (or the other way round) fails here;
+  // python/tests/test_catalog.py compares the package's names with this binary's.
+  REQUIRE(all_policies.size() == reprise::catalog::policy_table.size());
+  for (std::size_t i = 0; i < all_policies.size(); ++i) {
+    CHECK(to_string(all_policies[i]) == reprise::catalog::policy_table[i].name);
+    CHECK(parse_policy(reprise::catalog::policy_table[i].name) == all_policies[i]);
+  }
+  const std::span<const sim_model> presets = preset_models();
+  REQUIRE(presets.size() == reprise::catalog::preset_table.size());
+  const std::string table = models_table();
+  for (std::size_t i = 0; i < presets.size(); ++i) {
+    CHECK(presets[i].name == reprise::catalog::preset_table[i].name);
+    CHECK(presets[i].preset == static_cast<preset_id>(i));
+    CHECK(find_preset(presets[i].name) == &presets[i]);
+    CHECK(table.find(presets[i].name) != std::string::npos);
+  }
+  // memory_only has no host tier: one fact (the catalog's), also what the cache's rule says.
+  CHECK_FALSE(takes_host_tier(policy_kind::memory_only));
+  CHECK(std::string(reprise::rule_message(reprise::config_rule::memory_only_host_tier)).find("memory_only") !=
+        std::string::npos);
 }
 
 TEST_CASE("sweep: legends use the policy names, memory_only is not on the lost-tokens chart, paths have one /") {

@@ -39,13 +39,15 @@ void check_remote_adds_up(const replay_report& r) {
   CAPTURE(r.policy);
   REQUIRE(r.error.empty());
   CHECK(r.remote_tier);
-  CHECK(r.remote_block_hits + r.remote_snapshot_hits + r.remote_misses + r.remote_rejected == r.remote_fetches);
-  CHECK(r.remote_bytes_fetched ==
+  CHECK(r.remote_block_hits + r.remote_snapshot_hits + r.metrics.remote_misses + r.metrics.remote_rejected ==
+        r.metrics.remote_fetches);
+  CHECK(r.metrics.remote_bytes_fetched ==
         r.remote_block_hits * r.bytes_per_kv_block + r.remote_snapshot_hits * r.bytes_per_snapshot);
-  CHECK(r.remote_rejected == 0); // the modelled store returns what was put
-  CHECK(r.remote_bytes_put >= r.remote_puts * r.bytes_per_kv_block);
+  CHECK(r.metrics.remote_rejected == 0); // the modelled store returns what was put
+  CHECK(r.metrics.remote_bytes_put >= r.metrics.remote_puts * r.bytes_per_kv_block);
   CHECK(r.gpu_kv_hit_tokens() + r.host_kv_hit_tokens == r.kv_matched_tokens);
-  CHECK(r.remote_blocks_onboarded <= r.host_blocks_onboarded); // a fetched unit may be onboarded many times
+  // A fetched unit may be onboarded many times.
+  CHECK(r.metrics.remote_blocks_onboarded <= r.metrics.host_blocks_onboarded);
 }
 
 } // namespace
@@ -93,14 +95,14 @@ TEST_CASE("one engine: a conversation pushed out of GPU and host memory comes ba
   c.check_invariants = true;
   const replay_report with = simulate(t, c);
   check_remote_adds_up(with);
-  CHECK(with.remote_puts > 0);
+  CHECK(with.metrics.remote_puts > 0);
   CHECK(with.remote_block_hits > 0);
   CHECK(with.remote_snapshot_hits > 0);
   c.remote_tier = false;
   const replay_report without = simulate(t, c);
   REQUIRE(without.error.empty());
   CHECK(with.prefill_tokens < without.prefill_tokens);
-  CHECK(without.remote_fetches == 0);
+  CHECK(without.metrics.remote_fetches == 0);
   CHECK(format_report(with).find("remote tier                        modelled, unlimited, write-back") != std::string::npos);
 }
 
@@ -150,10 +152,10 @@ TEST_CASE("probing: a fleet fetches only what the store has, and a store with no
     CHECK(!unprobed.remote_probe);
     CHECK(unprobed.remote_probed_keys == 0);
     CHECK(probed.remote_probed_keys > probed.remote_probed_found);
-    CHECK(probed.remote_fetches <= probed.remote_probed_found);
-    CHECK(probed.remote_misses == 0); // an unlimited store loses nothing between the probe and the get
-    CHECK(unprobed.remote_misses > 0);
-    CHECK(probed.remote_fetches < unprobed.remote_fetches);
+    CHECK(probed.metrics.remote_fetches <= probed.remote_probed_found);
+    CHECK(probed.metrics.remote_misses == 0); // an unlimited store loses nothing between the probe and the get
+    CHECK(unprobed.metrics.remote_misses > 0);
+    CHECK(probed.metrics.remote_fetches < unprobed.metrics.remote_fetches);
     CHECK(probed.prefill_tokens <= unprobed.prefill_tokens);
   }
 

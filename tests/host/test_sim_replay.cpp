@@ -67,12 +67,12 @@ void check_same(const replay_report& a, const replay_report& b) {
   CHECK(a.mean_kv_bytes == b.mean_kv_bytes);
   CHECK(a.peak_snapshot_bytes == b.peak_snapshot_bytes);
   CHECK(a.mean_snapshot_bytes == b.mean_snapshot_bytes);
-  CHECK(a.kv_evictions == b.kv_evictions);
-  CHECK(a.captures_planned == b.captures_planned);
-  CHECK(a.captures_written == b.captures_written);
-  CHECK(a.captures_refused == b.captures_refused);
-  CHECK(a.snapshot_evictions_lru == b.snapshot_evictions_lru);
-  CHECK(a.snapshot_evictions_invalidated == b.snapshot_evictions_invalidated);
+  CHECK(a.metrics.kv_evictions == b.metrics.kv_evictions);
+  CHECK(a.metrics.captures_planned == b.metrics.captures_planned);
+  CHECK(a.metrics.captures_written == b.metrics.captures_written);
+  CHECK(a.metrics.captures_refused == b.metrics.captures_refused);
+  CHECK(a.metrics.snapshot_evictions_lru == b.metrics.snapshot_evictions_lru);
+  CHECK(a.metrics.snapshot_evictions_invalidated == b.metrics.snapshot_evictions_invalidated);
   CHECK(a.snapshot_slots == b.snapshot_slots);
 }
 
@@ -129,8 +129,8 @@ TEST_CASE("the policies on Nemotron-H-8B (B = 16, A = 128): hand-computed hits")
   // r0: 512 and 640 at admit, 656 at its end of turn; r1 (restored at 512): 640 at admit; r3: 512 and 640 at
   // admit; and every other turn end off a block boundary keeps its partial block: r1 at 670, r2 at 697, r3 at
   // 670.
-  CHECK(all.captures_written == 9);
-  CHECK(all.snapshot_hits == 2);
+  CHECK(all.metrics.captures_written == 9);
+  CHECK(all.metrics.snapshot_hits == 2);
 
   SUBCASE("an interval of 256 places a capture at 256 and 512 for r0") {
     replay_config c = config_for("nemotron-h-8b", policy_kind::snapshot_interval);
@@ -138,7 +138,7 @@ TEST_CASE("the policies on Nemotron-H-8B (B = 16, A = 128): hand-computed hits")
     const replay_report r = replay(t, c);
     check(r, {.hits = 2, .kv_hits = 2, .kv_matched = kv_exact, .usable = 512 + 512, .lost = 80 + 128});
     // r0 writes 256 and 512; r3 (its own tenant) writes its own 256 and 512.
-    CHECK(r.captures_written == 4);
+    CHECK(r.metrics.captures_written == 4);
   }
   SUBCASE("one snapshot slot: each admit keeps its deepest capture, and each evicts the one before") {
     // Every request restores nothing and plans 512 (interval) and 640 (last aligned): the slot takes 640 and
@@ -150,9 +150,9 @@ TEST_CASE("the policies on Nemotron-H-8B (B = 16, A = 128): hand-computed hits")
     CHECK(r.snapshot_slots == 1);
     check(r, {.hits = 0, .kv_hits = 2, .kv_matched = kv_exact, .usable = 0, .lost = kv_exact});
     CHECK(r.peak_snapshot_bytes == doctest::Approx(static_cast<double>(c.model.config.bytes_per_snapshot())));
-    CHECK(r.captures_planned == 4);
-    CHECK(r.captures_refused == 4);
-    CHECK(r.snapshot_evictions_lru == 3);
+    CHECK(r.metrics.captures_planned == 4);
+    CHECK(r.metrics.captures_refused == 4);
+    CHECK(r.metrics.snapshot_evictions_lru == 3);
   }
 }
 

@@ -35,15 +35,16 @@ void check_tiers_add_up(const replay_report& r) {
   REQUIRE(r.error.empty());
   const std::uint64_t kv = r.bytes_per_kv_block, snapshot = r.bytes_per_snapshot;
   CHECK(r.gpu_kv_hit_tokens() + r.host_kv_hit_tokens == r.kv_matched_tokens);
-  CHECK(r.host_kv_hit_tokens <= (r.host_blocks_onboarded + r.host_tails_onboarded) * r.block_size);
-  CHECK(r.host_kv_hit_tokens >= r.host_blocks_onboarded * r.block_size);
-  CHECK(r.gpu_snapshot_hits() + r.host_snapshot_hits == r.snapshot_hits);
+  CHECK(r.host_kv_hit_tokens <= (r.metrics.host_blocks_onboarded + r.metrics.host_tails_onboarded) * r.block_size);
+  CHECK(r.host_kv_hit_tokens >= r.metrics.host_blocks_onboarded * r.block_size);
+  CHECK(r.gpu_snapshot_hits() + r.metrics.host_snapshot_hits == r.metrics.snapshot_hits);
   // take_transfers listed every move the counters count (the replay checks it; an error otherwise).
-  CHECK(r.kv_offload_moves == r.host_blocks_offloaded);
-  CHECK(r.snapshot_offload_moves == r.host_snapshots_offloaded);
-  CHECK(r.kv_onboard_moves == r.host_blocks_onboarded + r.host_tails_onboarded);
-  CHECK(r.host_bytes_offloaded == r.host_blocks_offloaded * kv + r.host_snapshots_offloaded * snapshot);
-  CHECK(r.host_bytes_onboarded == r.kv_onboard_moves * kv + r.host_snapshot_hits * snapshot);
+  CHECK(r.kv_offload_moves == r.metrics.host_blocks_offloaded);
+  CHECK(r.snapshot_offload_moves == r.metrics.host_snapshots_offloaded);
+  CHECK(r.kv_onboard_moves == r.metrics.host_blocks_onboarded + r.metrics.host_tails_onboarded);
+  CHECK(r.metrics.host_bytes_offloaded ==
+        r.metrics.host_blocks_offloaded * kv + r.metrics.host_snapshots_offloaded * snapshot);
+  CHECK(r.metrics.host_bytes_onboarded == r.kv_onboard_moves * kv + r.metrics.host_snapshot_hits * snapshot);
   REQUIRE(r.per_engine.size() == r.engines);
   replay_report::engine_share sum;
   for (const replay_report::engine_share& e : r.per_engine) {
@@ -91,11 +92,11 @@ TEST_CASE("host tier: a turn end evicted from the GPU comes back from host memor
   CHECK(r.host_snapshot_units == 2);
   CHECK(r.kv_matched_tokens == 339);
   CHECK(r.usable_tokens == 339);
-  CHECK(r.host_snapshot_hits == 1);
-  CHECK(r.snapshot_hits == 1);
-  CHECK(r.host_tails_onboarded == 1);
-  CHECK(r.host_blocks_onboarded == 20);
-  CHECK(r.blocks_shared == 1); // block 0 never left the GPU
+  CHECK(r.metrics.host_snapshot_hits == 1);
+  CHECK(r.metrics.snapshot_hits == 1);
+  CHECK(r.metrics.host_tails_onboarded == 1);
+  CHECK(r.metrics.host_blocks_onboarded == 20);
+  CHECK(r.metrics.blocks_shared == 1); // block 0 never left the GPU
   CHECK(r.host_kv_hit_tokens == 20 * 16 + 3);
   CHECK(r.gpu_kv_hit_tokens() == 16);
   CHECK(r.transfer_steps > 0);
@@ -119,10 +120,10 @@ TEST_CASE("host tier: with a working set larger than the GPU budget it computes 
     check_tiers_add_up(tiered);
     CHECK(tiered.floor_tokens == gpu_only.floor_tokens);
     CHECK(tiered.computed_over_floor() < gpu_only.computed_over_floor());
-    CHECK(tiered.host_blocks_onboarded > 0);
-    CHECK(tiered.host_snapshot_hits > 0);
-    CHECK(tiered.host_bytes_offloaded > 0);
-    CHECK(tiered.host_bytes_onboarded > 0);
+    CHECK(tiered.metrics.host_blocks_onboarded > 0);
+    CHECK(tiered.metrics.host_snapshot_hits > 0);
+    CHECK(tiered.metrics.host_bytes_offloaded > 0);
+    CHECK(tiered.metrics.host_bytes_onboarded > 0);
     CHECK(tiered.kv_matched_tokens > gpu_only.kv_matched_tokens);
     // Without a host tier nothing is counted for one.
     CHECK(gpu_only.host_kv_hit_tokens == 0);
@@ -138,7 +139,7 @@ TEST_CASE("host tier: with a working set larger than the GPU budget it computes 
     c.host_snapshot_budget_bytes = 4 * c.snapshot_budget_bytes;
     const replay_report r = simulate(small, c);
     check_tiers_add_up(r);
-    CHECK(r.host_blocks_onboarded > 0);
+    CHECK(r.metrics.host_blocks_onboarded > 0);
   }
 }
 
@@ -246,7 +247,7 @@ TEST_CASE("a fleet of one engine replays as the single-engine replay did before 
       replay_config c;
       c.model = *find_preset("nemotron-h-8b");
       c.model.config = *layout_then;
-      c.model.preset = preset_id::none;
+      c.model.preset = std::nullopt;
       c.policy = want.policy;
       c.kv_budget_bytes = std::uint64_t{192} << 20;
       c.snapshot_budget_bytes = std::uint64_t{1} << 30;
@@ -266,15 +267,15 @@ TEST_CASE("a fleet of one engine replays as the single-engine replay did before 
       CHECK(r.usable_tokens == want.usable);
       CHECK(r.tokens_lost == want.lost);
       CHECK(r.output_tokens == want.output);
-      CHECK(r.blocks_shared == want.blocks_shared);
-      CHECK(r.kv_evictions == want.kv_evictions);
-      CHECK(r.snapshot_hits == want.snapshot_hits);
-      CHECK(r.snapshot_misses == want.snapshot_misses);
-      CHECK(r.captures_planned == want.planned);
-      CHECK(r.captures_written == want.written);
-      CHECK(r.captures_refused == want.refused);
-      CHECK(r.snapshot_evictions_lru == want.lru);
-      CHECK(r.snapshot_evictions_invalidated == want.invalidated);
+      CHECK(r.metrics.blocks_shared == want.blocks_shared);
+      CHECK(r.metrics.kv_evictions == want.kv_evictions);
+      CHECK(r.metrics.snapshot_hits == want.snapshot_hits);
+      CHECK(r.metrics.snapshot_misses == want.snapshot_misses);
+      CHECK(r.metrics.captures_planned == want.planned);
+      CHECK(r.metrics.captures_written == want.written);
+      CHECK(r.metrics.captures_refused == want.refused);
+      CHECK(r.metrics.snapshot_evictions_lru == want.lru);
+      CHECK(r.metrics.snapshot_evictions_invalidated == want.invalidated);
       CHECK(r.peak_kv_bytes == 201326592.0);
       CHECK(r.mean_kv_bytes == doctest::Approx(want.mean_kv).epsilon(1e-12));
       CHECK(r.mean_snapshot_bytes == doctest::Approx(want.mean_snapshot).epsilon(1e-12));
@@ -334,7 +335,7 @@ TEST_CASE("fleet: affinity on beats round robin on a multi-turn chat with 4 engi
     h.host_snapshot_budget_bytes = 8 * h.snapshot_budget_bytes;
     const replay_report r = simulate(t, h);
     check_tiers_add_up(r);
-    CHECK(r.host_blocks_onboarded > 0);
+    CHECK(r.metrics.host_blocks_onboarded > 0);
   }
 }
 
@@ -390,6 +391,6 @@ TEST_CASE("a sweep along host_scale writes the host columns and a from-host char
   // No host tier at 0: every host column but the GPU hits (KV tokens, then snapshots) is 0.
   const replay_report& first = s.points[0].report;
   CHECK(row.find(",0,0,0,0," + std::to_string(first.kv_matched_tokens) + ",0,0,0," +
-                 std::to_string(first.snapshot_hits) + ",0,0,0,0,0,0,0,0,0,0,1,on,") != std::string::npos);
+                 std::to_string(first.metrics.snapshot_hits) + ",0,0,0,0,0,0,0,0,0,0,1,on,") != std::string::npos);
   std::filesystem::remove_all(dir);
 }

@@ -88,8 +88,7 @@ std::vector<policy_kind> load_policies(const cli_options& o, const sim_model& m)
   }
   for (policy_kind p : o.policies) {
     if (o.cache.host_kv_budget_bytes != 0 && !takes_host_tier(p))
-      die("--policy " + std::string(to_string(p)) + " takes no host tier (--host-kv-budget): it skips no prefill, so a "
-          "block brought back from host memory would save nothing", 2);
+      die("--host-kv-budget: " + std::string(rule_message(reprise::config_rule::memory_only_host_tier)), 2);
     if (std::find(applicable.begin(), applicable.end(), p) == applicable.end()) {
       std::string names;
       for (policy_kind a : applicable) names += (names.empty() ? "" : ", ") + std::string(to_string(a));

@@ -14,6 +14,7 @@
 #include <reprise/cache/block_index.hpp>
 #include <reprise/cache/block_ledger.hpp>
 #include <reprise/cache/capture_planner.hpp>
+#include <reprise/cache/config_rules.hpp>
 #include <reprise/cache/host_tier.hpp>
 #include <reprise/cache/in_step_sharing.hpp>
 #include <reprise/cache/remote_fetch.hpp>
@@ -53,48 +54,10 @@ struct cache_core {
   /// Positions and lengths are 32-bit; "no bound yet" for `sequence_record::exact_until`.
   static constexpr std::uint32_t unbounded = std::numeric_limits<std::uint32_t>::max();
 
-  /// Checks `g` and `o` against the policy. Errors as `prefix_cache::create`.
+  /// Checks `g` and `o` against the policy and tiers (`check_config`, config_rules.hpp). Errors as
+  /// `prefix_cache::create`.
   static errc validate(const cache_geometry& g, const cache_options& o) noexcept {
-    if (o.kv_blocks == 0 || o.max_sequences == 0) return errc::invalid_argument;
-    if (o.kv_blocks > max_pool_ids || o.max_sequences > max_pool_ids) return errc::out_of_range;
-    if (!is_supported_block_size(g.block_size)) return errc::unsupported_config;
-    if (g.alignment == 0 || g.alignment % g.block_size != 0) return errc::misaligned;
-    if (std::is_same_v<Policy, policy::block_sharing> && g.has_recurrent) return errc::unsupported_config;
-    if (o.share_in_step && !can_share_in_step) return errc::unsupported_config;
-    if (restores && !g.has_recurrent) return errc::unsupported_config;
-    if constexpr (restores) {
-      if (g.bytes_per_snapshot == 0) return errc::invalid_argument;
-      if (o.snapshot_budget_bytes / g.bytes_per_snapshot == 0) return errc::budget_too_small;
-      if (!traits::capture::intervals_aligned(g.alignment)) return errc::misaligned;
-      if (traits::capture::reads_interval && (o.capture_interval == 0 || o.capture_interval % g.alignment != 0))
-        return errc::misaligned;
-      if (traits::capture::at_decode) {
-        if (o.decode_checkpoint_interval % g.alignment != 0) return errc::misaligned;
-        if (o.decode_checkpoints_per_sequence == 0) return errc::invalid_argument;
-      }
-    }
-    if constexpr (has_host) {
-      // memory_only skips no prefill: a block brought back from the host would save nothing.
-      if (std::is_same_v<Policy, policy::memory_only> || o.share_in_step) return errc::unsupported_config;
-      if (g.bytes_per_kv_block == 0) return errc::invalid_argument;
-      if (o.host_kv_budget_bytes / g.bytes_per_kv_block == 0) return errc::budget_too_small;
-      if (o.host_snapshot_budget_bytes != 0) {
-        if (!restores) return errc::unsupported_config;
-        if (o.host_snapshot_budget_bytes / g.bytes_per_snapshot == 0) return errc::budget_too_small;
-      }
-    } else {
-      if (o.host_kv_budget_bytes != 0 || o.host_snapshot_budget_bytes != 0) return errc::unsupported_config;
-    }
-    if constexpr (has_remote) {
-      if (o.remote_keys == nullptr || o.remote_snapshot_candidates == 0) return errc::invalid_argument;
-    } else {
-      if (o.remote_keys != nullptr || o.remote_write_through) return errc::unsupported_config;
-    }
-    return errc{};
-  }
-
-  static std::uint32_t units_in(std::size_t budget, std::size_t unit_bytes) noexcept {
-    return unit_bytes == 0 ? 0 : static_cast<std::uint32_t>(std::min<std::size_t>(budget / unit_bytes, max_pool_ids));
+    return to_errc(check_config<Policy, Tiers>(g, o));
   }
 
   static std::uint32_t slot_count(const cache_geometry& g, const cache_options& o) noexcept {

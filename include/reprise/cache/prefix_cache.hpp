@@ -40,6 +40,7 @@
 /// `pool_exhausted`, the calls naming a sequence `unknown_sequence`, and its metrics are zero.
 
 #include <reprise/cache/cache_core.hpp>
+#include <reprise/cache/config_rules.hpp>
 #include <reprise/cache/invariants.hpp>
 #include <reprise/cache/types.hpp>
 #include <reprise/errc.hpp>
@@ -83,44 +84,23 @@ constexpr cache_geometry geometry_of() noexcept {
           Model::has_recurrent};
 }
 
+
 namespace detail {
-/// The compile-time checks of a typed cache: the same rules `cache_core::validate` applies at run time.
-template <class Model, class Policy>
-struct typed_checks {
-  static constexpr bool ok = true;
-};
-template <model Model, class Policy>
-struct typed_checks<Model, Policy> {
-  using traits = policy::policy_traits<Policy>;
-  static_assert(!(std::is_same_v<Policy, policy::block_sharing> && Model::has_recurrent),
-                "prefix_cache: policy::block_sharing skips prefill, but this model has recurrent (Mamba2 / "
-                "gated-delta) layers whose state depends on every token. Use policy::snapshot_restore<...> "
-                "(skip up to a recurrent-state snapshot) or policy::memory_only (share KV, skip nothing).");
-  static_assert(!traits::restores_snapshots || Model::has_recurrent,
-                "prefix_cache: policy::snapshot_restore needs recurrent layers to snapshot; an attention-only "
-                "model uses policy::block_sharing.");
-  static_assert(is_supported_block_size(Model::block_size),
-                "prefix_cache: the model's block size must be one of 8, 16, 32, 64, 128, 256 "
-                "(reprise::supported_block_sizes)");
-  static constexpr bool intervals_aligned() noexcept {
-    if constexpr (traits::restores_snapshots) return traits::capture::intervals_aligned(Model::alignment);
-    else return true;
-  }
-  static_assert(intervals_aligned(),
-                "prefix_cache: a policy::every<I> capture interval must be a multiple of the model's alignment "
-                "unit Model::alignment = lcm(block size, every chunk size); snapshots elsewhere would not be "
-                "bit-exact with a cold chunked prefill. Round I to a multiple of Model::alignment.");
-  static constexpr bool ok = true;
-};
+/// The configuration rules a typed cache breaks whatever its options, as `static_assert`s: the tiers' with any
+/// model, the model's too when it is a compile-time one.
+template <class Model, class Policy, class Tiers>
+constexpr bool typed_config_checks() noexcept {
+  static_assert(tier_config_checks<Policy, Tiers>::ok);
+  if constexpr (model<Model>) return model_config_checks<Policy, geometry_of<Model>()>::ok;
+  else return true;
+}
 } // namespace detail
 
 template <cache_model Model, policy::cache_policy Policy, hasher Hasher = xxh3_hasher,
           policy::tier_list Tiers = policy::tiers<>>
 class prefix_cache {
-  static_assert(detail::typed_checks<Model, Policy>::ok);
-  static_assert(!policy::tier_traits<Tiers>::host || !std::is_same_v<Policy, policy::memory_only>,
-                "prefix_cache: policy::memory_only skips no prefill, so a block brought back from a lower tier "
-                "saves nothing; use policy::tiers<> with it");
+  // The rules the types decide fail here, with the words `check` reports at run time (config_rules.hpp).
+  static_assert(detail::typed_config_checks<Model, Policy, Tiers>());
   using core = detail::cache_core<Policy, Hasher, Tiers>;
 
 public:
@@ -141,8 +121,9 @@ public:
   ///
   /// Effects: allocates every pool (blocks and their stored tokens, index buckets, sequence records,
   /// snapshot slots); throws `std::bad_alloc` when they do not fit in memory.
-  /// Errors: `invalid_argument` (`kv_blocks` or `max_sequences` is 0; a snapshot policy on a model whose
-  /// snapshot has no bytes; `decode_checkpoints_per_sequence` 0 with `policy::decode_checkpoints`; with a
+  /// Errors: `to_errc(check(m, options))`, the first `config_rule` broken (config_rules.hpp lists them in
+  /// order, with the message each prints): `invalid_argument` (`kv_blocks` or `max_sequences` is 0; a
+  /// snapshot policy on a model whose snapshot has no bytes; `decode_checkpoints_per_sequence` 0 with `policy::decode_checkpoints`; with a
   /// host tier, a model whose KV block has no bytes; with a remote tier, no `remote_keys` or
   /// `remote_snapshot_candidates` 0); `out_of_range` (`kv_blocks` or `max_sequences` above `max_pool_ids`);
   /// `unsupported_config` (a block size outside `supported_block_sizes`, `block_sharing` on a model with
@@ -159,6 +140,22 @@ public:
     requires std::same_as<Model, dynamic_model>
   {
     return make(geometry_of(m), options);
+  }
+
+  /// The first configuration rule the compile-time model `Model` and `options` break with this policy and
+  /// these tiers, or `config_rule::ok`: what `create` would fail with (`to_errc`), and why
+  /// (`rule_message`). Allocates nothing. Complexity: O(1).
+  static constexpr config_rule check(const cache_options& options) noexcept
+    requires model<Model>
+  {
+    return check_config<Policy, Tiers>(geometry_of<Model>(), options);
+  }
+
+  /// As above, for the runtime model `m`.
+  static config_rule check(const model_config& m, const cache_options& options) noexcept
+    requires std::same_as<Model, dynamic_model>
+  {
+    return check_config<Policy, Tiers>(geometry_of(m), options);
   }
 
   prefix_cache(prefix_cache&&) noexcept = default;

@@ -1,8 +1,10 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file
-/// The vocabulary of the cache façade: ids, options, the plans it hands to an engine, and its metrics.
+/// The vocabulary of the cache façade: ids, options, the plans it hands to an engine, and its metrics
+/// (`cache_metrics`, generated in metrics.hpp).
 
+#include <reprise/cache/metrics.hpp>
 #include <reprise/ids.hpp>
 #include <reprise/keys/block_key.hpp>
 #include <reprise/keys/remote_keys.hpp>
@@ -231,6 +233,14 @@ struct admit_plan {
   /// `policy::host_tier`: `restore_slot` names a slot of the host snapshot pool; the engine copies it from
   /// host memory into the live state (after the step's transfers).
   bool restore_from_host = false;
+  /// `policy::host_tier`: full KV blocks of this prompt's match copied back from the host tier (the
+  /// `kv_onboard` moves of the next `take_transfers` into this sequence's first `shared_blocks`); a turn
+  /// end's partial block brought back with them is not counted. 0 without a host tier. Summed over admits it
+  /// is `cache_metrics::host_blocks_onboarded`.
+  std::uint32_t host_blocks_onboarded = 0;
+  /// `policy::remote_tier`: of `host_blocks_onboarded`, the blocks whose host units the remote store filled
+  /// (a `prefetch` fetched them). Summed over admits it is `cache_metrics::remote_blocks_onboarded`.
+  std::uint32_t store_blocks_onboarded = 0;
   /// What restoring `restore_slot` and reusing the shared blocks is equivalent to: `prefill_exact` (a cold
   /// prefill, bitwise) unless a `decode_continuation` snapshot or block was reused (policies that accept it).
   exactness restore_exactness = exactness::prefill_exact;
@@ -282,62 +292,5 @@ struct fork_plan {
   bool copy_recurrent_state = false;
 };
 
-/// Counters since construction (monotonic) and gauges (current occupancy).
-struct cache_metrics {
-  // --- lookups (admit) ---
-  std::uint64_t lookups = 0;
-  std::uint64_t prompt_tokens = 0;
-  std::uint64_t kv_matched_tokens = 0;   ///< KV hit tokens
-  std::uint64_t usable_tokens = 0;       ///< == skipped prefill tokens
-  std::uint64_t tokens_lost_to_missing_snapshot = 0;
-  std::uint64_t blocks_shared = 0;       ///< block references taken on already cached blocks
-  std::uint64_t bytes_saved = 0;         ///< blocks_shared * bytes per KV block
-  std::uint64_t blocks_shared_in_step = 0; ///< of blocks_shared, not yet written when shared (`share_in_step`)
-  // --- publication and eviction ---
-  std::uint64_t blocks_published = 0;
-  std::uint64_t duplicate_blocks = 0;    ///< full blocks not published because an equal block was cached first
-  std::uint64_t kv_evictions = 0;
-  // --- snapshots ---
-  std::uint64_t snapshot_hits = 0;       ///< admits that restore a snapshot
-  std::uint64_t snapshot_misses = 0;     ///< admits with a KV match but no usable snapshot
-  std::uint64_t partial_blocks_copied = 0; ///< snapshot hits at a turn end off a block boundary (block copied)
-  std::uint64_t captures_planned = 0;
-  std::uint64_t captures_written = 0;    ///< published as snapshots
-  std::uint64_t captures_refused = 0;    ///< not planned (no slot, path cap) or dropped at commit
-  std::uint64_t snapshot_evictions_lru = 0;
-  std::uint64_t snapshot_evictions_ttl = 0;
-  std::uint64_t snapshot_evictions_invalidated = 0; ///< dropped because their KV block was evicted
-  // --- gauges ---
-  std::uint32_t live_sequences = 0;
-  std::uint32_t blocks_referenced = 0;   ///< blocks held by at least one sequence
-  std::uint32_t blocks_cached = 0;       ///< blocks in the index (referenced or not)
-  std::uint32_t blocks_free = 0;         ///< blocks in the free queue (some may wait for their epoch)
-  std::uint32_t tail_blocks = 0;         ///< partial blocks kept at turn ends with their snapshot
-  std::uint32_t snapshots_held = 0;      ///< published snapshots
-  std::uint64_t snapshot_bytes_held = 0;
-  // --- host tier (`policy::host_tier`) ---
-  std::uint64_t host_blocks_onboarded = 0;   ///< KV hits in the host tier: blocks copied back (of kv_matched_tokens)
-  std::uint64_t host_tails_onboarded = 0;    ///< partial blocks of turn ends copied back from the host tier
-  std::uint64_t host_snapshot_hits = 0;      ///< of snapshot_hits: restored from the host tier
-  std::uint64_t host_blocks_offloaded = 0;   ///< KV blocks (full or partial) copied to the host tier
-  std::uint64_t host_snapshots_offloaded = 0;
-  std::uint64_t host_bytes_offloaded = 0;    ///< device to host
-  std::uint64_t host_bytes_onboarded = 0;    ///< host to device, restores from the host included
-  std::uint64_t host_block_evictions = 0;
-  std::uint64_t host_snapshot_evictions = 0;
-  std::uint32_t host_blocks_held = 0;        ///< gauge
-  std::uint32_t host_snapshots_held = 0;     ///< gauge
-  // --- remote tier (`policy::remote_tier`) ---
-  std::uint64_t remote_puts = 0;             ///< values handed to the engine for the store
-  std::uint64_t remote_bytes_put = 0;        ///< their payload bytes
-  std::uint64_t remote_fetches = 0;          ///< fetches planned by `prefetch`
-  std::uint64_t remote_hits = 0;             ///< fetched values verified and kept in the host tier
-  std::uint64_t remote_misses = 0;           ///< fetches reported absent
-  std::uint64_t remote_rejected = 0;         ///< fetched values whose header differed: dropped, never used
-  std::uint64_t remote_bytes_fetched = 0;    ///< payload bytes of the hits
-  std::uint64_t remote_blocks_onboarded = 0; ///< of host_blocks_onboarded, from units the store filled
-
-  friend bool operator==(const cache_metrics&, const cache_metrics&) = default;
-};
 
 } // namespace reprise

@@ -59,14 +59,11 @@ struct hybrid_model {
   static constexpr model_facts facts = detail::compute_facts<Groups...>();
 
   static_assert(facts.error != model_error::block_sizes_differ,
-                "hybrid_model: all kv_block layers must use the same block_size");
+                "hybrid_model: " REPRISE_MODEL_RULE_TEXT(block_sizes_differ));
   static_assert(facts.error != model_error::alignment_too_coarse,
-                "hybrid_model: the block size and every chunk size must divide the largest of them "
-                "(e.g. B = 16 with Q = 256); otherwise the snapshot alignment lcm(B, Q) is so coarse that "
-                "most prefixes could never hit");
-  static_assert(facts.error != model_error::too_large,
-                "hybrid_model: the bytes per KV block or per snapshot overflow std::size_t, or the layer counts "
-                "overflow 32 bits");
+                "hybrid_model: " REPRISE_MODEL_RULE_TEXT(alignment_too_coarse));
+  static_assert(facts.error != model_error::too_large, "hybrid_model: " REPRISE_MODEL_RULE_TEXT(too_large));
+  static_assert(facts.error != model_error::invalid_shape, "hybrid_model: " REPRISE_MODEL_RULE_TEXT(invalid_shape));
   static_assert(facts.error == model_error::none, "hybrid_model: invalid layer group");
 
   static constexpr std::uint32_t block_size = facts.block_size;

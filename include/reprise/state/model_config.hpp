@@ -42,11 +42,19 @@ public:
   /// more than 2^32 - 1 layers).
   /// Complexity: linear in the number of groups.
   static result<model_config> make(std::vector<layer_spec> groups) {
+    const model_facts f = facts_of(groups);
+    if (f.error != model_error::none) return failure{f.to_errc()};
+    return model_config(std::move(groups), f);
+  }
+
+  /// The facts `make` derives from `groups`, with `error` naming the first model rule they break
+  /// (`model_error::none` when they make a valid model; `rule_message(error)` says what to change).
+  /// Complexity: linear in the number of groups.
+  static model_facts facts_of(std::span<const layer_spec> groups) {
     model_facts f;
     for (const layer_spec& g : groups) std::visit([&](const auto& s) { f.add(s, g.count); }, g.shape);
     f.finish();
-    if (f.error != model_error::none) return failure{f.to_errc()};
-    return model_config(std::move(groups), f);
+    return f;
   }
 
   /// The runtime description of a compile-time model; never fails (the model type is already checked).

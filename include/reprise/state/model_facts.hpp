@@ -11,6 +11,24 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <string_view>
+
+/// What a layer mix breaking model rule `e` (a `model_error` enumerator) is told: a string literal, so that
+/// `hybrid_model`'s `static_assert`s and `rule_message` at run time (what `model_config` callers print) say
+/// the same words.
+#define REPRISE_MODEL_RULE_TEXT(e) REPRISE_MODEL_RULE_TEXT_##e
+#define REPRISE_MODEL_RULE_TEXT_none "the layer mix is a valid model"
+#define REPRISE_MODEL_RULE_TEXT_empty "list at least one layer group, each with a count of at least 1"
+#define REPRISE_MODEL_RULE_TEXT_invalid_shape                                                                      \
+  "a layer shape fails its own validate(): a size of 0, a dtype outside the enumeration, or a conv width or "      \
+  "chunk size the kernels do not support"
+#define REPRISE_MODEL_RULE_TEXT_block_sizes_differ "all kv_block layers must use the same block_size"
+#define REPRISE_MODEL_RULE_TEXT_alignment_too_coarse                                                               \
+  "the block size and every chunk size must divide the largest of them (e.g. B = 16 with Q = 256); otherwise the " \
+  "snapshot alignment lcm(B, Q) is so coarse that most prefixes could never hit. Use a power-of-two block size "    \
+  "that divides the chunk size."
+#define REPRISE_MODEL_RULE_TEXT_too_large                                                                          \
+  "the bytes per KV block or per snapshot overflow std::size_t, or the layer counts overflow 32 bits"
 
 namespace reprise {
 
@@ -23,6 +41,32 @@ enum class model_error : std::uint8_t {
   alignment_too_coarse, ///< lcm(B, every Q) is not the largest of them: some size does not divide another
   too_large             ///< a byte total or a layer count does not fit its type (64-bit bytes, 32-bit counts)
 };
+
+/// The rule's stable name (`"alignment_too_coarse"`).
+constexpr std::string_view to_string(model_error e) noexcept {
+  switch (e) {
+  case model_error::none: return "none";
+  case model_error::empty: return "empty";
+  case model_error::invalid_shape: return "invalid_shape";
+  case model_error::block_sizes_differ: return "block_sizes_differ";
+  case model_error::alignment_too_coarse: return "alignment_too_coarse";
+  case model_error::too_large: return "too_large";
+  }
+  return "unknown";
+}
+
+/// What is wrong and what to change: `hybrid_model`'s `static_assert` text for the same rule.
+constexpr std::string_view rule_message(model_error e) noexcept {
+  switch (e) {
+  case model_error::none: return REPRISE_MODEL_RULE_TEXT(none);
+  case model_error::empty: return REPRISE_MODEL_RULE_TEXT(empty);
+  case model_error::invalid_shape: return REPRISE_MODEL_RULE_TEXT(invalid_shape);
+  case model_error::block_sizes_differ: return REPRISE_MODEL_RULE_TEXT(block_sizes_differ);
+  case model_error::alignment_too_coarse: return REPRISE_MODEL_RULE_TEXT(alignment_too_coarse);
+  case model_error::too_large: return REPRISE_MODEL_RULE_TEXT(too_large);
+  }
+  return {};
+}
 
 constexpr errc to_errc(model_error e) noexcept {
   switch (e) {

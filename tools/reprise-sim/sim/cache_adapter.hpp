@@ -54,24 +54,32 @@ inline cache_options options_for(const replay_config& c, std::uint32_t kv_blocks
   return o;
 }
 
-/// Why `create` refused `o`, in the words of the command line.
-inline std::string creation_error(const replay_config& c, const cache_options& o, errc e) {
+/// Why `create` refused `o`: the configuration rule broken (config_rules.hpp), with the budgets' and the
+/// interval's figures where the command line set them.
+inline std::string creation_error(const replay_config& c, const cache_options& o, config_rule rule) {
   const model_config& m = c.model.config;
   auto bytes = [](std::uint64_t v) { return format_bytes(static_cast<double>(v)); };
-  switch (e) {
-  case errc::budget_too_small:
-    // The host budgets are checked first: the GPU snapshot budget's message is the one replays always gave.
-    if (o.host_kv_budget_bytes != 0 && o.host_kv_budget_bytes < m.bytes_per_kv_block())
-      return "host KV budget " + bytes(o.host_kv_budget_bytes) + " is below one block (" + bytes(m.bytes_per_kv_block()) + ")";
-    if (o.host_snapshot_budget_bytes != 0 && o.host_snapshot_budget_bytes < m.bytes_per_snapshot())
-      return "host snapshot budget " + bytes(o.host_snapshot_budget_bytes) + " is below one snapshot (" +
-             bytes(m.bytes_per_snapshot()) + ")";
+  switch (rule) {
+  case config_rule::host_kv_budget_below_one_block:
+    return "host KV budget " + bytes(o.host_kv_budget_bytes) + " is below one block (" + bytes(m.bytes_per_kv_block()) +
+           ")";
+  case config_rule::host_snapshot_budget_below_one_snapshot:
+    return "host snapshot budget " + bytes(o.host_snapshot_budget_bytes) + " is below one snapshot (" +
+           bytes(m.bytes_per_snapshot()) + ")";
+  case config_rule::snapshot_budget_below_one_snapshot:
     return "snapshot budget " + bytes(c.snapshot_budget_bytes) + " is below one snapshot (" + bytes(m.bytes_per_snapshot()) + ")";
-  case errc::misaligned:
+  case config_rule::capture_interval_misaligned:
     return "snapshot interval " + std::to_string(o.capture_interval) + " is not a positive multiple of the alignment unit " +
            std::to_string(m.alignment());
-  default: return "the cache refused the configuration: " + std::string(to_string(e));
+  default: return reprise::describe(rule);
   }
+}
+
+/// The rule `Cache::create` broke with options `o` (`prefix_cache::check`).
+template <class Cache>
+config_rule broken_rule(const replay_config& c, const cache_options& o) {
+  if constexpr (std::is_same_v<typename Cache::model_type, dynamic_model>) return Cache::check(c.model.config, o);
+  else return Cache::check(o);
 }
 
 /// What the engines of one replay share: the trace, the configuration, and the report they add to.
@@ -218,40 +226,17 @@ public:
   void collect() {
     replay_report& rep = f_.rep;
     const cache_metrics& mm = cache_.metrics();
-    rep.blocks_shared += mm.blocks_shared;
-    rep.kv_evictions += mm.kv_evictions;
-    rep.snapshot_hits += mm.snapshot_hits;
-    rep.snapshot_misses += mm.snapshot_misses;
-    rep.captures_planned += mm.captures_planned;
-    rep.captures_written += mm.captures_written;
-    rep.captures_refused += mm.captures_refused;
-    rep.snapshot_evictions_lru += mm.snapshot_evictions_lru;
-    rep.snapshot_evictions_ttl += mm.snapshot_evictions_ttl;
-    rep.snapshot_evictions_invalidated += mm.snapshot_evictions_invalidated;
-    rep.host_blocks_onboarded += mm.host_blocks_onboarded;
-    rep.host_tails_onboarded += mm.host_tails_onboarded;
-    rep.host_snapshot_hits += mm.host_snapshot_hits;
-    rep.host_blocks_offloaded += mm.host_blocks_offloaded;
-    rep.host_snapshots_offloaded += mm.host_snapshots_offloaded;
-    rep.host_bytes_offloaded += mm.host_bytes_offloaded;
-    rep.host_bytes_onboarded += mm.host_bytes_onboarded;
-    rep.host_block_evictions += mm.host_block_evictions;
-    rep.host_snapshot_evictions += mm.host_snapshot_evictions;
+    for_each_metric([&](metric id, auto member) {
+      if (metric_info_of(id).kind == metric_kind::counter) rep.metrics.*member += mm.*member;
+    });
     rep.transfer_steps += transfer_steps_;
     rep.kv_offload_moves += kv_offload_moves_;
     rep.snapshot_offload_moves += snapshot_offload_moves_;
     rep.kv_onboard_moves += kv_onboard_moves_;
-    rep.remote_puts += mm.remote_puts;
-    rep.remote_bytes_put += mm.remote_bytes_put;
-    rep.remote_fetches += mm.remote_fetches;
     rep.remote_block_hits += remote_block_hits_;
-    rep.remote_blocks_onboarded += mm.remote_blocks_onboarded;
     rep.remote_probed_keys += probed_keys_;
     rep.remote_probed_found += probed_found_;
     rep.remote_snapshot_hits += remote_snapshot_hits_;
-    rep.remote_misses += mm.remote_misses;
-    rep.remote_rejected += mm.remote_rejected;
-    rep.remote_bytes_fetched += mm.remote_bytes_fetched;
     if (!rep.error.empty()) return;
     if (remote_puts_ != mm.remote_puts)
       rep.error = label_ + "take_transfers listed " + std::to_string(remote_puts_) + " remote puts; the metrics count " +
@@ -436,7 +421,7 @@ void run(const trace& t, const replay_config& c, std::uint32_t kv_blocks, replay
       else return Cache::create(o);
     }();
     if (!created) {
-      rep.error = creation_error(c, o, created.error());
+      rep.error = creation_error(c, o, broken_rule<Cache>(c, o));
       return;
     }
     fleet.emplace_back(std::move(*created), f, e);
@@ -505,37 +490,24 @@ void run(const trace& t, const replay_config& c, std::uint32_t kv_blocks, replay
 
 using runner = void (*)(const trace&, const replay_config&, std::uint32_t kv_blocks, replay_report&, progress*);
 
-/// The replay of policy `p` over a model with recurrent layers, of kind `Model` (`dynamic_model` or a
-/// preset type) with the tiers `Tiers`; null for `block_sharing`, which does not apply, and for
-/// `memory_only` with a host tier, which `prefix_cache` refuses.
+/// The replay of policy `p` over a model of kind `Model` (`dynamic_model` or a preset type) with the tiers
+/// `Tiers`; null where the catalog does not offer the policy for the model (`recurrent`: whether it has
+/// recurrent layers; a preset type's own answer decides at compile time) or it takes no host tier and
+/// `Tiers` has one (`prefix_cache` refuses that combination).
 template <class Model, class Tiers = policy::tiers<>>
-runner recurrent_runner(policy_kind p) {
-  using namespace policy;
-  using H = xxh3_hasher;
-  switch (p) {
-  case policy_kind::memory_only:
-    if constexpr (tier_traits<Tiers>::host) return nullptr;
-    else return &run<prefix_cache<Model, memory_only, H, Tiers>>;
-  case policy_kind::snapshot_interval:
-    return &run<prefix_cache<Model, snapshot_restore<capture<every_interval>, accept_prefill_exact>, H, Tiers>>;
-  case policy_kind::snapshot_prefix_tree:
-    return &run<prefix_cache<Model, snapshot_restore<capture<every_interval, last_aligned, branch_point>, accept_prefill_exact>,
-                             H, Tiers>>;
-  case policy_kind::snapshot_turns: return &run<prefix_cache<Model, snapshot_restore<>, H, Tiers>>;
-  case policy_kind::snapshot_all:
-    return &run<prefix_cache<
-        Model, snapshot_restore<capture<every_interval, last_aligned, branch_point, end_of_turn>, accept_any>, H, Tiers>>;
-  case policy_kind::chat: return &run<prefix_cache<Model, policy::chat, H, Tiers>>;
-  case policy_kind::strict: return &run<prefix_cache<Model, policy::strict, H, Tiers>>;
-  case policy_kind::block_sharing: return nullptr;
-  }
-  return nullptr;
-}
-
-/// The replay of policy `p` over an attention-only model: only `block_sharing` applies.
-template <class Model, class Tiers = policy::tiers<>>
-runner attention_runner(policy_kind p) {
-  return p == policy_kind::block_sharing ? &run<prefix_cache<Model, policy::block_sharing, xxh3_hasher, Tiers>> : nullptr;
+runner runner_for(policy_kind p, bool recurrent) {
+  return catalog::visit_policy(p, [recurrent](auto tag) -> runner {
+    using P = typename decltype(tag)::type;
+    using cache = prefix_cache<Model, P, xxh3_hasher, Tiers>;
+    if constexpr (policy::tier_traits<Tiers>::host && !reprise::takes_host_tier<P>) {
+      return nullptr;
+    } else if constexpr (std::is_same_v<Model, dynamic_model>) {
+      return recurrent == catalog::for_recurrent_models<P> ? &run<cache> : nullptr;
+    } else {
+      if constexpr (Model::has_recurrent == catalog::for_recurrent_models<P>) return &run<cache>;
+      else return nullptr;
+    }
+  });
 }
 
 /// The replay of policy `p` for a runtime model with or without recurrent layers, with or without a host
@@ -543,15 +515,13 @@ runner attention_runner(policy_kind p) {
 inline runner runtime_runner(policy_kind p, bool recurrent, bool host, bool remote) {
   using host_tiers = policy::tiers<policy::host_tier>;
   using remote_tiers = policy::tiers<policy::host_tier, policy::remote_tier>;
-  if (host && remote)
-    return recurrent ? recurrent_runner<dynamic_model, remote_tiers>(p) : attention_runner<dynamic_model, remote_tiers>(p);
-  if (host)
-    return recurrent ? recurrent_runner<dynamic_model, host_tiers>(p) : attention_runner<dynamic_model, host_tiers>(p);
-  return recurrent ? recurrent_runner<dynamic_model>(p) : attention_runner<dynamic_model>(p);
+  if (host && remote) return runner_for<dynamic_model, remote_tiers>(p, recurrent);
+  if (host) return runner_for<dynamic_model, host_tiers>(p, recurrent);
+  return runner_for<dynamic_model>(p, recurrent);
 }
 
 /// The presets' own types, for the equivalence test (null for a preset without an instantiation here). They
 /// replay without a host tier.
-runner preset_runner(preset_id id, policy_kind p);
+runner preset_runner(std::optional<preset_id> id, policy_kind p);
 
 } // namespace reprise::sim::adapter

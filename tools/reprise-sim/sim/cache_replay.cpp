@@ -46,10 +46,8 @@ bool prepare(const trace& t, const replay_config& c, runner run_fn, replay_repor
   rep.remote_write_through = c.remote_tier && c.remote_write_through;
   rep.remote_probe = c.remote_tier && c.remote_probe;
   rep.remote_budget_bytes = c.remote_tier && c.remote_redis.empty() ? c.remote_budget_bytes : 0;
-  if (has_host_tier(c) && !takes_host_tier(c.policy)) {
-    rep.error = "policy " + std::string(to_string(c.policy)) +
-                " takes no host tier: it skips no prefill, so a block brought back from host memory would save "
-                "nothing";
+  if (has_host_tier(c) && !takes_host_tier(c.policy)) { // the only policy that takes none
+    rep.error = rule_message(config_rule::memory_only_host_tier);
     return false;
   }
   if (rep.host_snapshot_budget_bytes != 0 && !has_host_tier(c)) {

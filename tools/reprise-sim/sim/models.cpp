@@ -1,8 +1,6 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
 #include "sim/models.hpp"
 
-#include <reprise/state/presets.hpp>
-
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -11,15 +9,18 @@
 
 namespace reprise::sim {
 
+sim_model sim_model::of_preset(preset_id p) {
+  const catalog::preset_entry& e = catalog::entry(p);
+  return {std::string(e.name), catalog::config_of(p), e.active_params, p, e.total_params};
+}
+
 std::span<const sim_model> preset_models() {
-  // Active parameter counts from the models' public cards: Nemotron-H-8B 8.1B, Qwen3-Next-80B-A3B 3B active
-  // of 80B, Falcon-H1-7B 7.6B, Llama-3-8B 8.0B.
-  static const std::vector<sim_model> models = {
-      {"nemotron-h-8b", model_config::of<presets::nemotron_h_8b>(), 8.1e9, preset_id::nemotron_h_8b},
-      {"qwen3-next-80b-a3b", model_config::of<presets::qwen3_next_80b>(), 3.0e9, preset_id::qwen3_next_80b, 80e9},
-      {"falcon-h1-7b", model_config::of<presets::falcon_h1_7b>(), 7.6e9, preset_id::falcon_h1_7b},
-      {"llama-3-8b", model_config::of<presets::llama3_8b>(), 8.0e9, preset_id::llama3_8b},
-  };
+  static const std::vector<sim_model> models = [] {
+    std::vector<sim_model> all;
+    for (std::size_t i = 0; i < catalog::preset_table.size(); ++i)
+      all.push_back(sim_model::of_preset(static_cast<preset_id>(i)));
+    return all;
+  }();
   return models;
 }
 
@@ -88,7 +89,7 @@ bool assign(Shape& shape, std::uint32_t& count, std::span<const std::pair<std::s
 } // namespace
 
 std::variant<sim_model, std::string> parse_model_file(std::string_view text) {
-  sim_model m{"custom", model_config::of<presets::llama3_8b>(), 0, preset_id::none};
+  sim_model m{"custom", catalog::config_of(preset_id::llama3_8b), 0};
   std::vector<layer_spec> groups;
   std::vector<std::pair<std::string_view, std::uint32_t>> fields;
   std::size_t line_no = 0;

@@ -1,11 +1,12 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file
-/// Models the simulator knows: the presets of `reprise/state/presets.hpp` with a parameter count each (for
-/// the FLOPs estimate), and models read from a small config file (docs/sim-trace-format.md, "Model files").
+/// Models the simulator knows: the named presets of <reprise/catalog.hpp> (names and parameter counts, the
+/// latter for the FLOPs estimate), and models read from a small config file (docs/sim-trace-format.md,
+/// "Model files").
 
+#include <reprise/catalog.hpp>
 #include <reprise/state/model_config.hpp>
-#include <reprise/state/presets.hpp>
 
 #include <cstdint>
 #include <optional>
@@ -17,21 +18,29 @@
 namespace reprise::sim {
 
 /// Which compile-time preset a model is, when it is one.
-enum class preset_id : std::uint8_t { nemotron_h_8b, qwen3_next_80b, falcon_h1_7b, llama3_8b, none };
+using preset_id = catalog::preset_id;
 
 struct sim_model {
-  std::string name = "nemotron-h-8b";
-  model_config config = model_config::of<presets::nemotron_h_8b>();
+  std::string name;
+  model_config config;
   /// Parameters that run per token (active parameters for mixture-of-experts models). Prefill costs about
   /// 2 * active_params FLOPs per token; the attention-score term is left out, so savings are a lower bound.
-  double active_params = 8.1e9;
-  preset_id preset = preset_id::nemotron_h_8b;
+  double active_params = 0;
+  /// The preset it is, if any.
+  std::optional<preset_id> preset;
   /// All parameters, for mixture-of-experts models whose experts do not all run per token (0: dense, the
   /// same as `active_params`). Shown by `reprise-sim models`; not used in any estimate.
   double total_params = 0;
+
+  /// The default model: `nemotron-h-8b`.
+  sim_model() : sim_model(of_preset(preset_id::nemotron_h_8b)) {}
+  sim_model(std::string n, model_config c, double active, std::optional<preset_id> p = std::nullopt, double total = 0)
+      : name(std::move(n)), config(std::move(c)), active_params(active), preset(p), total_params(total) {}
+  /// The named preset `p` (catalog.hpp).
+  static sim_model of_preset(preset_id p);
 };
 
-/// The four presets, in a fixed order.
+/// The catalog's presets, in its order.
 std::span<const sim_model> preset_models();
 /// The preset named `name` (`nemotron-h-8b`, `qwen3-next-80b-a3b`, `falcon-h1-7b`, `llama-3-8b`), or null.
 const sim_model* find_preset(std::string_view name);

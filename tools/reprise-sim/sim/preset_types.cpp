@@ -6,12 +6,10 @@
 
 namespace reprise::sim::adapter {
 
-runner preset_runner(preset_id id, policy_kind p) {
-  switch (id) {
-  case preset_id::nemotron_h_8b: return recurrent_runner<presets::nemotron_h_8b>(p);
-  case preset_id::llama3_8b: return attention_runner<presets::llama3_8b>(p);
-  default: return nullptr;
-  }
+runner preset_runner(std::optional<preset_id> id, policy_kind p) {
+  if (id == preset_id::nemotron_h_8b) return runner_for<presets::nemotron_h_8b>(p, true);
+  if (id == preset_id::llama3_8b) return runner_for<presets::llama3_8b>(p, false);
+  return nullptr;
 }
 
 } // namespace reprise::sim::adapter

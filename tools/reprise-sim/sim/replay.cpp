@@ -12,55 +12,26 @@
 
 namespace reprise::sim {
 
-std::string_view to_string(policy_kind p) noexcept {
-  switch (p) {
-  case policy_kind::block_sharing: return "block_sharing";
-  case policy_kind::memory_only: return "memory_only";
-  case policy_kind::snapshot_interval: return "snapshot_interval";
-  case policy_kind::snapshot_prefix_tree: return "snapshot_prefix_tree";
-  case policy_kind::snapshot_turns: return "snapshot_turns";
-  case policy_kind::snapshot_all: return "snapshot_all";
-  case policy_kind::chat: return "chat";
-  case policy_kind::strict: return "strict";
-  }
-  return "?";
+std::string_view to_string(policy_kind p) noexcept { return catalog::entry(p).name; }
+
+std::optional<policy_kind> parse_policy(std::string_view name) noexcept { return catalog::find_policy(name); }
+
+std::string describe(policy_kind p) {
+  const catalog::policy_entry& e = catalog::entry(p);
+  return e.summary.empty() ? std::string(e.name) : std::string(e.name) + " (" + std::string(e.summary) + ")";
 }
 
-std::optional<policy_kind> parse_policy(std::string_view name) noexcept {
-  for (policy_kind p : all_policies)
-    if (name == to_string(p)) return p;
-  return std::nullopt;
-}
+bool uses_interval(policy_kind p) noexcept { return catalog::entry(p).uses_interval; }
 
-std::string_view describe(policy_kind p) noexcept {
-  switch (p) {
-  case policy_kind::block_sharing: return "block_sharing";
-  case policy_kind::memory_only: return "memory_only";
-  case policy_kind::snapshot_interval: return "snapshot_interval (every I)";
-  case policy_kind::snapshot_prefix_tree: return "snapshot_prefix_tree (every I, last, branch)";
-  case policy_kind::snapshot_turns: return "snapshot_turns (last, branch, turn end)";
-  case policy_kind::snapshot_all: return "snapshot_all (every I, last, branch, turn end)";
-  case policy_kind::chat: return "chat (preset: branch block, turn end; accepts continuations)";
-  case policy_kind::strict: return "strict (preset: last, branch; prefill-exact only)";
-  }
-  return "?";
-}
+bool restores_snapshots(policy_kind p) noexcept { return catalog::entry(p).restores_snapshots; }
 
-bool uses_interval(policy_kind p) noexcept {
-  return p == policy_kind::snapshot_interval || p == policy_kind::snapshot_prefix_tree || p == policy_kind::snapshot_all;
-}
-
-bool restores_snapshots(policy_kind p) noexcept {
-  return p != policy_kind::block_sharing && p != policy_kind::memory_only;
-}
-
-bool takes_host_tier(policy_kind p) noexcept { return p != policy_kind::memory_only; }
+bool takes_host_tier(policy_kind p) noexcept { return catalog::entry(p).takes_host_tier; }
 
 std::vector<policy_kind> policies_for(const model_config& m) {
-  if (!m.has_recurrent()) return {policy_kind::block_sharing};
-  return {policy_kind::memory_only, policy_kind::snapshot_interval, policy_kind::snapshot_prefix_tree,
-          policy_kind::snapshot_turns, policy_kind::snapshot_all, policy_kind::chat,
-          policy_kind::strict};
+  std::vector<policy_kind> offered;
+  for (policy_kind p : all_policies)
+    if (catalog::entry(p).for_recurrent_models == m.has_recurrent()) offered.push_back(p);
+  return offered;
 }
 
 std::uint32_t effective_interval(const replay_config& c) noexcept {
@@ -314,6 +285,7 @@ replay_report simulate(const trace& t, replay_config c, const replay_limits& lim
 }
 
 std::string format_report(const replay_report& r) {
+  const cache_metrics& m = r.metrics;
   std::string s;
   char buf[256];
   auto line = [&](const char* key, const std::string& value) {
@@ -357,8 +329,8 @@ std::string format_report(const replay_report& r) {
   const bool host = r.host_kv_budget_bytes != 0;
   if (host)
     line("  in GPU memory / from host", count(r.gpu_kv_hit_tokens()) + " / " + count(r.host_kv_hit_tokens) + " (" +
-                                            count(r.host_blocks_onboarded) + " blocks + " +
-                                            count(r.host_tails_onboarded) + " partial blocks onboarded)");
+                                            count(m.host_blocks_onboarded) + " blocks + " +
+                                            count(m.host_tails_onboarded) + " partial blocks onboarded)");
   line("usable (skipped) tokens", count(r.usable_tokens) + " (" + pct(r.skipped_fraction()) + " of prompt tokens)");
   line("tokens lost to missing snapshots", count(r.tokens_lost));
   line("prefill tokens computed", count(r.prefill_tokens));
@@ -372,22 +344,22 @@ std::string format_report(const replay_report& r) {
   line("KV bytes peak / mean", bytes(r.peak_kv_bytes) + " / " + bytes(r.mean_kv_bytes));
   if (r.snapshot_budget_bytes)
     line("snapshot bytes peak / mean", bytes(r.peak_snapshot_bytes) + " / " + bytes(r.mean_snapshot_bytes));
-  line("blocks shared", count(r.blocks_shared));
-  line("KV evictions", count(r.kv_evictions));
+  line("blocks shared", count(m.blocks_shared));
+  line("KV evictions", count(m.kv_evictions));
   if (r.snapshot_budget_bytes) {
-    line("snapshot hits / misses", count(r.snapshot_hits) + " / " + count(r.snapshot_misses));
+    line("snapshot hits / misses", count(m.snapshot_hits) + " / " + count(m.snapshot_misses));
     line("captures planned / written / refused",
-         count(r.captures_planned) + " / " + count(r.captures_written) + " / " + count(r.captures_refused));
-    line("snapshot evictions LRU / TTL / KV", count(r.snapshot_evictions_lru) + " / " + count(r.snapshot_evictions_ttl) +
-                                                  " / " + count(r.snapshot_evictions_invalidated));
+         count(m.captures_planned) + " / " + count(m.captures_written) + " / " + count(m.captures_refused));
+    line("snapshot evictions LRU / TTL / KV", count(m.snapshot_evictions_lru) + " / " + count(m.snapshot_evictions_ttl) +
+                                                  " / " + count(m.snapshot_evictions_invalidated));
   }
   if (host) {
     if (r.snapshot_budget_bytes)
-      line("snapshot hits in GPU / from host", count(r.gpu_snapshot_hits()) + " / " + count(r.host_snapshot_hits));
-    line("offloaded blocks / snapshots", count(r.host_blocks_offloaded) + " / " + count(r.host_snapshots_offloaded));
+      line("snapshot hits in GPU / from host", count(r.gpu_snapshot_hits()) + " / " + count(m.host_snapshot_hits));
+    line("offloaded blocks / snapshots", count(m.host_blocks_offloaded) + " / " + count(m.host_snapshots_offloaded));
     line("bytes device->host / host->device",
-         bytes(static_cast<double>(r.host_bytes_offloaded)) + " / " + bytes(static_cast<double>(r.host_bytes_onboarded)));
-    line("host evictions blocks / snapshots", count(r.host_block_evictions) + " / " + count(r.host_snapshot_evictions));
+         bytes(static_cast<double>(m.host_bytes_offloaded)) + " / " + bytes(static_cast<double>(m.host_bytes_onboarded)));
+    line("host evictions blocks / snapshots", count(m.host_block_evictions) + " / " + count(m.host_snapshot_evictions));
     line("host bytes peak KV / snapshots", bytes(r.peak_host_kv_bytes) + " / " + bytes(r.peak_host_snapshot_bytes));
     line("steps with transfers", count(r.transfer_steps));
   }
@@ -396,11 +368,11 @@ std::string format_report(const replay_report& r) {
                             (r.remote_probe ? ", probed" : ", unprobed"));
     if (r.remote_probe)
       line("keys probed / found", count(r.remote_probed_keys) + " / " + count(r.remote_probed_found));
-    line("store puts", count(r.remote_puts) + " (" + bytes(static_cast<double>(r.remote_bytes_put)) + ")");
-    line("fetches planned / kept", count(r.remote_fetches) + " / " + count(r.remote_block_hits) + " blocks + " +
+    line("store puts", count(m.remote_puts) + " (" + bytes(static_cast<double>(m.remote_bytes_put)) + ")");
+    line("fetches planned / kept", count(m.remote_fetches) + " / " + count(r.remote_block_hits) + " blocks + " +
                                        count(r.remote_snapshot_hits) + " snapshots (" +
-                                       bytes(static_cast<double>(r.remote_bytes_fetched)) + ")");
-    line("fetch misses / rejected", count(r.remote_misses) + " / " + count(r.remote_rejected));
+                                       bytes(static_cast<double>(m.remote_bytes_fetched)) + ")");
+    line("fetch misses / rejected", count(m.remote_misses) + " / " + count(m.remote_rejected));
     if (r.remote_budget_bytes || r.peak_remote_bytes > 0)
       line("store evictions / peak bytes", count(r.remote_store_evictions) + " / " + bytes(r.peak_remote_bytes));
     if (r.remote_failures) line("store failures (timeouts, errors)", count(r.remote_failures));
@@ -457,8 +429,9 @@ std::string format_summary(std::span<const replay_report> reports) {
       s += buf;
     }
     if (remote) {
-      const double from_store = r.kv_matched_tokens ? static_cast<double>(r.remote_blocks_onboarded * r.block_size) /
-                                                          static_cast<double>(r.kv_matched_tokens) : 0;
+      const std::uint64_t store_tokens = r.metrics.remote_blocks_onboarded * r.block_size;
+      const double from_store =
+          r.kv_matched_tokens ? static_cast<double>(store_tokens) / static_cast<double>(r.kv_matched_tokens) : 0;
       std::snprintf(buf, sizeof buf, " %12.2f %%", 100 * from_store);
       s += buf;
     }
@@ -472,67 +445,154 @@ std::string format_summary(std::span<const replay_report> reports) {
   return s;
 }
 
+namespace {
+
+using u64 = std::uint64_t;
+
+/// One CSV column: its header and how a report fills it.
+struct column {
+  std::string_view name;
+  void (*write)(csv_writer&, const replay_report&);
+};
+
+/// The column of cache counter `M`, summed over the engines (`replay_report::metrics`): named as the metric.
+template <metric M>
+constexpr column metric_column() {
+  return {metric_info_of(M).name, [](csv_writer& w, const replay_report& r) { w.cell(metric_value(r.metrics, M)); }};
+}
+
+/// Per engine, space-separated in engine order.
+template <class F>
+std::string per_engine(const replay_report& r, F&& value) {
+  std::string s;
+  for (const replay_report::engine_share& e : r.per_engine) s += (s.empty() ? "" : " ") + value(e);
+  return s;
+}
+
+// Columns are only ever added at the end, so readers of older files keep working.
+constexpr column columns[] = {
+    {"model", [](csv_writer& w, const replay_report& r) { w.cell(r.model); }},
+    {"policy", [](csv_writer& w, const replay_report& r) { w.cell(r.policy); }},
+    {"block_size", [](csv_writer& w, const replay_report& r) { w.cell(u64{r.block_size}); }},
+    {"alignment", [](csv_writer& w, const replay_report& r) { w.cell(u64{r.alignment}); }},
+    {"snapshot_interval", [](csv_writer& w, const replay_report& r) { w.cell(u64{r.snapshot_interval}); }},
+    {"concurrency", [](csv_writer& w, const replay_report& r) { w.cell(u64{r.concurrency}); }},
+    {"kv_budget_bytes", [](csv_writer& w, const replay_report& r) { w.cell(r.kv_budget_bytes); }},
+    {"snapshot_budget_bytes", [](csv_writer& w, const replay_report& r) { w.cell(r.snapshot_budget_bytes); }},
+    {"kv_blocks", [](csv_writer& w, const replay_report& r) { w.cell(u64{r.kv_blocks}); }},
+    {"snapshot_slots", [](csv_writer& w, const replay_report& r) { w.cell(u64{r.snapshot_slots}); }},
+    {"requests", [](csv_writer& w, const replay_report& r) { w.cell(r.requests); }},
+    {"requests_rejected", [](csv_writer& w, const replay_report& r) { w.cell(r.requests_rejected); }},
+    {"decode_truncated", [](csv_writer& w, const replay_report& r) { w.cell(r.decode_truncated); }},
+    {"hits", [](csv_writer& w, const replay_report& r) { w.cell(r.hits); }},
+    {"hit_rate", [](csv_writer& w, const replay_report& r) { w.cell(r.hit_rate()); }},
+    {"kv_hits", [](csv_writer& w, const replay_report& r) { w.cell(r.kv_hits); }},
+    {"kv_hit_rate", [](csv_writer& w, const replay_report& r) { w.cell(r.kv_hit_rate()); }},
+    {"prompt_tokens", [](csv_writer& w, const replay_report& r) { w.cell(r.prompt_tokens); }},
+    {"kv_matched_tokens", [](csv_writer& w, const replay_report& r) { w.cell(r.kv_matched_tokens); }},
+    {"usable_tokens", [](csv_writer& w, const replay_report& r) { w.cell(r.usable_tokens); }},
+    {"tokens_lost", [](csv_writer& w, const replay_report& r) { w.cell(r.tokens_lost); }},
+    {"prefill_tokens", [](csv_writer& w, const replay_report& r) { w.cell(r.prefill_tokens); }},
+    {"floor_tokens", [](csv_writer& w, const replay_report& r) { w.cell(r.floor_tokens); }},
+    {"output_tokens", [](csv_writer& w, const replay_report& r) { w.cell(r.output_tokens); }},
+    {"flops_saved", [](csv_writer& w, const replay_report& r) { w.cell(r.flops_saved); }},
+    {"peak_kv_bytes", [](csv_writer& w, const replay_report& r) { w.cell(r.peak_kv_bytes); }},
+    {"mean_kv_bytes", [](csv_writer& w, const replay_report& r) { w.cell(r.mean_kv_bytes); }},
+    {"peak_snapshot_bytes", [](csv_writer& w, const replay_report& r) { w.cell(r.peak_snapshot_bytes); }},
+    {"mean_snapshot_bytes", [](csv_writer& w, const replay_report& r) { w.cell(r.mean_snapshot_bytes); }},
+    metric_column<metric::blocks_shared>(),
+    metric_column<metric::kv_evictions>(),
+    metric_column<metric::snapshot_hits>(),
+    metric_column<metric::snapshot_misses>(),
+    metric_column<metric::captures_planned>(),
+    metric_column<metric::captures_written>(),
+    metric_column<metric::captures_refused>(),
+    metric_column<metric::snapshot_evictions_lru>(),
+    metric_column<metric::snapshot_evictions_ttl>(),
+    metric_column<metric::snapshot_evictions_invalidated>(),
+    {"cache_ns_per_request", [](csv_writer& w, const replay_report& r) { w.cell(r.cache_ns_per_request()); }},
+    {"error", [](csv_writer& w, const replay_report& r) { w.cell(r.error); }},
+    {"warnings",
+     [](csv_writer& w, const replay_report& r) {
+       std::string warnings;
+       for (const std::string& s : r.warnings) warnings += (warnings.empty() ? "" : "; ") + s;
+       w.cell(warnings);
+     }},
+    // Added with the host tier and fleets, after the columns older readers know.
+    {"host_kv_budget_bytes", [](csv_writer& w, const replay_report& r) { w.cell(r.host_kv_budget_bytes); }},
+    {"host_snapshot_budget_bytes", [](csv_writer& w, const replay_report& r) { w.cell(r.host_snapshot_budget_bytes); }},
+    {"host_kv_units", [](csv_writer& w, const replay_report& r) { w.cell(u64{r.host_kv_units}); }},
+    {"host_snapshot_units", [](csv_writer& w, const replay_report& r) { w.cell(u64{r.host_snapshot_units}); }},
+    {"gpu_kv_hit_tokens", [](csv_writer& w, const replay_report& r) { w.cell(r.gpu_kv_hit_tokens()); }},
+    {"host_kv_hit_tokens", [](csv_writer& w, const replay_report& r) { w.cell(r.host_kv_hit_tokens); }},
+    metric_column<metric::host_blocks_onboarded>(),
+    metric_column<metric::host_tails_onboarded>(),
+    {"gpu_snapshot_hits", [](csv_writer& w, const replay_report& r) { w.cell(r.gpu_snapshot_hits()); }},
+    metric_column<metric::host_snapshot_hits>(),
+    metric_column<metric::host_blocks_offloaded>(),
+    metric_column<metric::host_snapshots_offloaded>(),
+    metric_column<metric::host_bytes_offloaded>(),
+    metric_column<metric::host_bytes_onboarded>(),
+    metric_column<metric::host_block_evictions>(),
+    metric_column<metric::host_snapshot_evictions>(),
+    {"peak_host_kv_bytes", [](csv_writer& w, const replay_report& r) { w.cell(r.peak_host_kv_bytes); }},
+    {"peak_host_snapshot_bytes", [](csv_writer& w, const replay_report& r) { w.cell(r.peak_host_snapshot_bytes); }},
+    {"transfer_steps", [](csv_writer& w, const replay_report& r) { w.cell(r.transfer_steps); }},
+    {"engines", [](csv_writer& w, const replay_report& r) { w.cell(u64{r.engines}); }},
+    {"affinity", [](csv_writer& w, const replay_report& r) { w.cell(r.affinity ? "on" : "off"); }},
+    {"engine_requests",
+     [](csv_writer& w, const replay_report& r) {
+       w.cell(per_engine(r, [](const replay_report::engine_share& e) { return std::to_string(e.requests); }));
+     }},
+    {"engine_hit_rates",
+     [](csv_writer& w, const replay_report& r) {
+       w.cell(per_engine(r, [](const replay_report::engine_share& e) {
+         char buf[32];
+         std::snprintf(buf, sizeof buf, "%.6g", e.hit_rate());
+         return std::string(buf);
+       }));
+     }},
+    {"engine_prefill_tokens",
+     [](csv_writer& w, const replay_report& r) {
+       w.cell(per_engine(r, [](const replay_report::engine_share& e) { return std::to_string(e.prefill_tokens()); }));
+     }},
+    // Added with the remote tier.
+    {"remote_tier", [](csv_writer& w, const replay_report& r) { w.cell(r.remote_tier ? "on" : "off"); }},
+    {"remote_store", [](csv_writer& w, const replay_report& r) { w.cell(r.remote_store); }},
+    {"remote_budget_bytes", [](csv_writer& w, const replay_report& r) { w.cell(r.remote_budget_bytes); }},
+    metric_column<metric::remote_puts>(),
+    metric_column<metric::remote_bytes_put>(),
+    metric_column<metric::remote_fetches>(),
+    {"remote_block_hits", [](csv_writer& w, const replay_report& r) { w.cell(r.remote_block_hits); }},
+    {"remote_snapshot_hits", [](csv_writer& w, const replay_report& r) { w.cell(r.remote_snapshot_hits); }},
+    metric_column<metric::remote_misses>(),
+    metric_column<metric::remote_rejected>(),
+    metric_column<metric::remote_bytes_fetched>(),
+    {"remote_store_evictions", [](csv_writer& w, const replay_report& r) { w.cell(r.remote_store_evictions); }},
+    {"peak_remote_bytes", [](csv_writer& w, const replay_report& r) { w.cell(r.peak_remote_bytes); }},
+    {"remote_failures", [](csv_writer& w, const replay_report& r) { w.cell(r.remote_failures); }},
+    {"remote_write",
+     [](csv_writer& w, const replay_report& r) {
+       w.cell(!r.remote_tier ? "" : r.remote_write_through ? "through" : "back");
+     }},
+    // Added with the probe.
+    {"remote_probe",
+     [](csv_writer& w, const replay_report& r) { w.cell(!r.remote_tier ? "" : r.remote_probe ? "on" : "off"); }},
+    {"remote_probed_keys", [](csv_writer& w, const replay_report& r) { w.cell(r.remote_probed_keys); }},
+    {"remote_probed_found", [](csv_writer& w, const replay_report& r) { w.cell(r.remote_probed_found); }},
+    metric_column<metric::remote_blocks_onboarded>(),
+};
+
+} // namespace
+
 std::vector<std::string> report_columns() {
-  return {"model", "policy", "block_size", "alignment", "snapshot_interval", "concurrency", "kv_budget_bytes",
-          "snapshot_budget_bytes", "kv_blocks", "snapshot_slots", "requests", "requests_rejected", "decode_truncated",
-          "hits", "hit_rate", "kv_hits", "kv_hit_rate", "prompt_tokens", "kv_matched_tokens", "usable_tokens",
-          "tokens_lost", "prefill_tokens", "floor_tokens", "output_tokens", "flops_saved", "peak_kv_bytes", "mean_kv_bytes",
-          "peak_snapshot_bytes", "mean_snapshot_bytes", "blocks_shared", "kv_evictions", "snapshot_hits",
-          "snapshot_misses", "captures_planned", "captures_written", "captures_refused", "snapshot_evictions_lru",
-          "snapshot_evictions_ttl", "snapshot_evictions_invalidated", "cache_ns_per_request", "error", "warnings",
-          // Added with the host tier and fleets, after the columns older readers know.
-          "host_kv_budget_bytes", "host_snapshot_budget_bytes", "host_kv_units", "host_snapshot_units",
-          "gpu_kv_hit_tokens", "host_kv_hit_tokens", "host_blocks_onboarded", "host_tails_onboarded",
-          "gpu_snapshot_hits", "host_snapshot_hits", "host_blocks_offloaded", "host_snapshots_offloaded",
-          "host_bytes_offloaded", "host_bytes_onboarded", "host_block_evictions", "host_snapshot_evictions",
-          "peak_host_kv_bytes", "peak_host_snapshot_bytes", "transfer_steps", "engines", "affinity",
-          "engine_requests", "engine_hit_rates", "engine_prefill_tokens",
-          // Added with the remote tier.
-          "remote_tier", "remote_store", "remote_budget_bytes", "remote_puts", "remote_bytes_put", "remote_fetches",
-          "remote_block_hits", "remote_snapshot_hits", "remote_misses", "remote_rejected", "remote_bytes_fetched",
-          "remote_store_evictions", "peak_remote_bytes", "remote_failures", "remote_write",
-          // Added with the probe.
-          "remote_probe", "remote_probed_keys", "remote_probed_found", "remote_blocks_onboarded"};
+  std::vector<std::string> names;
+  for (const column& c : columns) names.emplace_back(c.name);
+  return names;
 }
 
 void write_report_row(csv_writer& w, const replay_report& r) {
-  using u64 = std::uint64_t;
-  std::string warnings;
-  for (const std::string& s : r.warnings) warnings += (warnings.empty() ? "" : "; ") + s;
-  w.cell(r.model).cell(r.policy).cell(u64{r.block_size}).cell(u64{r.alignment}).cell(u64{r.snapshot_interval});
-  w.cell(u64{r.concurrency}).cell(r.kv_budget_bytes).cell(r.snapshot_budget_bytes).cell(u64{r.kv_blocks});
-  w.cell(u64{r.snapshot_slots}).cell(r.requests).cell(r.requests_rejected).cell(r.decode_truncated).cell(r.hits);
-  w.cell(r.hit_rate()).cell(r.kv_hits).cell(r.kv_hit_rate()).cell(r.prompt_tokens).cell(r.kv_matched_tokens);
-  w.cell(r.usable_tokens).cell(r.tokens_lost).cell(r.prefill_tokens).cell(r.floor_tokens).cell(r.output_tokens);
-  w.cell(r.flops_saved);
-  w.cell(r.peak_kv_bytes).cell(r.mean_kv_bytes).cell(r.peak_snapshot_bytes).cell(r.mean_snapshot_bytes);
-  w.cell(r.blocks_shared).cell(r.kv_evictions).cell(r.snapshot_hits).cell(r.snapshot_misses);
-  w.cell(r.captures_planned).cell(r.captures_written).cell(r.captures_refused).cell(r.snapshot_evictions_lru);
-  w.cell(r.snapshot_evictions_ttl).cell(r.snapshot_evictions_invalidated).cell(r.cache_ns_per_request());
-  w.cell(r.error).cell(warnings);
-  w.cell(r.host_kv_budget_bytes).cell(r.host_snapshot_budget_bytes).cell(u64{r.host_kv_units});
-  w.cell(u64{r.host_snapshot_units}).cell(r.gpu_kv_hit_tokens()).cell(r.host_kv_hit_tokens);
-  w.cell(r.host_blocks_onboarded).cell(r.host_tails_onboarded).cell(r.gpu_snapshot_hits()).cell(r.host_snapshot_hits);
-  w.cell(r.host_blocks_offloaded).cell(r.host_snapshots_offloaded).cell(r.host_bytes_offloaded);
-  w.cell(r.host_bytes_onboarded).cell(r.host_block_evictions).cell(r.host_snapshot_evictions);
-  w.cell(r.peak_host_kv_bytes).cell(r.peak_host_snapshot_bytes).cell(r.transfer_steps);
-  w.cell(u64{r.engines}).cell(r.affinity ? "on" : "off");
-  // Per engine, space-separated in engine order.
-  std::string requests, hit_rates, computed;
-  char buf[32];
-  for (const replay_report::engine_share& e : r.per_engine) {
-    std::snprintf(buf, sizeof buf, "%.6g", e.hit_rate());
-    requests += (requests.empty() ? "" : " ") + std::to_string(e.requests);
-    hit_rates += (hit_rates.empty() ? "" : " ") + std::string(buf);
-    computed += (computed.empty() ? "" : " ") + std::to_string(e.prefill_tokens());
-  }
-  w.cell(requests).cell(hit_rates).cell(computed);
-  w.cell(r.remote_tier ? "on" : "off").cell(r.remote_store).cell(r.remote_budget_bytes).cell(r.remote_puts);
-  w.cell(r.remote_bytes_put).cell(r.remote_fetches).cell(r.remote_block_hits).cell(r.remote_snapshot_hits);
-  w.cell(r.remote_misses).cell(r.remote_rejected).cell(r.remote_bytes_fetched).cell(r.remote_store_evictions);
-  w.cell(r.peak_remote_bytes).cell(r.remote_failures).cell(!r.remote_tier ? "" : r.remote_write_through ? "through" : "back");
-  w.cell(!r.remote_tier ? "" : r.remote_probe ? "on" : "off").cell(r.remote_probed_keys).cell(r.remote_probed_found);
-  w.cell(r.remote_blocks_onboarded);
+  for (const column& c : columns) c.write(w, r);
   w.end_row();
 }
 

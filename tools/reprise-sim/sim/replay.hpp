@@ -24,6 +24,11 @@
 #include "sim/models.hpp"
 #include "sim/trace.hpp"
 
+#include <reprise/cache/metrics.hpp>
+#include <reprise/catalog.hpp>
+
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -35,35 +40,29 @@ namespace reprise::sim {
 
 class progress;
 
-/// The policies the simulator compares. Each maps to one compile-time `prefix_cache` policy type.
-enum class policy_kind : std::uint8_t {
-  block_sharing,        ///< policy::block_sharing (attention-only models)
-  memory_only,          ///< policy::memory_only
-  snapshot_interval,    ///< snapshot_restore<capture<every_interval>, accept_prefill_exact>
-  snapshot_prefix_tree, ///< snapshot_restore<capture<every_interval, last_aligned, branch_point>, accept_prefill_exact>
-  snapshot_turns,       ///< snapshot_restore<> : capture<last_aligned, branch_point, end_of_turn>, accept_any
-  snapshot_all,         ///< snapshot_restore<capture<every_interval, last_aligned, branch_point, end_of_turn>, accept_any>
-  chat,                 ///< the preset policy::chat
-  strict,               ///< the preset policy::strict
-};
+/// The policies the simulator compares: the named policies of <reprise/catalog.hpp>, the names the Python
+/// package takes too. Each is one compile-time `prefix_cache` policy type (`catalog::policies`).
+using policy_kind = catalog::policy_id;
 
-inline constexpr policy_kind all_policies[] = {
-    policy_kind::block_sharing,        policy_kind::memory_only,    policy_kind::snapshot_interval,
-    policy_kind::snapshot_prefix_tree, policy_kind::snapshot_turns, policy_kind::snapshot_all,
-    policy_kind::chat,                 policy_kind::strict};
+/// Every named policy, in the catalog's order.
+inline constexpr auto all_policies = [] {
+  std::array<policy_kind, catalog::policy_table.size()> all{};
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<policy_kind>(i);
+  return all;
+}();
 
 /// Short name for the command line and CSV (`snapshot_all`).
 std::string_view to_string(policy_kind p) noexcept;
 std::optional<policy_kind> parse_policy(std::string_view name) noexcept;
 /// Legend text: the name and, for snapshot policies, where they capture (`snapshot_all (every I, last, ...)`).
-std::string_view describe(policy_kind p) noexcept;
+std::string describe(policy_kind p);
 /// Whether the policy uses the snapshot interval.
 bool uses_interval(policy_kind p) noexcept;
 bool restores_snapshots(policy_kind p) noexcept;
-/// The policies that compile for a model: `block_sharing` for attention-only models, the others for hybrids.
+/// The policies offered for a model (`catalog::for_recurrent_models`): `block_sharing` for attention-only
+/// models, the others for hybrids.
 std::vector<policy_kind> policies_for(const model_config& m);
-/// Whether the policy takes a host tier: all but `memory_only`, which skips no prefill, so a block brought
-/// back from host memory would save nothing (`prefix_cache` refuses the combination at compile time).
+/// Whether the policy takes a host tier (`reprise::takes_host_tier`): all but `memory_only`.
 bool takes_host_tier(policy_kind p) noexcept;
 
 struct replay_config {
@@ -177,14 +176,8 @@ struct replay_report {
   /// partial blocks); the rest were in GPU memory.
   std::uint64_t host_kv_hit_tokens = 0;
   std::uint64_t gpu_kv_hit_tokens() const noexcept { return kv_matched_tokens - host_kv_hit_tokens; }
-  std::uint64_t host_blocks_onboarded = 0, host_tails_onboarded = 0;
-  /// Of snapshot_hits: restored from the host tier.
-  std::uint64_t host_snapshot_hits = 0;
-  std::uint64_t gpu_snapshot_hits() const noexcept { return snapshot_hits - host_snapshot_hits; }
-  std::uint64_t host_blocks_offloaded = 0, host_snapshots_offloaded = 0;
-  std::uint64_t host_bytes_offloaded = 0; ///< device to host
-  std::uint64_t host_bytes_onboarded = 0; ///< host to device (snapshot restores from the host included)
-  std::uint64_t host_block_evictions = 0, host_snapshot_evictions = 0;
+  /// Of `metrics.snapshot_hits`: restored from GPU memory.
+  std::uint64_t gpu_snapshot_hits() const noexcept { return metrics.snapshot_hits - metrics.host_snapshot_hits; }
   /// Occupancy of the host tier (largest engine's peak): units held times their bytes.
   double peak_host_kv_bytes = 0, peak_host_snapshot_bytes = 0;
   /// What `take_transfers` returned, once per step: steps with at least one move, and the moves of each kind.
@@ -197,23 +190,19 @@ struct replay_report {
   std::uint64_t remote_probed_keys = 0, remote_probed_found = 0; ///< keys the probes asked for / found
   std::string remote_store;              ///< what served it ("modelled, 2 GiB LRU", "redis at ...")
   std::uint64_t remote_budget_bytes = 0; ///< modelled store capacity (0: unlimited)
-  std::uint64_t remote_puts = 0, remote_bytes_put = 0;
-  std::uint64_t remote_fetches = 0;      ///< fetches the prefetches planned
-  /// Fetched values the caches verified and kept, by kind; a fetched block is onboarded as a host hit.
+  /// Fetched values the caches verified and kept (`metrics.remote_hits`), by kind; a fetched block is
+  /// onboarded as a host hit.
   std::uint64_t remote_block_hits = 0, remote_snapshot_hits = 0;
-  std::uint64_t remote_blocks_onboarded = 0; ///< of host_blocks_onboarded: blocks onboarded from fetched units
-  std::uint64_t remote_misses = 0, remote_rejected = 0, remote_bytes_fetched = 0;
   std::uint64_t remote_store_evictions = 0; ///< values the modelled store dropped for its budget
   double peak_remote_bytes = 0;             ///< the modelled store's largest content (header + payload bytes)
   std::uint64_t remote_failures = 0;        ///< live store: timeouts, unavailable, server errors
   std::uint64_t remote_wrong_payloads = 0;  ///< live store: values read back with other bytes than put (0)
 
   // --- cache events ---
-  std::uint64_t blocks_shared = 0;
-  std::uint64_t kv_evictions = 0;
-  std::uint64_t snapshot_hits = 0, snapshot_misses = 0;
-  std::uint64_t captures_planned = 0, captures_written = 0, captures_refused = 0;
-  std::uint64_t snapshot_evictions_lru = 0, snapshot_evictions_ttl = 0, snapshot_evictions_invalidated = 0;
+  /// The counters of every engine's cache (`cache_metrics`, metric_kind::counter), summed over the engines;
+  /// gauges are left at 0 (the occupancy figures above sample them per step). The host and remote tiers'
+  /// counters stay 0 without those tiers.
+  cache_metrics metrics{};
 
   // --- time ---
   double cache_seconds = 0; ///< inside prefix_cache calls only
