@@ -32,11 +32,12 @@ cache_options valid_options() {
 }
 
 /// A keyer that is never called: `check_config` only looks whether one is set.
-struct unused_keyer final : remote_keyer {
-  content_key root(const extra_keys&) const noexcept override { return {}; }
-  content_key chain(const content_key&, std::span<const token_id>) const noexcept override { return {}; }
-  content_key snapshot(const content_key&, std::uint32_t) const noexcept override { return {}; }
+struct unused_keyer {
+  content_key root(const extra_keys&) const noexcept { return {}; }
+  content_key chain(const content_key&, std::span<const token_id>) const noexcept { return {}; }
+  content_key snapshot(const content_key&, std::uint32_t) const noexcept { return {}; }
 };
+static_assert(content_key_source<unused_keyer>);
 
 /// The rules `rule_of` has seen broken.
 std::set<config_rule> seen;

@@ -338,7 +338,8 @@ struct cache_core {
       r.copy_src = choice.tail;
       if (tail.kind != exactness::prefill_exact) r.exact_until = std::min(r.exact_until, matched * B);
     }
-    tiers.template onboard<B>(r, matched, choice, [this] { return blocks.take(on_evict()); });
+    const onboarded_blocks onboarded =
+        tiers.template onboard<B>(r, matched, choice, [this] { return blocks.take(on_evict()); });
     for (std::uint32_t i = 0; i < matched; ++i) {
       if (blocks.node(r.blocks[i]).kind != exactness::prefill_exact) {
         r.exact_until = std::min(r.exact_until, i * B);
@@ -364,6 +365,8 @@ struct cache_core {
     const std::uint32_t kv_matched = choice.has_tail() ? choice.usable : matched * B;
     admit_plan plan;
     plan.kv_matched_tokens = kv_matched;
+    plan.host_blocks_onboarded = onboarded.blocks;
+    plan.store_blocks_onboarded = onboarded.from_store;
     if (choice.tail != no_block) {
       plan.copy_src = choice.tail;
       plan.copy_dst = r.blocks[matched];

@@ -50,7 +50,7 @@ struct no_lower_tier {
   block_keys gpu_block(block_id) const noexcept { return {}; }
   void block_stored(host_unit, const block_keys&) noexcept {}
   void snapshot_stored(host_unit, slot_id, const slot_node&, const block_keys&) noexcept {}
-  void block_onboarded(host_unit, block_id) noexcept {}
+  bool block_onboarded(host_unit, block_id) noexcept { return false; }
   std::span<const remote_put> take_puts(std::span<const std::uint64_t>) noexcept { return {}; }
 };
 
@@ -223,7 +223,9 @@ public:
   /// (the block table shares it like a cached one) and filled by the step's transfers. Taking the fresh
   /// blocks may offload others into the host tier, which never reuses a held unit.
   template <std::uint32_t B, class TakeBlock>
-  void onboard(sequence_record& r, std::uint32_t matched, const restore_choice& choice, TakeBlock&& take_block) noexcept {
+  onboarded_blocks onboard(sequence_record& r, std::uint32_t matched, const restore_choice& choice,
+                           TakeBlock&& take_block) noexcept {
+    onboarded_blocks done{.blocks = hits()};
     member& m = member_of(r);
     if (choice.host_snapshot != no_host_unit) ledger.hold_snapshot(choice.host_snapshot);
     if (choice.host_tail != no_host_unit) {
@@ -244,7 +246,7 @@ public:
       c_.blocks.publish(b, {n.key, parent, tokens, &r.extras, n.kind}, i, r.extras);
       serial[static_cast<std::size_t>(b)] = n.serial;
       twin[static_cast<std::size_t>(b)] = u;
-      below.block_onboarded(u, b);
+      done.from_store += below.block_onboarded(u, b) ? 1 : 0;
       kv_onboard.push_back(kv_onboard_move(u, b));
       r.blocks.push_back(b);
       ++c_.metrics.host_blocks_onboarded;
@@ -252,6 +254,7 @@ public:
     }
     // Read by this step's transfers: reusable once the step completes.
     for (const host_unit u : hit_units) ledger.unhold_block(u);
+    return done;
   }
 
   /// A turn end's partial block restored from the host tier is copied into `dst` by the step's transfers,

@@ -210,11 +210,13 @@ public:
     e.in_store = gpu_slots[static_cast<std::size_t>(t)].in_store;
   }
 
-  /// Host unit `u` was onboarded into GPU block `b`: the keys come back with it.
-  void block_onboarded(host_unit u, block_id b) noexcept {
+  /// Host unit `u` was onboarded into GPU block `b`: the keys come back with it. True when the store filled
+  /// the unit.
+  bool block_onboarded(host_unit u, block_id b) noexcept {
     const host_block_entry& h = host_block(u);
     gpu_block_entry(b) = h.keys;
     c_.metrics.remote_blocks_onboarded += h.from_store ? 1 : 0;
+    return h.from_store;
   }
 
   /// The store can take back host unit `u` should a fetch need it: it has it already, or it is a value the

@@ -57,6 +57,13 @@ struct restore_choice {
   bool restores() const noexcept { return slot != no_slot || host_snapshot != no_host_unit; }
 };
 
+/// What `onboard` brought back for one prompt: full KV blocks copied from host units, and of those the
+/// blocks whose units the remote store filled.
+struct onboarded_blocks {
+  std::uint32_t blocks = 0;
+  std::uint32_t from_store = 0;
+};
+
 /// `policy::tiers<>`: nothing below the GPU. Every hook is empty, so the core compiles none of the tiers.
 struct no_tiers {
   static constexpr bool enabled = false;
@@ -83,7 +90,9 @@ struct no_tiers {
     return matched;
   }
   template <std::uint32_t B, class TakeBlock>
-  void onboard(sequence_record&, std::uint32_t, const restore_choice&, TakeBlock&&) noexcept {}
+  onboarded_blocks onboard(sequence_record&, std::uint32_t, const restore_choice&, TakeBlock&&) noexcept {
+    return {};
+  }
   bool tail_onboarded(const restore_choice&, block_id) noexcept { return false; }
   void restoring(sequence_record&, const restore_choice&, bool) noexcept {}
 

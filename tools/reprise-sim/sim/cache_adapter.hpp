@@ -128,14 +128,7 @@ public:
 
     const extra_keys keys{.tenant_salt = r.tenant};
     if constexpr (remote) fetch_from_store(i, prompt, keys);
-    std::uint64_t host_blocks_before = 0, host_tails_before = 0;
-    auto admit = [&] {
-      if constexpr (host) {
-        host_blocks_before = cache_.metrics().host_blocks_onboarded;
-        host_tails_before = cache_.metrics().host_tails_onboarded;
-      }
-      return cache_.admit(i, prompt, keys);
-    };
+    auto admit = [&] { return cache_.admit(i, prompt, keys); };
     auto t0 = clock_type::now();
     auto plan = admit();
     if (!plan && plan.error() == errc::pool_exhausted && !in_flight_.empty()) {
@@ -168,11 +161,11 @@ public:
     share.hits += plan->usable_tokens > 0;
     share.kv_hits += plan->kv_matched_tokens > 0;
     if constexpr (host) {
-      // Onboarded full blocks hold B tokens each; an onboarded turn-end tail holds the match past the shared
+      // Onboarded full blocks hold B tokens each (the plan says how many); a turn end's partial block that
+      // was not copied from GPU memory came back from the host tier, and holds the match past the shared
       // full blocks (it is copied into block_table[shared_blocks]).
-      const cache_metrics& mm = cache_.metrics();
-      std::uint64_t from_host = (mm.host_blocks_onboarded - host_blocks_before) * cache_.block_size();
-      if (mm.host_tails_onboarded != host_tails_before)
+      std::uint64_t from_host = std::uint64_t{plan->host_blocks_onboarded} * cache_.block_size();
+      if (plan->copy_src == no_block)
         from_host += plan->kv_matched_tokens - std::uint64_t{plan->shared_blocks} * cache_.block_size();
       rep.host_kv_hit_tokens += from_host;
       share.host_kv_hit_tokens += from_host;
