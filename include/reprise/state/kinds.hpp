@@ -23,13 +23,25 @@
 
 namespace reprise {
 
+namespace detail {
+/// Fails to compile where a kind names shape `S` when the shape breaks a rule, with the rule's words
+/// (shapes.hpp: the same rules `validate()` checks at run time).
+template <auto S>
+struct shape_rules_hold {
+  static_assert(S.check() != shape_rule::zero_size, REPRISE_SHAPE_RULE_TEXT(zero_size));
+  static_assert(S.check() != shape_rule::heads_not_grouped, REPRISE_SHAPE_RULE_TEXT(heads_not_grouped));
+  static_assert(S.check() != shape_rule::bad_dtype, REPRISE_SHAPE_RULE_TEXT(bad_dtype));
+  static_assert(S.check() != shape_rule::conv_width_unsupported, REPRISE_SHAPE_RULE_TEXT(conv_width_unsupported));
+  static_assert(S.check() != shape_rule::chunk_unsupported, REPRISE_SHAPE_RULE_TEXT(chunk_unsupported));
+  static_assert(S.check() != shape_rule::bytes_overflow, REPRISE_SHAPE_RULE_TEXT(bytes_overflow));
+  static constexpr bool value = true;
+};
+} // namespace detail
+
 /// Attention KV cache of one layer, in blocks of `S.block_size` tokens.
 template <kv_shape S>
 struct kv_block {
-  static_assert(S.kv_heads > 0 && S.head_dim > 0, "kv_block: kv_heads and head_dim must be positive");
-  static_assert(S.block_size > 0, "kv_block: block_size must be positive");
-  static_assert(is_valid(S.type), "kv_block: type must be one of the reprise::dtype enumerators");
-  static_assert(S.validate() != errc::out_of_range, "kv_block: the bytes of one block overflow std::size_t");
+  static_assert(detail::shape_rules_hold<S>::value);
 
   static constexpr kv_shape shape = S;
   static constexpr state_family family = state_family::kv_block;
@@ -44,14 +56,7 @@ struct kv_block {
 /// Mamba2 mixer state of one layer.
 template <mamba2_shape S>
 struct mamba2_state {
-  static_assert(S.heads > 0 && S.head_dim > 0 && S.state_dim > 0,
-                "mamba2_state: heads, head_dim and state_dim must be positive");
-  static_assert(S.groups > 0 && S.heads % S.groups == 0, "mamba2_state: heads must be a multiple of groups");
-  static_assert(is_supported_conv_width(S.conv_width), "mamba2_state: conv_width must be 2, 3 or 4");
-  static_assert(is_supported_chunk(S.chunk), "mamba2_state: chunk must be 64, 128 or 256");
-  static_assert(is_valid(S.state_type) && is_valid(S.conv_type),
-                "mamba2_state: state_type and conv_type must be reprise::dtype enumerators");
-  static_assert(S.validate() != errc::out_of_range, "mamba2_state: the state's bytes overflow std::size_t");
+  static_assert(detail::shape_rules_hold<S>::value);
 
   static constexpr mamba2_shape shape = S;
   static constexpr state_family family = state_family::mamba2;
@@ -68,14 +73,7 @@ struct mamba2_state {
 /// Gated delta rule state of one layer.
 template <gated_delta_shape S>
 struct gated_delta {
-  static_assert(S.key_heads > 0 && S.value_heads > 0 && S.key_dim > 0 && S.value_dim > 0,
-                "gated_delta: head counts and dims must be positive");
-  static_assert(S.value_heads % S.key_heads == 0, "gated_delta: value_heads must be a multiple of key_heads");
-  static_assert(is_supported_conv_width(S.conv_width), "gated_delta: conv_width must be 2, 3 or 4");
-  static_assert(is_supported_delta_chunk(S.chunk), "gated_delta: chunk must be 64 (or 32 for small shapes)");
-  static_assert(is_valid(S.state_type) && is_valid(S.conv_type),
-                "gated_delta: state_type and conv_type must be reprise::dtype enumerators");
-  static_assert(S.validate() != errc::out_of_range, "gated_delta: the state's bytes overflow std::size_t");
+  static_assert(detail::shape_rules_hold<S>::value);
 
   static constexpr gated_delta_shape shape = S;
   static constexpr state_family family = state_family::gated_delta;

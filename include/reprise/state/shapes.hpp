@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 namespace reprise {
 
@@ -35,6 +36,59 @@ constexpr std::string_view to_string(state_family f) noexcept {
   case state_family::gated_delta: return "gated_delta";
   }
   return "?";
+}
+
+/// The rules a layer shape obeys, each written once: `check()` on a shape returns the first it breaks, its
+/// `validate()` the rule's errc, and the typed kinds (kinds.hpp) `static_assert` each with the same words
+/// (`REPRISE_SHAPE_RULE_TEXT(rule)`: a C++20 `static_assert` takes only a literal).
+#define REPRISE_SHAPE_RULE_TEXT(rule) REPRISE_SHAPE_RULE_TEXT_##rule
+#define REPRISE_SHAPE_RULE_TEXT_ok "the shape is usable"
+#define REPRISE_SHAPE_RULE_TEXT_zero_size                                                                          \
+  "every size (heads, head and state dims, groups, block size) must be positive"
+#define REPRISE_SHAPE_RULE_TEXT_heads_not_grouped                                                                  \
+  "heads must be a multiple of groups (Mamba2), value_heads a multiple of key_heads (gated delta)"
+#define REPRISE_SHAPE_RULE_TEXT_bad_dtype "every dtype must be one of the reprise::dtype enumerators"
+#define REPRISE_SHAPE_RULE_TEXT_conv_width_unsupported "conv_width must be 2, 3 or 4 (the conv kernels' widths)"
+#define REPRISE_SHAPE_RULE_TEXT_chunk_unsupported                                                                  \
+  "chunk must be one the kernels are instantiated for: 64, 128 or 256 for Mamba2; 64 (or 32 for small shapes) "   \
+  "for gated delta"
+#define REPRISE_SHAPE_RULE_TEXT_bytes_overflow "the bytes of one block or one state overflow std::size_t"
+
+/// Why a layer shape is not usable; `ok` when it is.
+enum class shape_rule : std::uint8_t {
+  ok,
+  zero_size,              ///< invalid_argument
+  heads_not_grouped,      ///< invalid_argument
+  bad_dtype,              ///< invalid_argument
+  conv_width_unsupported, ///< unsupported_config
+  chunk_unsupported,      ///< unsupported_config
+  bytes_overflow,         ///< out_of_range
+};
+
+constexpr errc to_errc(shape_rule r) noexcept {
+  switch (r) {
+  case shape_rule::ok: return errc{};
+  case shape_rule::zero_size:
+  case shape_rule::heads_not_grouped:
+  case shape_rule::bad_dtype: return errc::invalid_argument;
+  case shape_rule::conv_width_unsupported:
+  case shape_rule::chunk_unsupported: return errc::unsupported_config;
+  case shape_rule::bytes_overflow: return errc::out_of_range;
+  }
+  return errc::invalid_argument;
+}
+
+constexpr std::string_view rule_message(shape_rule r) noexcept {
+  switch (r) {
+  case shape_rule::ok: return REPRISE_SHAPE_RULE_TEXT(ok);
+  case shape_rule::zero_size: return REPRISE_SHAPE_RULE_TEXT(zero_size);
+  case shape_rule::heads_not_grouped: return REPRISE_SHAPE_RULE_TEXT(heads_not_grouped);
+  case shape_rule::bad_dtype: return REPRISE_SHAPE_RULE_TEXT(bad_dtype);
+  case shape_rule::conv_width_unsupported: return REPRISE_SHAPE_RULE_TEXT(conv_width_unsupported);
+  case shape_rule::chunk_unsupported: return REPRISE_SHAPE_RULE_TEXT(chunk_unsupported);
+  case shape_rule::bytes_overflow: return REPRISE_SHAPE_RULE_TEXT(bytes_overflow);
+  }
+  return {};
 }
 
 /// Chunk sizes the chunked prefill kernels are instantiated for.
@@ -64,13 +118,17 @@ struct kv_shape {
   constexpr std::size_t bytes_per_token() const noexcept { return checked_bytes_per_token().value(); }
   constexpr std::size_t bytes_per_block() const noexcept { return checked_bytes_per_block().value(); }
 
-  /// `errc{}` when the shape is usable, else why not: `invalid_argument` for a zero size or a dtype outside
-  /// the enumeration, `out_of_range` when the bytes of one block do not fit in a `std::size_t`.
-  constexpr errc validate() const noexcept {
-    if (kv_heads == 0 || head_dim == 0 || block_size == 0 || !is_valid(type)) return errc::invalid_argument;
-    if (checked_bytes_per_block().overflowed()) return errc::out_of_range;
-    return errc{};
+  /// The first rule the shape breaks (`shape_rule::ok` when usable): a zero size, a dtype outside the
+  /// enumeration, the bytes of one block beyond a `std::size_t`.
+  constexpr shape_rule check() const noexcept {
+    if (kv_heads == 0 || head_dim == 0 || block_size == 0) return shape_rule::zero_size;
+    if (!is_valid(type)) return shape_rule::bad_dtype;
+    if (checked_bytes_per_block().overflowed()) return shape_rule::bytes_overflow;
+    return shape_rule::ok;
   }
+  /// `errc{}` when the shape is usable, else its broken rule's errc: `invalid_argument` for a zero size or a
+  /// dtype outside the enumeration, `out_of_range` when the bytes of one block do not fit in a `std::size_t`.
+  constexpr errc validate() const noexcept { return to_errc(check()); }
   friend constexpr bool operator==(const kv_shape&, const kv_shape&) = default;
 };
 
@@ -105,18 +163,21 @@ struct mamba2_shape {
   constexpr std::size_t matrix_state_bytes() const noexcept { return checked_matrix_state_bytes().value(); }
   constexpr std::size_t state_bytes() const noexcept { return checked_state_bytes().value(); }
 
-  /// `errc{}` when the shape is usable; `invalid_argument` for a zero size, heads not a multiple of groups or
-  /// a dtype outside the enumeration; `unsupported_config` for a conv width or chunk without kernels;
-  /// `out_of_range` when the state's bytes do not fit in a `std::size_t`.
-  constexpr errc validate() const noexcept {
-    if (heads == 0 || head_dim == 0 || state_dim == 0 || groups == 0) return errc::invalid_argument;
-    if (heads % groups != 0) return errc::invalid_argument;
-    if (!is_valid(state_type) || !is_valid(conv_type)) return errc::invalid_argument;
-    if (!is_supported_conv_width(conv_width)) return errc::unsupported_config;
-    if (!is_supported_chunk(chunk)) return errc::unsupported_config;
-    if (checked_state_bytes().overflowed()) return errc::out_of_range;
-    return errc{};
+  /// The first rule the shape breaks (`shape_rule::ok` when usable), in this order: a zero size, heads not a
+  /// multiple of groups, a dtype outside the enumeration, a conv width or chunk without kernels, the state's
+  /// bytes beyond a `std::size_t`.
+  constexpr shape_rule check() const noexcept {
+    if (heads == 0 || head_dim == 0 || state_dim == 0 || groups == 0) return shape_rule::zero_size;
+    if (heads % groups != 0) return shape_rule::heads_not_grouped;
+    if (!is_valid(state_type) || !is_valid(conv_type)) return shape_rule::bad_dtype;
+    if (!is_supported_conv_width(conv_width)) return shape_rule::conv_width_unsupported;
+    if (!is_supported_chunk(chunk)) return shape_rule::chunk_unsupported;
+    if (checked_state_bytes().overflowed()) return shape_rule::bytes_overflow;
+    return shape_rule::ok;
   }
+  /// `errc{}` when the shape is usable, else its broken rule's errc (`invalid_argument`,
+  /// `unsupported_config` or `out_of_range`, `to_errc(shape_rule)`).
+  constexpr errc validate() const noexcept { return to_errc(check()); }
   friend constexpr bool operator==(const mamba2_shape&, const mamba2_shape&) = default;
 };
 
@@ -150,18 +211,18 @@ struct gated_delta_shape {
   constexpr std::size_t matrix_state_bytes() const noexcept { return checked_matrix_state_bytes().value(); }
   constexpr std::size_t state_bytes() const noexcept { return checked_state_bytes().value(); }
 
-  /// `errc{}` when the shape is usable; `invalid_argument` for a zero size, value heads not a multiple of key
-  /// heads or a dtype outside the enumeration; `unsupported_config` for a conv width or chunk without
-  /// kernels; `out_of_range` when the state's bytes do not fit in a `std::size_t`.
-  constexpr errc validate() const noexcept {
-    if (key_heads == 0 || value_heads == 0 || key_dim == 0 || value_dim == 0) return errc::invalid_argument;
-    if (value_heads % key_heads != 0) return errc::invalid_argument;
-    if (!is_valid(state_type) || !is_valid(conv_type)) return errc::invalid_argument;
-    if (!is_supported_conv_width(conv_width)) return errc::unsupported_config;
-    if (!is_supported_delta_chunk(chunk)) return errc::unsupported_config;
-    if (checked_state_bytes().overflowed()) return errc::out_of_range;
-    return errc{};
+  /// The first rule the shape breaks (`shape_rule::ok` when usable), in the order of `mamba2_shape::check`.
+  constexpr shape_rule check() const noexcept {
+    if (key_heads == 0 || value_heads == 0 || key_dim == 0 || value_dim == 0) return shape_rule::zero_size;
+    if (value_heads % key_heads != 0) return shape_rule::heads_not_grouped;
+    if (!is_valid(state_type) || !is_valid(conv_type)) return shape_rule::bad_dtype;
+    if (!is_supported_conv_width(conv_width)) return shape_rule::conv_width_unsupported;
+    if (!is_supported_delta_chunk(chunk)) return shape_rule::chunk_unsupported;
+    if (checked_state_bytes().overflowed()) return shape_rule::bytes_overflow;
+    return shape_rule::ok;
   }
+  /// `errc{}` when the shape is usable, else its broken rule's errc (`to_errc(shape_rule)`).
+  constexpr errc validate() const noexcept { return to_errc(check()); }
   friend constexpr bool operator==(const gated_delta_shape&, const gated_delta_shape&) = default;
 };
 
