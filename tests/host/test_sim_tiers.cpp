@@ -193,9 +193,16 @@ TEST_CASE("host tier: misuses are clear errors") {
     CHECK(ok.options.cache.engines == 4);
     CHECK_FALSE(ok.options.cache.affinity);
     CHECK(parse({"replay", "--workload", "chat"}).options.cache.affinity);
+    const cli_parse state = parse({"replay", "--workload", "chat", "--engines", "4", "--affinity", "state",
+                                   "--load-slack", "0.5"});
+    REQUIRE(state.run);
+    CHECK(state.options.cache.state_aware);
+    CHECK(state.options.cache.load_slack == 0.5);
+    CHECK_FALSE(parse({"replay", "--workload", "chat"}).options.cache.state_aware);
     for (const auto& [args, what] : std::vector<std::pair<std::vector<std::string>, std::string>>{
              {{"replay", "--workload", "chat", "--engines", "0"}, "--engines"},
              {{"replay", "--workload", "chat", "--affinity", "sometimes"}, "--affinity"},
+             {{"replay", "--workload", "chat", "--load-slack", "-1"}, "--load-slack"},
              {{"replay", "--workload", "chat", "--host-kv-budget", "lots"}, "--host-kv-budget"},
              {{"sweep", "--workload", "chat", "--axis", "host_memory"}, "--axis"},
              {{"sweep", "--workload", "chat", "--axis", "kv_budget", "--values", "0,1GiB"}, "--values"}}) {
@@ -336,6 +343,38 @@ TEST_CASE("fleet: affinity on beats round robin on a multi-turn chat with 4 engi
     const replay_report r = simulate(t, h);
     check_tiers_add_up(r);
     CHECK(r.metrics.host_blocks_onboarded > 0);
+  }
+}
+
+TEST_CASE("fleet: routing by state, without session ids, beats round robin and keeps every engine under its cap") {
+  const trace t = generate({.kind = workload_kind::chat, .requests = 800, .seed = 5, .active_sessions = 24});
+  for (const policy_kind p : {policy_kind::chat, policy_kind::strict}) {
+    CAPTURE(to_string(p));
+    replay_config c = nemotron(p, 16384, 64);
+    c.engines = 4;
+    c.affinity = false;
+    const replay_report round_robin = simulate(t, c);
+    c.affinity = true;
+    const replay_report session = simulate(t, c);
+    c.state_aware = true;
+    c.load_slack = 0.25;
+    const replay_report state = simulate(t, c);
+    REQUIRE(state.error.empty());
+    check_tiers_add_up(state);
+    CHECK(state.floor_tokens == round_robin.floor_tokens);
+    CHECK(state.computed_over_floor() < round_robin.computed_over_floor());
+    CHECK(state.computed_over_floor() < 1.1 * session.computed_over_floor());
+    // The cap holds at every decision: (requests so far + 1) / engines x (1 + slack).
+    CHECK(state.max_engine_load_ratio <= 1.25 * (800.0 + 4) / 800.0);
+    std::uint64_t served = 0;
+    for (const replay_report::engine_share& e : state.per_engine) {
+      CHECK(e.requests > 0);
+      served += e.requests;
+    }
+    CHECK(served == 800);
+    const std::string text = format_report(state);
+    CHECK(text.find("4 (routed by state: the engine whose cache holds the most usable tokens)") != std::string::npos);
+    CHECK(text.find("x its share (cap 1.25x)") != std::string::npos);
   }
 }
 

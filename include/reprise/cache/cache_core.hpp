@@ -21,6 +21,7 @@
 #include <reprise/cache/remote_tier.hpp>
 #include <reprise/cache/sequence_table.hpp>
 #include <reprise/cache/snapshot_ledger.hpp>
+#include <reprise/cache/state_events.hpp>
 #include <reprise/cache/tier_hooks.hpp>
 #include <reprise/cache/types.hpp>
 #include <reprise/errc.hpp>
@@ -76,7 +77,8 @@ struct cache_core {
       : options(o), geometry(g), seed(hasher_seed), hasher(hasher_seed), blocks(o.kv_blocks, g.block_size, clock, metrics),
         slots(slot_count(g, o), g.bytes_per_snapshot, blocks.pool(), clock, metrics), sequences(o.max_sequences),
         in_step(can_share_in_step && o.share_in_step, blocks.pool(), o.max_sequences),
-        tiers(tier_context{blocks, slots, sequences, geometry, options, clock, metrics}) {}
+        tiers(tier_context{blocks, slots, sequences, geometry, options, clock, metrics}),
+        events(o.state_events, blocks, slots, sequences) {}
   cache_core(const cache_core&) = delete; // its components point into it
   cache_core& operator=(const cache_core&) = delete;
 
@@ -102,16 +104,13 @@ struct cache_core {
   }
   static_assert(std::size(supported_block_sizes) == 6, "with_block_size: one case per supported block size");
 
-  /// Evicting a block drops its snapshots; a tier below the GPU copies both first.
+  /// Evicting a block drops its snapshots; a tier below the GPU copies both first; a router hears of it.
   auto on_evict() noexcept {
-    if constexpr (restores || tier_component::enabled) {
-      return [this](block_node& n) {
-        tiers.block_evicted(n);
-        if constexpr (restores) slots.invalidate(n);
-      };
-    } else {
-      return [](block_node&) {};
-    }
+    return [this](block_node& n) {
+      tiers.block_evicted(n);
+      events.block_evicted(n);
+      if constexpr (restores) slots.invalidate(n);
+    };
   }
 
   /// The moves between GPU and host memory planned since the previous call (`policy::host_tier`), with the
@@ -190,6 +189,7 @@ struct cache_core {
       r.root = hasher.root(keys);
       r.extras = stored_extra_keys::from(keys);
       tiers.sequence_prepared(r, keys);
+      events.sequence_prepared(r, keys);
       const std::uint32_t published = lookup<B>(r, prompt);
       // Past the published blocks, those that sequences admitted in this step compute (share_in_step), or
       // those the host tier holds (`policy::host_tier`; the two never combine).
@@ -340,6 +340,7 @@ struct cache_core {
     }
     const onboarded_blocks onboarded =
         tiers.template onboard<B>(r, matched, choice, [this] { return blocks.take(on_evict()); });
+    for (std::uint32_t i = on_gpu; i < r.blocks.size(); ++i) events.block_published(r.blocks[i], r); // onboarded
     for (std::uint32_t i = 0; i < matched; ++i) {
       if (blocks.node(r.blocks[i]).kind != exactness::prefill_exact) {
         r.exact_until = std::min(r.exact_until, i * B);
@@ -462,7 +463,10 @@ struct cache_core {
     with_block_size(geometry.block_size, [&](auto b) { publish_blocks<decltype(b)::value>(*r); });
     if constexpr (restores) {
       resolve_captures(*r, n, geometry, options.decode_checkpoints_per_sequence, blocks, slots, metrics,
-                       [this](slot_id slot, block_id b, exactness kind) { tiers.snapshot_published(slot, b, kind); });
+                       [this](slot_id slot, block_id b, exactness kind) {
+                         tiers.snapshot_published(slot, b, kind);
+                         events.snapshot_published(slot, b, kind);
+                       });
       unhold_restore(*r);
     }
     return {};
@@ -496,7 +500,10 @@ struct cache_core {
         // chain; ours stays private (the engine's table points at it).
         const exactness kind = r.kv_kind(std::uint64_t{i + 1} * B);
         parent = blocks.publish(b, {key, parent, pool.template tokens_of<B>(b), &r.extras, kind}, i, r.extras);
-        if (parent == b) tiers.block_published(b, r);
+        if (parent == b) {
+          tiers.block_published(b, r);
+          events.block_published(b, r);
+        }
         // A prefill-exact duplicate holds the same bits; a decode_continuation one may have been computed
         // along another path (decode steps against a prefill, say).
         if (parent != b && kind == exactness::decode_continuation) r.foreign_from = std::min(r.foreign_from, i * B);
@@ -574,6 +581,7 @@ struct cache_core {
     b.root = a->root;
     b.extras = a->extras;
     tiers.sequence_forked(*a, b);
+    events.sequence_forked(*a, b);
     b.tokens = a->tokens;
     b.computed = a->computed;
     b.exact_until = a->exact_until;
@@ -644,11 +652,13 @@ struct cache_core {
       blocks.keep_tail(r.blocks[k], k == 0 ? r.root : blocks.node(parent).key, parent, k, fill, r.kv_kind(p),
                        r.extras);
       tiers.block_published(r.blocks[k], r);
+      events.block_published(r.blocks[k], r);
       target = &blocks.node(r.blocks[k]);
     }
     // Written by the engine in the current step: restorable once that step completes.
     slots.attach(*n, *target, exactness::decode_continuation, clock.release_tag(), true);
     tiers.snapshot_published(slots.id_of(*n), blocks.id_of(*target), exactness::decode_continuation);
+    events.snapshot_published(slots.id_of(*n), blocks.id_of(*target), exactness::decode_continuation);
     plan.capture = {.sequence = 0, .position = p, .slot = slots.id_of(*n)};
     ++metrics.captures_planned;
     ++metrics.captures_written;
@@ -710,6 +720,7 @@ struct cache_core {
   sequence_table sequences;
   in_step_sharing in_step;
   tier_component tiers; ///< the tiers below the GPU (`no_tiers` with `policy::tiers<>`)
+  state_events events;  ///< what a fleet router hears (`cache_options::state_events`; off by default)
   /// `prefetch` / `probe` / `fetched` (`policy::remote_tier`).
   [[no_unique_address]] std::conditional_t<has_remote, remote_fetch_planner, no_fetch_planner> fetch;
 };

@@ -163,6 +163,7 @@ result<void> check_invariants(const cache_core<Policy, Hasher, Tiers>& c) {
       m.snapshot_bytes_held != std::uint64_t{held} * slots.bytes_per_snapshot())
     return fail();
   // The components beside the core check their own side tables.
+  if (!c.events.check()) return fail();
   if constexpr (core::tier_component::enabled) {
     if (!c.tiers.check()) return fail();
     if constexpr (core::has_remote) {

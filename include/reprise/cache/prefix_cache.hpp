@@ -329,6 +329,14 @@ public:
     return st_->fetched(item, unit, header);
   }
 
+  /// `cache_options::state_events`: what this cache stored and removed since the previous call (full KV blocks
+  /// and snapshots in GPU memory, by content key, class and position), for a fleet router
+  /// (`routing::state_router::apply`). Call it once per step. The span stays valid until the next call;
+  /// empty without the option.
+  std::span<const state_event> take_state_events() noexcept {
+    return st_ ? st_->events.take() : std::span<const state_event>{};
+  }
+
   /// The step being scheduled now (starts at 0).
   epoch_t current_epoch() const noexcept { return st_ ? st_->clock.current : 0; }
 

@@ -39,6 +39,13 @@ public:
     evict_context_ = context;
   }
 
+  /// Called with every published snapshot about to be unpublished, however it goes (LRU, its block evicted,
+  /// TTL, a checkpoint dropped): a fleet router's events report it removed (state_events.hpp).
+  void set_detach_hook(evict_hook f, void* context) noexcept {
+    detach_hook_ = f;
+    detach_context_ = context;
+  }
+
   /// A slot for a capture, now pending: a safe free one, else the LRU snapshot evicted. Null when neither
   /// is reusable. Complexity: O(1).
   slot_node* take() noexcept {
@@ -158,6 +165,7 @@ private:
   }
 
   void detach(slot_node& n) noexcept {
+    if (detach_hook_ != nullptr) detach_hook_(detach_context_, n);
     block_node& b = blocks_->node(n.block);
     b.snapshot[static_cast<int>(n.kind)] = no_slot;
     n.block = no_block;
@@ -175,6 +183,8 @@ private:
   snapshot_pool pool_;
   evict_hook evict_hook_ = nullptr;
   void* evict_context_ = nullptr;
+  evict_hook detach_hook_ = nullptr;
+  void* detach_context_ = nullptr;
   std::size_t bytes_per_snapshot_;
   block_pool* blocks_;
   const epoch_clock* clock_;

@@ -7,6 +7,7 @@
 #include <reprise/cache/metrics.hpp>
 #include <reprise/ids.hpp>
 #include <reprise/keys/block_key.hpp>
+#include <reprise/keys/state_keys.hpp>
 #include <reprise/keys/remote_keys.hpp>
 
 #include <cstddef>
@@ -125,6 +126,11 @@ struct cache_options {
   /// tier later evicts is then not put again. Off (write-back): values reach the store only when the host
   /// tier evicts them. Without a remote tier, `true` is `unsupported_config`.
   bool remote_write_through = false;
+  /// Report what this cache holds to a fleet router (<reprise/routing/state_router.hpp>): given a key source
+  /// (`routing::fleet_keys`, kept alive by the engine as long as the cache), every full KV block published or
+  /// evicted and every snapshot published or dropped in GPU memory is an event, taken with
+  /// `take_state_events` (once per step). Empty (the default): no events, no cost.
+  state_keys_ref state_events{};
 };
 
 /// What a remote value holds: a KV block (a host KV unit) or a snapshot (a host snapshot unit).

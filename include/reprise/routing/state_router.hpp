@@ -20,6 +20,7 @@
 #include <reprise/errc.hpp>
 #include <reprise/ids.hpp>
 #include <reprise/keys/block_key.hpp>
+#include <reprise/keys/state_keys.hpp>
 #include <reprise/state/model_config.hpp>
 
 #include <boost/intrusive/list.hpp>
@@ -46,58 +47,14 @@ using engine_id = std::uint32_t;
 /// The most engines one router scores.
 inline constexpr std::uint32_t max_engines = 1u << 16;
 
-/// What an event names: the KV of one full block, or a snapshot of the whole recurrent state.
-enum class state_kind : std::uint8_t { kv_block, snapshot };
-
-/// Whether the engine now holds it or no longer does.
-enum class state_change : std::uint8_t { stored, removed };
-
-/// One report of an engine: it stored or removed one KV block or one snapshot.
-///
-/// - A KV block: `key` is its chain content key key_i (`block_keys`, `block_keys_after` of
-///   <reprise/keys/content_key.hpp>), `position` its end (i + 1) B, `exact` the class of its KV (a hybrid
-///   model's decode-filled blocks are `decode_continuation`). The class travels beside the key: one chain key
-///   names a prefix, and an engine may hold that prefix's prefill-computed and decode-filled KV as two blocks.
-/// - A snapshot at position p: `key` is its snapshot key (`snapshot_key`, whose message holds the tail tokens
-///   [floor(p/B) B, p), p and the class), `parent` the chain key of the block before it, key_{floor(p/B)-1}
-///   (key_{-1}, the root, for p < B), `position` p and `exact` its class. Prefill-exact snapshots sit at
-///   multiples of the alignment unit; decode-continuation ones (turn ends, decode checkpoints) anywhere.
-///
-/// Events are idempotent: a second `stored` of what the index holds is a touch (it becomes the most recently
-/// reported), a `removed` of what it does not hold is ignored. An entry is named by (kind, key, class).
-struct state_event {
-  state_change change = state_change::stored;
-  state_kind kind = state_kind::kv_block;
-  exactness exact = exactness::prefill_exact;
-  std::uint64_t position = 0; ///< a block's end, a snapshot's position
-  content_key key{};          ///< key_i of a block, the snapshot key of a snapshot
-  content_key parent{};       ///< a snapshot's key_{floor(p/B)-1}; unused for a block
-
-  static constexpr state_event block(state_change change, const content_key& key, std::uint64_t end,
-                                     exactness exact = exactness::prefill_exact) noexcept {
-    return {change, state_kind::kv_block, exact, end, key, {}};
-  }
-  static constexpr state_event snapshot(state_change change, const content_key& key, const content_key& parent,
-                                        std::uint64_t position, exactness exact) noexcept {
-    return {change, state_kind::snapshot, exact, position, key, parent};
-  }
-};
-
-/// What `route` hashes a prompt with; the engines' events must name their state the same way.
-///   root(extra)                              key_{-1}, the chain's root, from the extra keys;
-///   chain(parent, block)                     key_i = H(key_{i-1}, the B tokens of block i);
-///   snapshot(parent, tail, position, exact)  the snapshot key at `position` of either class, `parent`
-///                                            being key_{floor(position/B)-1} and `tail` the tokens
-///                                            [floor(position/B) B, position).
-/// Each returns all zeros when it cannot compute a key; the router then scores as if nothing matched.
-/// `routing::fleet_keys` (<reprise/routing/fleet_keys.hpp>) is the content keys of docs/key-format.md.
+/// The event vocabulary (`state_kind`, `state_change`, `state_event`) and the key source are the keys layer's
+/// (<reprise/keys/state_keys.hpp>), so a cache can report its events (`cache_options::state_events`) without
+/// knowing the router.
 template <class K>
-concept route_key_source = requires(const K& k, const extra_keys& extra, const content_key& key,
-                                    std::span<const token_id> tokens, std::uint64_t position, exactness exact) {
-  { k.root(extra) } noexcept -> std::same_as<content_key>;
-  { k.chain(key, tokens) } noexcept -> std::same_as<content_key>;
-  { k.snapshot(key, tokens, position, exact) } noexcept -> std::same_as<content_key>;
-};
+concept route_key_source = state_key_source<K>;
+using reprise::state_change;
+using reprise::state_event;
+using reprise::state_kind;
 
 /// How a router is set up. `for_model` fills the model's three fields from a `model_config`.
 struct router_options {

@@ -18,6 +18,8 @@
 #include <reprise/keys/content_key.hpp>
 #include <reprise/policy/policies.hpp>
 #include <reprise/policy/tiers.hpp>
+#include <reprise/routing/fleet_keys.hpp>
+#include <reprise/routing/state_router.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -113,6 +115,7 @@ public:
         label_(f.c.engines > 1 ? "engine " + std::to_string(index) + ": " : std::string()) {}
 
   const Cache& cache() const noexcept { return cache_; }
+  Cache& cache() noexcept { return cache_; }
 
   /// Serves request `i` with prompt `prompt`: admit (after finishing what must make room), commit the
   /// prompt, decode, and finish it when nothing else may be in flight.
@@ -404,7 +407,32 @@ void run(const trace& t, const replay_config& c, std::uint32_t kv_blocks, replay
     f.store = store.get();
     rep.remote_store = store->describe();
   }
-  const cache_options o = options_for(c, kv_blocks, keyer ? &*keyer : nullptr);
+  cache_options o = options_for(c, kv_blocks, keyer ? &*keyer : nullptr);
+  // Routing by state: every cache reports what it holds, by the fleet's content keys, to one router.
+  std::optional<routing::fleet_keys> state_keys;
+  std::optional<routing::state_router<routing::fleet_keys>> router;
+  if (c.state_aware && c.engines > 1) {
+    auto fingerprint = model_fingerprint::make(c.model.config, c.model.name);
+    auto made = fingerprint ? routing::fleet_keys::make({.fleet_seed = c.hasher_seed, .fingerprint = *fingerprint},
+                                                        c.model.config)
+                            : result<routing::fleet_keys>(failure{fingerprint.error()});
+    if (!made) {
+      rep.error = "no content keys for this model: " + std::string(to_string(made.error()));
+      return;
+    }
+    state_keys.emplace(std::move(*made));
+    routing::router_options ro =
+        routing::router_options::for_model(c.model.config, c.engines,
+                                           policy::policy_traits<typename Cache::policy_type>::accepts_decode_continuation);
+    ro.load_slack = c.load_slack;
+    auto r = routing::state_router<routing::fleet_keys>::make(ro, *state_keys);
+    if (!r) {
+      rep.error = "no state router: " + std::string(to_string(r.error()));
+      return;
+    }
+    router.emplace(std::move(*r));
+    o.state_events = &*state_keys;
+  }
   rep.per_engine.assign(c.engines, {});
   std::vector<engine<Cache>> fleet;
   fleet.reserve(c.engines);
@@ -423,9 +451,17 @@ void run(const trace& t, const replay_config& c, std::uint32_t kv_blocks, replay
   rep.host_kv_units = fleet.front().cache().host_kv_units();
   rep.host_snapshot_units = fleet.front().cache().host_snapshot_units();
 
-  // One engine needs no routing table (traces may hold millions of requests).
-  const std::vector<std::uint32_t> route = c.engines > 1 ? route_requests(t, c.engines, c.affinity)
-                                                         : std::vector<std::uint32_t>{};
+  // One engine needs no routing table (traces may hold millions of requests). Routing by state fills it as
+  // requests come.
+  std::vector<std::uint32_t> route = c.engines > 1 && !router ? route_requests(t, c.engines, c.affinity)
+                                     : router                ? std::vector<std::uint32_t>(t.requests.size(), 0)
+                                                             : std::vector<std::uint32_t>{};
+  std::vector<double> load(c.engines, 0);
+  // Each engine's events since the last delivery go to the router (a lost or late event costs a miss only).
+  auto deliver_events = [&] {
+    for (std::uint32_t e = 0; e < c.engines; ++e)
+      for (const state_event& ev : fleet[e].cache().take_state_events()) (void)router->apply(e, ev);
+  };
   auto engine_of = [&](std::uint32_t i) -> engine<Cache>& { return fleet[route.empty() ? 0 : route[i]]; };
   f.live.assign(t.requests.size(), 0);
   f.continued.assign(t.requests.size(), 0);
@@ -446,10 +482,20 @@ void run(const trace& t, const replay_config& c, std::uint32_t kv_blocks, replay
       for (const segment& s : t.segments_of(t.requests[i]))
         if (s.kind == segment_kind::from && f.live[s.ref]) engine_of(s.ref).finish_early(s.ref);
     }
+    if (router) {
+      const extra_keys keys{.tenant_salt = t.requests[i].tenant};
+      const auto choice = router->route(std::span<const token_id>(prompt.data(), prompt.size()), keys, load);
+      route[i] = choice ? choice->engine : 0;
+      if (choice && choice->redirected_by_load) ++rep.requests_redirected_by_load;
+      load[route[i]] += 1;
+    }
     engine_of(i).serve(i, prompt);
     if (!rep.error.empty()) return;
+    if (router) deliver_events();
   }
   for (engine<Cache>& e : fleet) e.drain();
+  if (router && !t.requests.empty())
+    rep.max_engine_load_ratio = *std::max_element(load.begin(), load.end()) * c.engines / static_cast<double>(t.requests.size());
   rep.wall_seconds = std::chrono::duration<double>(clock_type::now() - wall0).count();
   rep.cache_seconds = std::chrono::duration<double>(f.in_cache).count();
 

@@ -42,6 +42,8 @@ bool prepare(const trace& t, const replay_config& c, runner run_fn, replay_repor
   rep.host_snapshot_budget_bytes = restores_snapshots(c.policy) ? c.host_snapshot_budget_bytes : 0;
   rep.engines = c.engines;
   rep.affinity = c.affinity;
+  rep.state_aware = c.state_aware;
+  rep.load_slack = c.load_slack;
   rep.remote_tier = c.remote_tier;
   rep.remote_write_through = c.remote_tier && c.remote_write_through;
   rep.remote_probe = c.remote_tier && c.remote_probe;

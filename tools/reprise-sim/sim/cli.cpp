@@ -161,8 +161,13 @@ cli_parse parse_command_line(int argc, const char* const* argv) {
         ->check(range(1, L::max_engines));
     c->add_option("--affinity", affinity,
                   "on: every request of a conversation goes to the engine its first request went to; off: round "
-                  "robin (default on)")
-        ->check(CLI::IsMember({"on", "off"}));
+                  "robin; state: to the engine whose cache holds the most usable state for the prompt (a state "
+                  "router fed by the caches' events, no session ids), under a load cap (default on)")
+        ->check(CLI::IsMember({"on", "off", "state"}));
+    c->add_option("--load-slack", o.cache.load_slack,
+                  "with --affinity state: an engine takes a request only while its requests so far are at most "
+                  "(all requests + 1) / engines x (1 + slack) (default 0.25)")
+        ->check(CLI::Range(0.0, 100.0));
     auto* remote = c->add_flag("--remote-tier", o.cache.remote_tier,
                                "a store shared by the engines below their host tiers: prefill-exact blocks and "
                                "snapshots are put there (see --remote-write), every request is prefetched from it "
@@ -259,6 +264,7 @@ cli_parse parse_command_line(int argc, const char* const* argv) {
     if (!model.empty()) o.model_name = model;
     o.progress = !no_progress;
     o.cache.affinity = affinity == "on";
+    o.cache.state_aware = affinity == "state";
     o.cache.remote_write_through = remote_write == "through";
     o.cache.remote_probe = remote_probe == "on";
     if (policy != "all") {

@@ -284,6 +284,10 @@ replay_report simulate(const trace& t, replay_config c, const replay_limits& lim
   return r;
 }
 
+const char* affinity_name(const replay_report& r) noexcept {
+  return r.state_aware ? "state" : r.affinity ? "on" : "off";
+}
+
 std::string format_report(const replay_report& r) {
   const cache_metrics& m = r.metrics;
   std::string s;
@@ -299,6 +303,11 @@ std::string format_report(const replay_report& r) {
   };
   auto count = [](std::uint64_t v) { return std::to_string(v); };
   auto bytes = [](double v) { return format_bytes(v); };
+  auto fixed = [](double v, int digits) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.*f", digits, v);
+    return std::string(b);
+  };
   s += r.model + " / " + r.policy + "\n";
   line("block size / alignment", std::to_string(r.block_size) + " / " + std::to_string(r.alignment) + " tokens");
   if (r.snapshot_interval) line("snapshot interval", std::to_string(r.snapshot_interval) + " tokens");
@@ -312,9 +321,16 @@ std::string format_report(const replay_report& r) {
   if (r.host_snapshot_budget_bytes)
     line("host snapshot budget",
          bytes(static_cast<double>(r.host_snapshot_budget_bytes)) + " (" + count(r.host_snapshot_units) + " slots)");
-  if (r.engines > 1)
-    line("engines", count(r.engines) + (r.affinity ? " (affinity: a conversation stays on its first engine)"
-                                                   : " (round robin)") + ", budgets per engine");
+  if (r.engines > 1) {
+    const char* how = r.state_aware ? " (routed by state: the engine whose cache holds the most usable tokens)"
+                      : r.affinity  ? " (affinity: a conversation stays on its first engine)"
+                                    : " (round robin)";
+    line("engines", count(r.engines) + how + ", budgets per engine");
+    if (r.state_aware)
+      line("load", "busiest engine served " + fixed(r.max_engine_load_ratio, 2) + "x its share (cap " +
+                       fixed(1 + r.load_slack, 2) + "x), " + count(r.requests_redirected_by_load) +
+                       " requests sent past the deepest state by the cap");
+  }
   for (const std::string& w : r.warnings) s += "  warning: " + w + "\n";
   if (!r.error.empty()) {
     s += "  error: " + r.error + "\n";
@@ -539,7 +555,7 @@ constexpr column columns[] = {
     {"peak_host_snapshot_bytes", [](csv_writer& w, const replay_report& r) { w.cell(r.peak_host_snapshot_bytes); }},
     {"transfer_steps", [](csv_writer& w, const replay_report& r) { w.cell(r.transfer_steps); }},
     {"engines", [](csv_writer& w, const replay_report& r) { w.cell(u64{r.engines}); }},
-    {"affinity", [](csv_writer& w, const replay_report& r) { w.cell(r.affinity ? "on" : "off"); }},
+    {"affinity", [](csv_writer& w, const replay_report& r) { w.cell(affinity_name(r)); }},
     {"engine_requests",
      [](csv_writer& w, const replay_report& r) {
        w.cell(per_engine(r, [](const replay_report::engine_share& e) { return std::to_string(e.requests); }));

@@ -90,6 +90,12 @@ struct replay_config {
   /// How requests reach engines: on, a conversation stays on the engine its first request went to; off,
   /// round robin (`route_requests`).
   bool affinity = true;
+  /// Route by state instead (`affinity` ignored): each engine's cache reports what it holds
+  /// (`cache_options::state_events`) to a `routing::state_router`, and each request goes to the engine with
+  /// the most usable tokens for its prompt among those whose requests so far are at most their share of the
+  /// fleet's times 1 + `load_slack` (no session id is used).
+  bool state_aware = false;
+  double load_slack = 0.25;
   /// A remote tier shared by the fleet's engines (`policy::remote_tier`, below each engine's host tier, so
   /// it needs a host KV budget): what the host tiers evict is put there (prefill-exact blocks and snapshots),
   /// and every request is prefetched from it before its admit. Not for `memory_only`.
@@ -146,6 +152,12 @@ struct replay_report {
   /// The fleet: engines and routing (`replay_config`). The budgets above are each engine's.
   std::uint32_t engines = 1;
   bool affinity = true;
+  bool state_aware = false;
+  double load_slack = 0.25;
+  /// With `state_aware`: requests sent elsewhere than the deepest state because its engine was over its load
+  /// cap, and the largest share of the requests one engine served over its fair share (1 = even).
+  std::uint64_t requests_redirected_by_load = 0;
+  double max_engine_load_ratio = 0;
 
   // --- traffic ---
   std::uint64_t requests = 0;           ///< requests admitted
@@ -294,6 +306,9 @@ std::optional<std::uint64_t> prefill_floor(const trace& t, std::uint64_t max_pos
 /// The report as `key: value` lines for people. Host-tier and fleet lines appear only when configured, so a
 /// single engine without a host tier reads as it always has.
 std::string format_report(const replay_report& r);
+
+/// How the fleet routed: "on" (session affinity), "off" (round robin) or "state" (the state router).
+const char* affinity_name(const replay_report& r) noexcept;
 
 /// One table, a row per report: policy, request hit rate, prefill tokens computed, tokens lost to missing
 /// snapshots, peak KV + snapshot bytes (or the error).

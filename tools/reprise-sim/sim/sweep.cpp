@@ -289,8 +289,8 @@ std::vector<std::string> write_sweep(const sweep_result& s, const std::string& d
     if (s.axis == sweep_axis::host_snapshot_budget && r.host_kv_budget_bytes)
       add("host KV " + format_bytes(static_cast<double>(r.host_kv_budget_bytes)));
     if (r.concurrency > 1) add(std::to_string(r.concurrency) + " in flight");
-    if (s.axis == sweep_axis::engines) add(std::string("affinity ") + (r.affinity ? "on" : "off"));
-    else if (r.engines > 1) add(std::to_string(r.engines) + " engines, affinity " + (r.affinity ? "on" : "off"));
+    if (s.axis == sweep_axis::engines) add(std::string("affinity ") + affinity_name(r));
+    else if (r.engines > 1) add(std::to_string(r.engines) + " engines, affinity " + affinity_name(r));
     if (r.remote_tier)
       add("remote tier: " + r.remote_store + (r.remote_write_through ? ", write-through" : "") +
           (r.remote_probe ? "" : ", unprobed"));
