@@ -374,7 +374,8 @@ TEST_CASE("fleet: routing by state, without session ids, beats round robin and k
     CHECK(served == 800);
     const std::string text = format_report(state);
     CHECK(text.find("4 (routed by state: the engine whose cache holds the most usable tokens)") != std::string::npos);
-    CHECK(text.find("x its share (cap 1.25x)") != std::string::npos);
+    CHECK(text.find("x its share (cap at each request: 1.25x of (requests so far + 1) / engines)") !=
+          std::string::npos);
   }
 }
 

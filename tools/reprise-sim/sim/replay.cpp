@@ -327,9 +327,9 @@ std::string format_report(const replay_report& r) {
                                     : " (round robin)";
     line("engines", count(r.engines) + how + ", budgets per engine");
     if (r.state_aware)
-      line("load", "busiest engine served " + fixed(r.max_engine_load_ratio, 2) + "x its share (cap " +
-                       fixed(1 + r.load_slack, 2) + "x), " + count(r.requests_redirected_by_load) +
-                       " requests sent past the deepest state by the cap");
+      line("load", "busiest engine served " + fixed(r.max_engine_load_ratio, 2) + "x its share (cap at each request: " +
+                       fixed(1 + r.load_slack, 2) + "x of (requests so far + 1) / engines), " +
+                       count(r.requests_redirected_by_load) + " requests sent past the deepest state by the cap");
   }
   for (const std::string& w : r.warnings) s += "  warning: " + w + "\n";
   if (!r.error.empty()) {
