@@ -117,6 +117,10 @@ TEST_CASE("content keys: the test vectors of docs/key-format.md") {
   CHECK(to_hex(ok(snapshot_key(c, root, all.first(3), 3, exactness::prefill_exact, dtypes))) ==
         "b928dff07b7893e96421110a0534d79d451a2cd4f89186419e4893da31a091df");
   CHECK(ok(snapshot_dtypes::of(tiny_config())) == dtypes);
+  CHECK(to_hex(ok(turn_end_key(c, keys[1], 16, dtypes))) ==
+        "f0763392cdda7707420df399ddd14c96ad8d89f1a740f31a556b32ef63e9cde3");
+  CHECK(to_hex(ok(turn_end_key(c, root, 0, dtypes))) ==
+        "830497d79e108595395d207cc90a560c13abb39f44f4c4a913d41968a03a86f1");
 }
 
 TEST_CASE("content keys are SHA-256 of the documented byte layout (recomputed with one-shot SHA256())") {
@@ -150,6 +154,32 @@ TEST_CASE("content keys are SHA-256 of the documented byte layout (recomputed wi
   CHECK(ok(snapshot_key(c, keys[1], all.subspan(16, 4), 20, exactness::decode_continuation,
                         {dtype::f32, dtype::bf16}))
             .bytes == snapshot.sha256());
+
+  message turn_end;
+  turn_end.tag("turn-end").le(1, 4).raw(keys[1].bytes).le(16, 8).le(0, 1).le(1, 1);
+  CHECK(ok(turn_end_key(c, keys[1], 16, {dtype::f32, dtype::bf16})).bytes == turn_end.sha256());
+  // Not a snapshot key of the same block: the label keeps the two kinds of name apart.
+  CHECK(ok(turn_end_key(c, keys[1], 16, {dtype::f32, dtype::bf16})) !=
+        ok(snapshot_key(c, keys[1], {}, 16, exactness::decode_continuation, {dtype::f32, dtype::bf16})));
+}
+
+TEST_CASE("turn-end keys: every input changes them, and a boundary off the block grid is refused") {
+  const content_key_context c = tiny_context();
+  const auto keys = ok(block_keys(c, tiny_extra, iota_tokens(16, 100), 8));
+  const snapshot_dtypes dtypes{dtype::f32, dtype::bf16};
+  const content_key k = ok(turn_end_key(c, keys[1], 16, dtypes));
+  CHECK(ok(turn_end_key(c, keys[0], 16, dtypes)) != k);
+  CHECK(ok(turn_end_key(c, keys[1], 8, dtypes)) != k);
+  CHECK(ok(turn_end_key(c, keys[1], 16, {dtype::bf16, dtype::bf16})) != k);
+  CHECK(ok(turn_end_key(c, keys[1], 16, {dtype::f32, dtype::f32})) != k);
+  CHECK(turn_end_key(c, keys[1], 12, dtypes).error() == errc::invalid_argument);
+  CHECK(turn_end_key({}, keys[1], 16, dtypes).error() == errc::invalid_argument);
+  CHECK(turn_end_key(c, keys[1], 16, {static_cast<dtype>(99), dtype::bf16}).error() == errc::invalid_argument);
+  // The keyer's form: the same key, and zero where the free function refuses.
+  auto keyer = content_keyer::make(c, tiny_config());
+  REQUIRE(keyer);
+  CHECK(keyer->turn_end(keys[1], 16) == k);
+  CHECK(keyer->turn_end(keys[1], 12) == content_key{});
 }
 
 TEST_CASE("content keys: equal inputs give equal keys in separately built contexts") {

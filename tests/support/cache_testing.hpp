@@ -45,6 +45,10 @@ public:
     const token_id t[2] = {static_cast<token_id>(position), -7};
     return chain(block, t);
   }
+  content_key turn_end(const content_key& block, std::uint32_t boundary) const noexcept {
+    const token_id t[2] = {static_cast<token_id>(boundary), -11};
+    return chain(block, t);
+  }
 
 private:
   static content_key pack(const block_key& x, const block_key& y) noexcept {

@@ -11,6 +11,7 @@
 ///   key_{-1}    = H(tag, "root", fleet seed, fingerprint, extra keys)
 ///   key_i       = H(key_{i-1}, the B tokens of block i as little-endian int32)
 ///   snapshot    = H(tag, "snapshot", key_{floor(p/B)-1}, the tokens [floor(p/B) B, p), p, exactness, dtypes)
+///   turn end    = H(tag, "turn-end", 1, key_{k-1}, k B, dtypes)   (the store's index of a turn end at p in [kB, kB + B))
 ///
 /// with tag = `content_key_format` ("reprise/content-key/v1"). The byte layout is a wire format, specified in
 /// docs/key-format.md with test vectors; changing any byte of it means a new tag (v2), so keys of two formats
@@ -356,6 +357,34 @@ inline result<content_key> snapshot_key(const content_key_context& context, cons
   return k;
 }
 
+/// The version of the turn-end message below; a change to its layout is a new version, never a change to v1.
+inline constexpr std::uint32_t turn_end_key_version = 1;
+
+/// The name under which the remote store keeps a conversation's turn end (its decode-continuation snapshot,
+/// the decode-filled blocks before it and its partial block: one value, docs/tiers.md) whose position p lies
+/// in [boundary, boundary + B): `boundary` is a block end (k B, 0 allowed), `block` the chain key of the k
+/// full blocks before it (key_{k-1}; key_{-1} for k = 0). A reader derives it from its own prompt at every
+/// block boundary, without knowing p: the value's header then says p and carries the tokens to verify.
+///
+/// Errors: `invalid_argument` (no computed fingerprint, a boundary off the block grid, a dtype outside its
+/// enumeration), `unsupported_config` (OpenSSL).
+inline result<content_key> turn_end_key(const content_key_context& context, const content_key& block,
+                                        std::uint64_t boundary, snapshot_dtypes dtypes) {
+  const std::uint32_t block_size = context.fingerprint.block_size;
+  if (block_size == 0 || boundary % block_size != 0) return failure{errc::invalid_argument};
+  if (!is_valid(dtypes.state) || !is_valid(dtypes.conv)) return failure{errc::invalid_argument};
+  detail::content_digest d;
+  d.begin("turn-end");
+  d.u32(turn_end_key_version);
+  d.bytes(block.bytes.data(), block.bytes.size());
+  d.u64(boundary);
+  d.u8(static_cast<std::uint8_t>(dtypes.state));
+  d.u8(static_cast<std::uint8_t>(dtypes.conv));
+  content_key k;
+  if (!d.finish(k.bytes)) return failure{errc::unsupported_config};
+  return k;
+}
+
 /// The `content_key_source` of `policy::remote_tier` (`cache_options::remote_keys = &keyer;`): the keys of this
 /// file, so every process of a fleet with equal contexts names equal blocks and snapshots alike. A key OpenSSL
 /// cannot compute comes back all zero, and the cache then neither stores nor fetches that value.
@@ -386,6 +415,10 @@ public:
   }
   content_key snapshot(const content_key& block, std::uint32_t position) const noexcept {
     auto k = snapshot_key(context_, block, {}, position, exactness::prefill_exact, dtypes_);
+    return k ? *k : content_key{};
+  }
+  content_key turn_end(const content_key& block, std::uint32_t boundary) const noexcept {
+    auto k = turn_end_key(context_, block, boundary, dtypes_);
     return k ? *k : content_key{};
   }
 

@@ -8,7 +8,7 @@
 /// remote tier's keys are the fleet's, chosen at run time from its seed and the model's fingerprint, and the
 /// cache must not depend on how they are derived (`content_keyer` of content_key.hpp needs OpenSSL). So the
 /// cache names them through this concept too, and holds its source by a type-erased reference: an object
-/// pointer and a static table of three function pointers, no allocation, no base class.
+/// pointer and a static table of four function pointers, no allocation, no base class.
 
 #include <reprise/keys/block_key.hpp>
 
@@ -23,7 +23,9 @@ namespace reprise {
 /// process of a fleet.
 ///   root(extra)                key_{-1}, the chain's root, from the extra keys;
 ///   chain(parent, block)       key_i = H(key_{i-1}, the B tokens of block i);
-///   snapshot(block, position)  a prefill-exact snapshot at block end `position`, whose block has key `block`.
+///   snapshot(block, position)  a prefill-exact snapshot at block end `position`, whose block has key `block`;
+///   turn_end(block, boundary)  the index of a turn end at a position in [boundary, boundary + B), block end
+///                              `boundary` having key `block` (key_{-1} at 0).
 /// Each returns all zeros when it cannot compute a key: the value is then neither stored nor fetched.
 template <class K>
 concept content_key_source = requires(const K& k, const extra_keys& extra, const content_key& key,
@@ -31,6 +33,7 @@ concept content_key_source = requires(const K& k, const extra_keys& extra, const
   { k.root(extra) } noexcept -> std::same_as<content_key>;
   { k.chain(key, block) } noexcept -> std::same_as<content_key>;
   { k.snapshot(key, position) } noexcept -> std::same_as<content_key>;
+  { k.turn_end(key, position) } noexcept -> std::same_as<content_key>;
 };
 
 namespace detail {
@@ -40,6 +43,7 @@ struct content_key_calls {
   content_key (*root)(const void*, const extra_keys&) noexcept;
   content_key (*chain)(const void*, const content_key&, std::span<const token_id>) noexcept;
   content_key (*snapshot)(const void*, const content_key&, std::uint32_t) noexcept;
+  content_key (*turn_end)(const void*, const content_key&, std::uint32_t) noexcept;
 };
 
 template <content_key_source K>
@@ -50,6 +54,9 @@ inline constexpr content_key_calls content_key_calls_of{
     },
     [](const void* k, const content_key& block, std::uint32_t position) noexcept {
       return static_cast<const K*>(k)->snapshot(block, position);
+    },
+    [](const void* k, const content_key& block, std::uint32_t boundary) noexcept {
+      return static_cast<const K*>(k)->turn_end(block, boundary);
     },
 };
 
@@ -79,6 +86,9 @@ public:
   }
   content_key snapshot(const content_key& block, std::uint32_t position) const noexcept {
     return calls_->snapshot(object_, block, position);
+  }
+  content_key turn_end(const content_key& block, std::uint32_t boundary) const noexcept {
+    return calls_->turn_end(object_, block, boundary);
   }
 
   /// Pointer-like use: `keys->chain(...)` and `*keys` are the reference itself.
