@@ -109,6 +109,7 @@ struct policy_entry {
   bool uses_interval;      ///< reads `cache_options::capture_interval`
   bool takes_host_tier;    ///< `reprise::takes_host_tier`: may have `policy::host_tier` (and the remote tier)
   bool for_recurrent_models; ///< `catalog::for_recurrent_models`: offered for models with recurrent layers
+  bool takes_turn_ends;      ///< captures turn ends and accepts them: may put them in the store (`remote_turn_ends`)
 };
 
 /// The entry of policy type `P` named `name`.
@@ -117,7 +118,8 @@ constexpr policy_entry entry_of(std::string_view name, std::string_view summary,
   using traits = policy::policy_traits<P>;
   bool interval = false;
   if constexpr (traits::restores_snapshots) interval = traits::capture::reads_interval;
-  return {name, summary, doc, traits::restores_snapshots, interval, takes_host_tier<P>, for_recurrent_models<P>};
+  return {name,          summary, doc, traits::restores_snapshots, interval, takes_host_tier<P>, for_recurrent_models<P>,
+          takes_turn_ends<P>};
 }
 
 /// Every named policy, indexed by `policy_id`.

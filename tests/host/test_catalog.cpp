@@ -36,6 +36,7 @@ struct unused_keyer {
   content_key root(const extra_keys&) const noexcept { return {}; }
   content_key chain(const content_key&, std::span<const token_id>) const noexcept { return {}; }
   content_key snapshot(const content_key&, std::uint32_t) const noexcept { return {}; }
+  content_key turn_end(const content_key&, std::uint32_t) const noexcept { return {}; }
 };
 static_assert(content_key_source<unused_keyer>);
 
@@ -57,8 +58,8 @@ config_rule rule_of(const cache_geometry& g, Change&& change) {
 } // namespace
 
 TEST_CASE("metrics: one list gives the struct, the names and the kinds") {
-  static_assert(metric_count == 46);
-  static_assert(metric_table.size() == static_cast<std::size_t>(metric::remote_blocks_onboarded) + 1);
+  static_assert(metric_count == 49);
+  static_assert(metric_table.size() == static_cast<std::size_t>(metric::remote_turn_end_hits) + 1);
   static_assert(metric_info_of(metric::blocks_free).name == "blocks_free");
   std::set<std::string_view> names;
   std::set<std::string_view> gauges;
@@ -84,7 +85,7 @@ TEST_CASE("metrics: one list gives the struct, the names and the kinds") {
   CHECK(visited == metric_count);
   CHECK(metric_value(v, metric::lookups) == 1);
   CHECK(metric_value(v, metric::blocks_free) == v.blocks_free);
-  CHECK(metric_value(v, metric::remote_blocks_onboarded) == metric_count);
+  CHECK(metric_value(v, metric::remote_turn_end_hits) == metric_count);
 }
 
 TEST_CASE("config rules: every rule is reachable, and create returns its errc") {
@@ -151,6 +152,13 @@ TEST_CASE("config rules: every rule is reachable, and create returns its errc") 
         }) == config_rule::remote_snapshot_candidates_zero);
   CHECK(rule_of<strict>(hybrid, [](cache_options& o) { o.remote_write_through = true; }) ==
         config_rule::remote_options_without_remote_tier);
+  CHECK(rule_of<strict>(hybrid, [](cache_options& o) { o.remote_turn_ends = true; }) ==
+        config_rule::remote_options_without_remote_tier);
+  CHECK(rule_of<strict, remote_tiers>(hybrid, [&](cache_options& o) {
+          o.host_kv_budget_bytes = std::size_t{1} << 30;
+          o.remote_keys = &keyer;
+          o.remote_turn_ends = true;
+        }) == config_rule::remote_turn_ends_without_turn_ends);
   CHECK(seen.size() == config_rule_table.size()); // every rule, and ok
 }
 

@@ -248,7 +248,8 @@ TEST_CASE("a sweep along engines writes one row per fleet size with the remote c
   std::getline(in, header);
   CHECK(header.rfind("engines,model,policy,", 0) == 0);
   CHECK(header.find(",remote_tier,remote_store,remote_budget_bytes,remote_puts,") != std::string::npos);
-  CHECK(header.ends_with(",remote_write,remote_probe,remote_probed_keys,remote_probed_found,remote_blocks_onboarded"));
+  CHECK(header.ends_with(",remote_write,remote_probe,remote_probed_keys,remote_probed_found,remote_blocks_onboarded,"
+                         "remote_turn_ends,remote_turn_ends_put,remote_turn_ends_lost,remote_turn_end_hits"));
   std::string row;
   std::getline(in, row);
   CHECK(row.find(",through,on,") != std::string::npos);

@@ -44,6 +44,7 @@ namespace reprise::detail {
 
 template <class Policy, class Hasher, class Tiers = policy::tiers<>>
 struct cache_core {
+  using policy_type = Policy;
   using traits = policy::policy_traits<Policy>;
   static constexpr bool restores = traits::restores_snapshots;
   static constexpr bool has_host = policy::tier_traits<Tiers>::host;
@@ -403,7 +404,12 @@ struct cache_core {
       }
       if constexpr (traits::capture::plans_at_admit) {
         policy::capture_context c = context_for(choice.usable, kv_matched, length, offsets);
-        c.diverges = matched != 0 && choice.tail == no_block && blocks.node(r.blocks[matched - 1]).cached_children != 0;
+        // A branch point: the cached tree goes on past the match with other tokens; or the fleet's does: the
+        // match ends in blocks the remote store filled (another engine computed this prefix, and the store's
+        // chain of it ends there) and nothing restores it.
+        c.diverges = matched != 0 && choice.tail == no_block &&
+                     (blocks.node(r.blocks[matched - 1]).cached_children != 0 ||
+                      (onboarded.from_store != 0 && matched > on_gpu && choice.usable < matched * B));
         plan_captures<typename traits::capture>(r, c, B, options.max_snapshots_per_path, blocks, slots, metrics);
       }
       plan.captures = r.captures;

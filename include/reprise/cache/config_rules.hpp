@@ -96,8 +96,11 @@
   "policy::remote_tier: cache_options::remote_snapshot_candidates must be at least 1 (snapshots a prefetch asks "  \
   "the store for)"
 #define REPRISE_CONFIG_RULE_TEXT_remote_options_without_remote_tier                                                \
-  "cache_options::remote_keys and remote_write_through need a remote tier: instantiate the cache with "            \
-  "policy::tiers<policy::host_tier, policy::remote_tier>, or leave them unset"
+  "cache_options::remote_keys, remote_write_through and remote_turn_ends need a remote tier: instantiate the "     \
+  "cache with policy::tiers<policy::host_tier, policy::remote_tier>, or leave them unset"
+#define REPRISE_CONFIG_RULE_TEXT_remote_turn_ends_without_turn_ends                                                \
+  "cache_options::remote_turn_ends puts turn ends in the store, which only a policy that captures them and accepts " \
+  "decode continuations takes (policy::chat): leave it off with this policy"
 
 /// Every rule but `ok`, in the order `check_config` applies them: X(rule, errc).
 #define REPRISE_CONFIG_RULES(X)                                                                                   \
@@ -123,7 +126,8 @@
   X(host_budget_without_host_tier, unsupported_config)                                                            \
   X(remote_keys_missing, invalid_argument)                                                                        \
   X(remote_snapshot_candidates_zero, invalid_argument)                                                            \
-  X(remote_options_without_remote_tier, unsupported_config)
+  X(remote_options_without_remote_tier, unsupported_config)                                                       \
+  X(remote_turn_ends_without_turn_ends, unsupported_config)
 
 namespace reprise {
 
@@ -171,6 +175,20 @@ inline std::string describe(config_rule r) {
 /// only a policy that skips prefill gains from bringing a block back, so `policy::memory_only` takes none.
 template <class Policy>
 inline constexpr bool takes_host_tier = policy::policy_traits<Policy>::skips_prefill;
+
+namespace detail {
+template <class Policy>
+constexpr bool captures_and_accepts_turn_ends() noexcept {
+  using traits = policy::policy_traits<Policy>;
+  if constexpr (traits::restores_snapshots) return traits::capture::at_turn_end && traits::accepts_decode_continuation;
+  else return false;
+}
+} // namespace detail
+
+/// Whether a cache with policy `Policy` keeps turn ends it restores (`policy::chat`), so that it may put them
+/// in the remote store (`cache_options::remote_turn_ends`).
+template <class Policy>
+inline constexpr bool takes_turn_ends = detail::captures_and_accepts_turn_ends<Policy>();
 
 namespace detail {
 
@@ -239,8 +257,11 @@ constexpr config_rule check_config(const cache_geometry& g, const cache_options&
   if constexpr (policy::tier_traits<Tiers>::remote) {
     if (o.remote_keys == nullptr) return rule::remote_keys_missing;
     if (o.remote_snapshot_candidates == 0) return rule::remote_snapshot_candidates_zero;
+    if (o.remote_turn_ends && !takes_turn_ends<Policy>)
+      return rule::remote_turn_ends_without_turn_ends;
   } else {
-    if (o.remote_keys != nullptr || o.remote_write_through) return rule::remote_options_without_remote_tier;
+    if (o.remote_keys != nullptr || o.remote_write_through || o.remote_turn_ends)
+      return rule::remote_options_without_remote_tier;
   }
   return rule::ok;
 }

@@ -310,8 +310,10 @@ public:
     if (u != no_host_unit) snapshots_.node(u).state = host_state::reserved;
     return u;
   }
-  void commit_reserved_snapshot(host_unit u, std::uint64_t serial, exactness kind) noexcept {
+  /// `from_decode`: a conversation's turn end, which its next turn supersedes (`demote_snapshot`).
+  void commit_reserved_snapshot(host_unit u, std::uint64_t serial, exactness kind, bool from_decode = false) noexcept {
     fill_snapshot(u, serial, kind);
+    snapshots_.node(u).from_decode = from_decode;
   }
   void release_reserved_snapshot(host_unit u) noexcept { release(snapshots_, u); }
 

@@ -46,6 +46,7 @@ struct no_lower_tier {
   void sequence_forked(const sequence_record&, const sequence_record&) noexcept {}
   void block_published(block_id, const sequence_record&, std::uint64_t) noexcept {}
   void snapshot_published(slot_id, block_id, exactness, std::uint64_t) noexcept {}
+  void continuation_published(slot_id, block_id, std::span<const std::uint64_t>) noexcept {}
   block_keys take_gpu_block(block_id) noexcept { return {}; }
   block_keys gpu_block(block_id) const noexcept { return {}; }
   void block_stored(host_unit, const block_keys&) noexcept {}
@@ -290,8 +291,12 @@ public:
     below.block_published(b, r, serial[static_cast<std::size_t>(b)]);
   }
 
+  /// A snapshot published on block `b`. A decode continuation (a turn end, a branch block's, a decode
+  /// checkpoint) is a point a conversation continues from: the tier below may put it with the blocks before
+  /// it (their serials tell, when it does, whether they are still those blocks).
   void snapshot_published(slot_id s, block_id b, exactness kind) noexcept {
     below.snapshot_published(s, b, kind, serial_of(b));
+    if (kind == exactness::decode_continuation) below.continuation_published(s, b, serial);
   }
 
   /// Copies cached block `n`, which the GPU pool is evicting, into the host tier with its snapshots, unless

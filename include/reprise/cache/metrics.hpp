@@ -69,7 +69,10 @@
   X(remote_misses, counter, std::uint64_t, "fetches reported absent")                                             \
   X(remote_rejected, counter, std::uint64_t, "fetched values whose header differed: dropped, never used")         \
   X(remote_bytes_fetched, counter, std::uint64_t, "payload bytes of the hits")                                    \
-  X(remote_blocks_onboarded, counter, std::uint64_t, "of host_blocks_onboarded, from units the store filled")
+  X(remote_blocks_onboarded, counter, std::uint64_t, "of host_blocks_onboarded, from units the store filled")      \
+  X(remote_turn_ends_put, counter, std::uint64_t, "of remote_puts: turn ends (remote_turn_ends)")                  \
+  X(remote_turn_ends_lost, counter, std::uint64_t, "turn ends not put: a part was reused before their step completed") \
+  X(remote_turn_end_hits, counter, std::uint64_t, "of remote_hits: turn ends verified and kept in the host tier")
 
 namespace reprise {
 

@@ -375,7 +375,9 @@ private:
   static result<prefix_cache> make(const cache_geometry& g, const cache_options& options) {
     if (const errc e = core::validate(g, options); e != errc{}) return e;
     const std::uint64_t seed = options.hasher_seed ? *options.hasher_seed : random_seed();
-    return prefix_cache(std::make_unique<core>(g, options, seed));
+    cache_options o = options;
+    if (o.remote_turn_ends && o.remote_writer_id == 0) o.remote_writer_id = random_seed() | 1; // never 0
+    return prefix_cache(std::make_unique<core>(g, o, seed));
   }
 
   static std::uint64_t random_seed() {

@@ -9,6 +9,7 @@
 /// reads; it owns only its scratch.
 
 #include <reprise/cache/block_pool.hpp>
+#include <reprise/cache/config_rules.hpp>
 #include <reprise/cache/host_ledger.hpp>
 #include <reprise/cache/remote_tier.hpp>
 #include <reprise/cache/sequence_table.hpp>
@@ -109,6 +110,11 @@ public:
       c.metrics.remote_bytes_fetched += c.geometry.bytes_per_kv_block;
       return {};
     }
+    if (item == remote_item::turn_end) {
+      if (unit >= remote.turn_end_pending.size() || !remote.turn_end_pending[unit].active) return errc::invalid_argument;
+      turn_end_fetched(c, unit, header);
+      return {};
+    }
     if (item != remote_item::snapshot || unit >= remote.snapshot_pending.size() || !remote.snapshot_pending[unit].active)
       return errc::invalid_argument;
     const host_unit u{unit};
@@ -127,6 +133,154 @@ public:
   }
 
 private:
+  /// `cache_options::remote_turn_ends` under a policy that captures turn ends and accepts decode continuations.
+  template <class Core>
+  static bool turn_ends_on(const Core& c) noexcept {
+    return takes_turn_ends<typename Core::policy_type> && c.options.remote_turn_ends;
+  }
+
+  /// Where a turn end's blocks start: block `first` (its chain key_{first-1} is `anchor`), and the block
+  /// the fetched ones hang under (the last of `turn_end_own`, or first - 1): its serial and in-process key.
+  struct turn_end_start {
+    std::uint32_t first = 0;
+    content_key anchor{};
+    std::uint64_t parent_serial = 0;
+    block_key start{};
+  };
+
+  /// Reserves the units of the chosen turn end (`turn_end_boundary`, `turn_end_key`) starting at `at`: one
+  /// per block past those this engine matched (`turn_end_own`), one for a partial block and one for the
+  /// snapshot, and lists the fetch. Reserves nothing when a unit is missing.
+  template <class Core, class HoldBlock, class HoldSnapshot>
+  void reserve_turn_end(Core& c, std::span<const token_id> prompt, const stored_extra_keys& extras,
+                        const turn_end_start& at, HoldBlock&& store_can_hold_block, HoldSnapshot&& store_can_hold_snapshot) {
+    auto& remote = c.tiers.below;
+    host_ledger& ledger = c.tiers.ledger;
+    const std::uint32_t B = c.geometry.block_size;
+    const std::uint32_t k = turn_end_boundary;
+    const auto own = static_cast<std::uint32_t>(turn_end_own.size());
+    if (at.first + own != 0 && at.parent_serial == 0) return;
+    std::vector<host_unit>& units = turn_end_reserved;
+    units.clear();
+    for (std::uint32_t i = at.first + own; i <= k; ++i) { // the blocks, and one for the partial block
+      const host_unit u = ledger.reserve_block(store_can_hold_block);
+      if (u == no_host_unit) break;
+      units.push_back(u);
+    }
+    const host_unit snapshot =
+        units.size() == k - at.first - own + 1 ? ledger.reserve_snapshot(store_can_hold_snapshot) : no_host_unit;
+    if (snapshot == no_host_unit) {
+      for (const host_unit u : units) ledger.release_reserved_block(u);
+      return;
+    }
+    pending_turn_end_fetch& t = remote.turn_end_pending[unit_index(snapshot)];
+    t.active = true;
+    t.key = turn_end_key;
+    t.anchor = at.anchor;
+    t.first = at.first;
+    t.boundary = k * B;
+    t.own = own;
+    t.origins.assign(turn_end_own.begin(), turn_end_own.end());
+    t.parent_serial = at.parent_serial;
+    t.start = at.start;
+    t.units.assign(units.begin(), units.end());
+    t.serials.clear();
+    for (std::size_t j = 0; j < units.size(); ++j) t.serials.push_back(c.tiers.draw_serial());
+    const std::size_t end = std::min<std::size_t>(std::size_t{k} * B + B - 1, prompt.size() - 1);
+    t.tokens.assign(prompt.begin() + std::size_t{at.first} * B, prompt.begin() + static_cast<std::ptrdiff_t>(end));
+    t.extras = extras;
+    turn_end_units.assign(own, no_unit);
+    for (const host_unit u : units) turn_end_units.push_back(unit_index(u));
+    const std::size_t header =
+        remote_header_fixed_bytes + 4 * t.tokens.size() + block_origin_bytes * (k - at.first + 1);
+    fetches.push_back({remote_item::turn_end, unit_index(snapshot), turn_end_key, static_cast<std::uint32_t>(header),
+                       std::span<const std::uint32_t>(turn_end_units)});
+  }
+
+  /// Reports turn-end fetch `t` into snapshot unit `unit`: kept when `header` is the one the prompt implies
+  /// for the position it names (its blocks, its partial block's tokens, its chain's key and class), each unit
+  /// then a host-tier block, partial block or decode-continuation snapshot under the prompt's chain; freed
+  /// otherwise.
+  template <class Core>
+  void turn_end_fetched(Core& c, std::uint32_t unit, std::span<const std::byte> header) {
+    auto& remote = c.tiers.below;
+    host_ledger& ledger = c.tiers.ledger;
+    const std::uint32_t B = c.geometry.block_size;
+    pending_turn_end_fetch& t = remote.turn_end_pending[unit];
+    t.active = false;
+    const host_unit snapshot{unit};
+    // The position it names: in [boundary, boundary + B), within the prompt's tokens, past the chain's start.
+    auto read_u32 = [&](std::size_t at) {
+      std::uint32_t v = 0;
+      for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(header[at + i]) << (8 * i);
+      return v;
+    };
+    bool ok = header.size() >= remote_header_fixed_bytes;
+    std::uint32_t position = 0;
+    if (ok) {
+      position = read_u32(12);
+      ok = position >= t.boundary && position < t.boundary + B && position != 0 &&
+           position - std::size_t{t.first} * B <= t.tokens.size();
+    }
+    const std::uint32_t parts = t.boundary / B - t.first + 1; // blocks first .. k - 1, and the partial block
+    if (ok) {
+      expected.clear();
+      append_remote_header(expected, remote_item::turn_end, exactness::decode_continuation, position, t.key, t.anchor,
+                           std::span<const token_id>(t.tokens).first(position - std::size_t{t.first} * B));
+      ok = header.size() == expected.size() + block_origin_bytes * parts &&
+           std::memcmp(header.data(), expected.data(), expected.size()) == 0;
+    }
+    // The blocks this engine matched must be the turn end's own computation.
+    auto origin = [&](std::uint32_t j) { return read_origin(header.subspan(expected.size() + block_origin_bytes * j)); };
+    for (std::uint32_t j = 0; ok && j < t.own; ++j) ok = origin(j) == t.origins[j];
+    if (!ok) {
+      ++(header.empty() ? c.metrics.remote_misses : c.metrics.remote_rejected);
+      for (const host_unit u : t.units) ledger.release_reserved_block(u);
+      ledger.release_reserved_snapshot(snapshot);
+      return;
+    }
+    const std::uint32_t blocks = t.boundary / B - t.first, fill = position % B;
+    block_key key = t.start;
+    std::uint64_t parent = t.parent_serial;
+    for (std::uint32_t j = t.own; j < blocks; ++j) {
+      const auto tokens = std::span<const token_id>(t.tokens).subspan(std::size_t{j} * B, B);
+      const block_key next = c.hasher.chain(key, tokens);
+      const host_unit u = t.units[j - t.own];
+      ledger.commit_reserved_block(u, {.key = next,
+                                       .serial = t.serials[j - t.own],
+                                       .parent_serial = parent,
+                                       .depth = t.first + j,
+                                       .fill = B,
+                                       .kind = exactness::decode_continuation,
+                                       .tokens = tokens,
+                                       .extras = &t.extras});
+      remote.host_block(u) = {{.origin = origin(j)}, true};
+      key = next;
+      parent = t.serials[j - t.own];
+    }
+    const host_unit partial = t.units.back();
+    if (fill != 0) { // a partial block starts from the chain key before it, as one the GPU pool kept
+      ledger.commit_reserved_block(partial, {.key = key,
+                                             .serial = t.serials.back(),
+                                             .parent_serial = parent,
+                                             .depth = t.boundary / B,
+                                             .fill = fill,
+                                             .kind = exactness::decode_continuation,
+                                             .tokens = std::span<const token_id>(t.tokens).subspan(std::size_t{blocks} * B, fill),
+                                             .extras = &t.extras});
+      remote.host_block(partial) = {{.origin = origin(parts - 1)}, true};
+      parent = t.serials.back();
+    } else {
+      ledger.release_reserved_block(partial);
+    }
+    ledger.commit_reserved_snapshot(snapshot, parent, exactness::decode_continuation, /*from_decode=*/true);
+    remote.host_snapshot(snapshot) = {};
+    ++c.metrics.remote_hits;
+    ++c.metrics.remote_turn_end_hits;
+    c.metrics.remote_bytes_fetched += remote_payload_bytes(remote_item::turn_end, parts,
+                                                           c.geometry.bytes_per_kv_block, c.geometry.bytes_per_snapshot);
+  }
+
   /// A snapshot `prefetch` may fetch: its position, its block's content key and its own.
   struct snapshot_candidate {
     std::uint32_t position = 0;
@@ -159,11 +313,16 @@ private:
       // never be fetched: bounding it there bounds the work and memory of a call (keys hashed, the key memo,
       // the keys listed) by the tiers' sizes, whatever the prompt's length.
       limit = static_cast<std::uint32_t>(std::min<std::uint64_t>(limit, std::uint64_t{matched} + ledger.blocks().size()));
+      // `remote_turn_ends`, given what the store has (or listing it): a turn end anywhere past the local restore
+      // point may be fetched, with the blocks up to it.
+      const bool turn_ends = turn_ends_on<Core>(c) && walk != walk_mode::all;
       if constexpr (restores) {
-        // Recurrent layers use KV only up to the restored snapshot, and the store holds snapshots on the
-        // alignment grid only: blocks past the prompt's last grid position would never be onboarded.
-        limit = std::min(limit, static_cast<std::uint32_t>((prompt.size() - 1) / c.geometry.alignment *
-                                                           c.geometry.alignment / B));
+        // Recurrent layers use KV only up to the restored snapshot, and the store holds prefill-exact snapshots
+        // on the alignment grid only: blocks past the prompt's last grid position would never be onboarded
+        // (unless a turn end past them is).
+        if (!turn_ends)
+          limit = std::min(limit, static_cast<std::uint32_t>((prompt.size() - 1) / c.geometry.alignment *
+                                                             c.geometry.alignment / B));
       }
       auto block_tokens = [&](std::uint32_t i) { return prompt.subspan(std::size_t{i} * B).template first<B>(); };
       // The content key of matched block i: GPU block r.blocks[i], then the host hits.
@@ -234,9 +393,67 @@ private:
         }
       }
 
+      // Turn ends, deepest boundary first: at block boundaries k B past the prompt's match in this engine, up to
+      // its last full block, where one could restore more than the local tiers. Each is keyed by the chain of
+      // the prompt's own tokens from its prefill-exact lead (the blocks a block key names: matched, then walked
+      // in the store), since no store names the blocks past it under block keys. Listed all when probing;
+      // given what the store has, the deepest it has is fetched. A prompt that matched decode-filled blocks
+      // here takes a turn end only if they are the turn end's own (their origins, checked by `fetched`).
+      turn_end_chosen = false;
+      if (turn_ends) {
+        std::uint32_t lead = matched; // the prefill-exact lead among the matched blocks
+        if (!chain_ok)
+          for (lead = 0; lead < matched && c.matched_kind(r, lead) == exactness::prefill_exact;) ++lead;
+        const auto on_gpu = static_cast<std::uint32_t>(r.blocks.size());
+        const bool usable = chain_ok || (lead < matched && tiers.matched_serial(r, matched - 1) != 0);
+        // The chain keys of blocks [lead, limit), from key_{lead-1}: the walked ones, then the prompt's tokens.
+        const content_key anchor = chain_ok ? parent_of_walk : lead == 0 ? remote.keyer->root(keys) : matched_key(lead - 1);
+        chained.clear();
+        if (usable && !is_zero(anchor)) {
+          chained.assign(walked.begin(), walked.end());
+          for (std::uint32_t i = lead + static_cast<std::uint32_t>(walked.size()); i < limit; ++i) {
+            const content_key next = chain_key(i, chained.empty() ? anchor : chained.back());
+            if (is_zero(next)) break;
+            chained.push_back(next);
+          }
+        }
+        const auto reach = matched + static_cast<std::uint32_t>(walked.size());
+        const std::uint32_t lowest = probing || !chain_ok ? matched : reach;
+        const auto top = lead + static_cast<std::uint32_t>(chained.size());
+        for (std::uint32_t k = top + 1; !chained.empty() && k-- > lowest;) {
+          if (std::uint64_t{k} * B + B - 1 <= local_usable) break; // no deeper than the local restore
+          const content_key& parent = k == lead ? anchor : chained[k - 1 - lead];
+          const content_key key = remote.keyer->turn_end(parent, k * B);
+          if (is_zero(key)) continue;
+          if (probing) {
+            turn_end_keys.push_back(key);
+          } else if (in_store(key)) {
+            turn_end_chosen = true;
+            turn_end_boundary = k;
+            turn_end_key = key;
+            break;
+          }
+        }
+        // A lead past which this engine matched decode-filled blocks: the turn end must have them as its own.
+        turn_end_own.clear();
+        if (turn_end_chosen && !chain_ok) {
+          for (std::uint32_t i = lead; i < matched; ++i) {
+            const block_origin o =
+                i < on_gpu ? remote.gpu_block(r.blocks[i]).origin : remote.host_block(tiers.hit_units[i - on_gpu]).keys.origin;
+            if (o == block_origin{}) turn_end_chosen = false; // unknown: nothing to check against
+            turn_end_own.push_back(o);
+          }
+          const std::uint32_t i = matched - 1;
+          turn_end_lead = {lead, anchor, tiers.matched_serial(r, i),
+                           i < on_gpu ? c.blocks.node(r.blocks[i]).key : ledger.block(tiers.hit_units[i - on_gpu]).key};
+        }
+      }
+
       if (probing) {
         for (const content_key& k : walked) probes.push_back({remote_item::block, k});
         for (const snapshot_candidate& s : candidates) probes.push_back({remote_item::snapshot, s.key});
+        for (const content_key& k : turn_end_keys) probes.push_back({remote_item::turn_end, k});
+        turn_end_keys.clear();
         return fetch_plan{};
       }
 
@@ -244,18 +461,25 @@ private:
       // up to its deepest snapshot (KV past the restore point is recomputed).
       auto wanted = static_cast<std::uint32_t>(walked.size());
       if constexpr (restores) {
-        if (walk == walk_mode::present)
+        if (turn_end_chosen) candidates.clear(); // the turn end is deeper than any of them
+        else if (walk == walk_mode::present)
           wanted = candidates.empty() ? 0 : std::min(wanted, candidates.front().position / B > matched
                                                                  ? candidates.front().position / B - matched
                                                                  : 0);
       }
-      if (wanted == 0 && candidates.empty()) return fetch_plan{fetches, 0}; // nothing to fetch, nothing touched
+      if (wanted == 0 && candidates.empty() && !turn_end_chosen) return fetch_plan{fetches, 0}; // nothing touched
       // The matched host blocks stay while units are reserved (the fetched chain hangs under them).
       for (const host_unit u : tiers.hit_units) ledger.hold_block(u);
       // A fetch may miss: it may push a host unit down to the store (written back, or there already), never
       // drop one the store cannot hold (a turn end, a decode-filled or partial block).
-      auto store_can_hold_block = [&](host_unit u) noexcept { return remote.store_can_hold_block(u, ledger); };
-      auto store_can_hold_snapshot = [&](host_unit u) noexcept { return remote.store_can_hold_snapshot(u, ledger); };
+      // A turn end the store has (by the probe) should be fetched, with the blocks under it, even at the cost of
+      // units it does not hold: what that evicts of this engine's turn ends went to the store as theirs.
+      auto store_can_hold_block = [&](host_unit u) noexcept {
+        return turn_end_chosen || remote.store_can_hold_block(u, ledger);
+      };
+      auto store_can_hold_snapshot = [&](host_unit u) noexcept {
+        return turn_end_chosen || remote.store_can_hold_snapshot(u, ledger);
+      };
       // The serial of every fetched block, for the snapshots that hang under it.
       walked_serials.clear();
       key = parent_of_walk;
@@ -306,6 +530,12 @@ private:
           ++asked;
         }
       }
+      if (turn_end_chosen && fetched_blocks == wanted) {
+        // Its blocks continue the chain fetched (or matched) so far, or hang under the matched ones.
+        const turn_end_start at = turn_end_own.empty() ? turn_end_start{matched + fetched_blocks, key, serial, chain}
+                                                       : turn_end_lead;
+        reserve_turn_end(c, prompt, r.extras, at, store_can_hold_block, store_can_hold_snapshot);
+      }
       for (const host_unit u : tiers.hit_units) ledger.unhold_block(u);
       c.metrics.remote_fetches += fetches.size();
       return fetch_plan{fetches, fetched_blocks};
@@ -325,6 +555,18 @@ private:
   /// of its prompt does not hash the prompt again. Sized to the latest walk.
   std::vector<content_key> memo_parents, memo_keys;
   std::vector<token_id> memo_tokens;
+  /// Turn ends: the chain keys past the walk, the keys a probe lists, the one chosen (its boundary in blocks)
+  /// and the units reserved for it, the header a fetched one must equal.
+  std::vector<content_key> chained, turn_end_keys;
+  bool turn_end_chosen = false;
+  std::uint32_t turn_end_boundary = 0;
+  content_key turn_end_key{};
+  std::vector<host_unit> turn_end_reserved;
+  std::vector<std::uint32_t> turn_end_units;
+  std::vector<block_origin> turn_end_own; ///< the origins of the decode-filled blocks the prompt matched here
+  turn_end_start turn_end_lead;           ///< ... and where the fetched ones hang
+
+  std::vector<std::byte> expected;
 };
 
 /// A cache without a remote tier plans no fetch.

@@ -17,6 +17,15 @@
 /// chains from (key_{-1} for a first block) or, for a snapshot, its block's key. A fetched value is used
 /// only if its header equals, byte for byte, the header the prompt itself implies: its own tokens, its own
 /// chain of keys, prefill-exact.
+///
+/// A turn end (`cache_options::remote_turn_ends`) has the same header with item 2 and class 1
+/// (decode_continuation): `position` p is the turn's last position, `key` its turn-end key (the boundary
+/// floor(p/B) B), `parent` the key of the last block the store names (key_{d-1}: the chain's last
+/// prefill-exact block; key_{-1} when none is) and the tokens those of [d B, p), so d = (p - tokens) / B;
+/// then the origin of each block d .. floor(p/B) - 1 and of the partial block (`block_origin`: writer u64,
+/// serial u64; zero for none). Its payload is the writer's blocks d .. floor(p/B) - 1, its partial block
+/// (zeros at a block boundary) and its snapshot: one value, so every byte a reader uses comes from one
+/// writer's computation, or from blocks of the same origin the reader holds.
 
 #include <reprise/cache/block_ledger.hpp>
 #include <reprise/cache/block_pool.hpp>
@@ -28,6 +37,7 @@
 #include <reprise/ids.hpp>
 #include <reprise/keys/block_key.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -61,6 +71,27 @@ inline void append_remote_header(std::vector<std::byte>& out, remote_item item, 
   for (token_id t : tokens) u32(static_cast<std::uint32_t>(t));
 }
 
+/// Which computation wrote a block that no content key names (a decode-filled block, or any computed after
+/// a decode continuation): the engine (`cache_options::remote_writer_id`) and the serial it gave the block.
+/// Travels with the block through the host tier and, inside turn ends, through the store; two blocks of
+/// equal tokens and equal origin hold equal bytes.
+struct block_origin {
+  std::uint64_t writer = 0, serial = 0;
+  friend constexpr bool operator==(const block_origin&, const block_origin&) = default;
+};
+inline constexpr std::size_t block_origin_bytes = 16;
+
+inline void append_origin(std::vector<std::byte>& out, const block_origin& o) {
+  for (const std::uint64_t v : {o.writer, o.serial})
+    for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::byte>(v >> (8 * i)));
+}
+inline block_origin read_origin(std::span<const std::byte> in) noexcept {
+  block_origin o;
+  for (int i = 0; i < 8; ++i) o.writer |= static_cast<std::uint64_t>(in[i]) << (8 * i);
+  for (int i = 0; i < 8; ++i) o.serial |= static_cast<std::uint64_t>(in[8 + i]) << (8 * i);
+  return o;
+}
+
 /// A block fetch in flight into a reserved host KV unit: what the unit will be once the fetch is reported
 /// with the expected header.
 struct pending_block_fetch {
@@ -84,6 +115,24 @@ struct pending_snapshot_fetch {
   std::uint32_t position = 0;         ///< the position it sits at (its block's end)
 };
 
+/// A turn-end fetch in flight (`cache_options::remote_turn_ends`), by the host snapshot unit it fills: a
+/// prompt's turn end under block boundary `boundary`, continuing its prefill-exact chain of `first` blocks
+/// (key `anchor`, serial `parent_serial`, in-process key `start`) with blocks [first, boundary / B) and a
+/// partial block, whose length only the header tells.
+struct pending_turn_end_fetch {
+  bool active = false;
+  content_key key{}, anchor{};
+  std::uint32_t first = 0, boundary = 0;
+  std::uint32_t own = 0;              ///< blocks first .. first + own - 1 the prompt matched in this engine
+  std::vector<block_origin> origins;  ///< ... their origins, which the turn end's must equal
+  std::uint64_t parent_serial = 0;    ///< of block first + own - 1 (0 at the root)
+  block_key start{};                  ///< its in-process key (the root's)
+  std::vector<host_unit> units;       ///< the fetched blocks' units, then the partial block's
+  std::vector<std::uint64_t> serials; ///< drawn at `prefetch`, one per unit
+  std::vector<token_id> tokens;       ///< the prompt's tokens [first B, boundary + B - 1), as far as it has them
+  stored_extra_keys extras{};         ///< for a chain's first block
+};
+
 /// Write-through of a GPU block, put once the step `epoch` that computed it completed if the block is still
 /// that publication (its serial).
 struct block_write {
@@ -99,6 +148,21 @@ struct snapshot_write {
   block_id block = no_block;
   std::uint64_t serial = 0;
   epoch_t epoch = 0;
+};
+
+/// A turn end captured in GPU memory, put once the step that wrote it completed if its snapshot slot and
+/// every block of its payload are still those publications (their serials, and the slot's capture epoch).
+struct turn_end_write {
+  slot_id slot = no_slot;
+  block_id on = no_block;             ///< the block the snapshot is attached to
+  std::uint64_t on_serial = 0;
+  epoch_t epoch = 0;
+  std::uint32_t position = 0;         ///< p, the turn's last position
+  content_key key{}, anchor{};        ///< its turn-end key; key_{d-1}
+  std::vector<block_id> blocks;       ///< blocks d .. floor(p/B) - 1, then the partial block (no_block: none)
+  std::vector<std::uint64_t> serials; ///< each one's serial at the capture
+  std::vector<block_origin> origins;  ///< each one's origin (none for no_block)
+  std::vector<token_id> tokens;       ///< tokens [d B, p)
 };
 
 /// The engine's form of a put: the only place a host unit, a GPU block or a GPU slot becomes a number.
@@ -123,6 +187,7 @@ public:
   struct block_keys {
     content_key key{}, parent{};
     bool in_store = false;
+    block_origin origin{}; ///< `remote_turn_ends`: who computed a block no key names
   };
   /// A GPU snapshot slot: the store has it; the step its capture was written in.
   struct slot_entry {
@@ -146,6 +211,7 @@ public:
   remote_tier(const tier_context& c, const cache_options& o, std::uint32_t kv_units, std::uint32_t snapshot_units)
       : c_(c), keyer(o.remote_keys), gpu_blocks(o.kv_blocks), gpu_slots(c.slots.size()), host_blocks(kv_units),
         host_snapshots(snapshot_units), kv_pending(kv_units), snapshot_pending(snapshot_units),
+        turn_end_pending(snapshot_units),
         roots(c.sequences.capacity()) {}
   remote_tier(const remote_tier&) = delete;
   remote_tier& operator=(const remote_tier&) = delete;
@@ -169,9 +235,15 @@ public:
     const block_node& n = c_.blocks.node(b);
     block_keys& e = gpu_block_entry(b);
     e = {};
-    if (n.state != block_state::cached || n.kind != exactness::prefill_exact) return;
+    if (n.state != block_state::cached || n.kind != exactness::prefill_exact) {
+      if (c_.options.remote_turn_ends) e.origin = {c_.options.remote_writer_id, serial};
+      return;
+    }
     const content_key parent = n.parent == no_block ? roots[c_.sequences.index_of(r)] : gpu_block_entry(n.parent).key;
-    if (is_zero(parent)) return;
+    if (is_zero(parent)) {
+      if (c_.options.remote_turn_ends) e.origin = {c_.options.remote_writer_id, serial};
+      return;
+    }
     e.parent = parent;
     e.key = keyer->chain(parent, c_.blocks.pool().tokens(b));
     if (c_.options.remote_write_through && !is_zero(e.key)) block_writes.push_back({b, serial, c_.clock.current});
@@ -185,6 +257,60 @@ public:
     if (c_.options.remote_write_through && kind == exactness::prefill_exact &&
         c_.blocks.node(b).state == block_state::cached && !is_zero(gpu_block_entry(b).key))
       snapshot_writes.push_back({s, b, serial, c_.clock.current});
+  }
+
+  /// `cache_options::remote_turn_ends`: decode-continuation snapshot slot `s`, just published on block `b` (a
+  /// partial block kept with it, or the full block it ends), is a point a conversation continues from: a
+  /// turn end, or a branch block's snapshot (a shared prefix where conversations part), or a decode
+  /// checkpoint. Names it as a turn end and keeps it to put once its step completes, with the chain past the
+  /// last block the store names (the decode-filled blocks, and any other this engine restored or computed
+  /// after a decode continuation). `serials`: the GPU blocks' serials. Complexity: one content key per block
+  /// of that chain, O(its tokens).
+  void continuation_published(slot_id s, block_id b, std::span<const std::uint64_t> serials) noexcept {
+    if (!c_.options.remote_turn_ends) return;
+    const std::uint32_t B = c_.geometry.block_size;
+    const block_node& n = c_.blocks.node(b);
+    const bool partial = n.state == block_state::tail;
+    turn_end_write w;
+    w.slot = s;
+    w.on = b;
+    w.on_serial = serials[static_cast<std::size_t>(b)];
+    w.epoch = c_.clock.current;
+    w.position = partial ? n.depth * B + n.fill : (n.depth + 1) * B;
+    block_id at = partial ? n.parent : b;
+    for (; at != no_block && is_zero(gpu_block(at).key); at = c_.blocks.node(at).parent) w.blocks.push_back(at);
+    std::reverse(w.blocks.begin(), w.blocks.end());
+    if (at != no_block) {
+      w.anchor = gpu_block(at).key;
+    } else {
+      const stored_extra_keys& x = c_.blocks.pool().root_extras(w.blocks.empty() ? b : w.blocks.front());
+      w.anchor = keyer->root({.model_revision = x.model_revision,
+                              .lora_id = x.lora_id,
+                              .multimodal_digest = std::span<const std::byte>(x.digest, x.digest_bytes),
+                              .tenant_salt = x.tenant_salt});
+    }
+    content_key key = w.anchor;
+    for (const block_id blk : w.blocks) {
+      if (is_zero(key)) break;
+      const auto tokens = c_.blocks.pool().tokens(blk);
+      w.tokens.insert(w.tokens.end(), tokens.begin(), tokens.end());
+      key = keyer->chain(key, tokens);
+    }
+    if (partial) {
+      const auto tokens = c_.blocks.pool().tokens(b).first(n.fill);
+      w.tokens.insert(w.tokens.end(), tokens.begin(), tokens.end());
+    }
+    w.key = is_zero(key) ? content_key{} : keyer->turn_end(key, w.position / B * B);
+    if (is_zero(w.key)) { // a key the source cannot compute: the turn end stays in this engine
+      ++c_.metrics.remote_turn_ends_lost;
+      return;
+    }
+    w.blocks.push_back(partial ? b : no_block);
+    for (const block_id blk : w.blocks) {
+      w.serials.push_back(blk == no_block ? 0 : serials[static_cast<std::size_t>(blk)]);
+      w.origins.push_back(blk == no_block ? block_origin{} : gpu_block(blk).origin);
+    }
+    turn_end_writes.push_back(std::move(w));
   }
 
   // ------------------------------------------------------------------------------------------------------
@@ -255,6 +381,7 @@ public:
       c_.metrics.remote_bytes_put += c_.geometry.bytes_per_snapshot;
     }
     put_headers.emplace_back(begin, header_bytes.size() - begin);
+    put_parts.emplace_back(put_units.size(), 0);
     ++c_.metrics.remote_puts;
   }
 
@@ -267,12 +394,18 @@ public:
     write_through(serials);
     taken_puts.swap(puts);
     taken_header_bytes.swap(header_bytes);
-    for (std::size_t k = 0; k < taken_puts.size(); ++k)
+    taken_put_units.swap(put_units);
+    for (std::size_t k = 0; k < taken_puts.size(); ++k) {
       taken_puts[k].header =
           std::span<const std::byte>(taken_header_bytes).subspan(put_headers[k].first, put_headers[k].second);
+      taken_puts[k].kv_units =
+          std::span<const std::uint32_t>(taken_put_units).subspan(put_parts[k].first, put_parts[k].second);
+    }
     puts.clear();
     header_bytes.clear();
     put_headers.clear();
+    put_units.clear();
+    put_parts.clear();
     return taken_puts;
   }
 
@@ -285,11 +418,24 @@ public:
   /// that never go to the store hold none. Complexity: O(GPU blocks + host units) key derivations.
   bool check(const host_ledger& l) const {
     const std::uint32_t B = c_.geometry.block_size;
+    // The KV units turn-end fetches reserved, each once and never one a block fetch reserved too.
+    std::vector<std::uint8_t> in_turn_end(l.blocks().size(), 0);
+    for (std::uint32_t i = 0; i < turn_end_pending.size(); ++i) {
+      const pending_turn_end_fetch& t = turn_end_pending[i];
+      if (!t.active) continue;
+      if (snapshot_pending[i].active || t.units.size() != t.serials.size() || t.units.empty() || t.boundary % B != 0 ||
+          t.boundary / B - t.first - t.own + 1 != t.units.size() || t.origins.size() != t.own ||
+          t.key != keyer->turn_end(turn_end_parent(t), t.boundary))
+        return false;
+      for (const host_unit u : t.units)
+        if (unit_index(u) >= in_turn_end.size() || in_turn_end[unit_index(u)]++ != 0) return false;
+    }
     for (std::uint32_t i = 0; i < l.blocks().size(); ++i) {
       const host_unit u{i};
       const host_block_node& n = l.block(u);
       const pending_block_fetch& p = kv_pending[i];
-      if ((n.state == host_state::reserved) != p.active) return false;
+      if (p.active && in_turn_end[i] != 0) return false;
+      if ((n.state == host_state::reserved) != (p.active || in_turn_end[i] != 0)) return false;
       if (p.active && (p.header.size() != remote_header_fixed_bytes + 4 * std::size_t{B} || p.tokens.size() != B ||
                        is_zero(p.key) || p.key != keyer->chain(p.parent, p.tokens)))
         return false;
@@ -302,7 +448,7 @@ public:
       const host_unit u{i};
       const host_snapshot_node& n = l.snapshot(u);
       const pending_snapshot_fetch& p = snapshot_pending[i];
-      if ((n.state == host_state::reserved) != p.active) return false;
+      if ((n.state == host_state::reserved) != (p.active || turn_end_pending[i].active)) return false;
       if (p.active && (p.header.size() != remote_header_fixed_bytes || p.position == 0 || p.position % B != 0 ||
                        p.key != keyer->snapshot(p.block, p.position)))
         return false;
@@ -320,6 +466,16 @@ public:
       if (n.parent != no_block && k.parent != gpu_block(n.parent).key) return false;
     }
     return true;
+  }
+
+  /// The chain key a pending turn-end fetch's key names: key_{k-1}, from its anchor through its blocks' tokens.
+  content_key turn_end_parent(const pending_turn_end_fetch& t) const noexcept {
+    const std::uint32_t B = c_.geometry.block_size;
+    content_key key = t.anchor;
+    const std::uint32_t blocks = t.boundary / B - t.first;
+    for (std::uint32_t j = 0; j < blocks && !is_zero(key); ++j)
+      key = keyer->chain(key, std::span<const token_id>(t.tokens).subspan(std::size_t{j} * B, B));
+    return key;
   }
 
 private:
@@ -351,6 +507,7 @@ private:
                            k.parent, c_.blocks.pool().tokens(w.block));
       puts.push_back(gpu_block_put(w.block, k.key));
       put_headers.emplace_back(begin, header_bytes.size() - begin);
+    put_parts.emplace_back(put_units.size(), 0);
       k.in_store = true;
       ++c_.metrics.remote_puts;
       c_.metrics.remote_bytes_put += c_.geometry.bytes_per_kv_block;
@@ -377,12 +534,50 @@ private:
         append_remote_header(header_bytes, remote_item::snapshot, exactness::prefill_exact, position, key, k.key, {});
         puts.push_back(gpu_snapshot_put(w.slot, key));
         put_headers.emplace_back(begin, header_bytes.size() - begin);
+    put_parts.emplace_back(put_units.size(), 0);
         e.in_store = true;
         ++c_.metrics.remote_puts;
         c_.metrics.remote_bytes_put += c_.geometry.bytes_per_snapshot;
       }
       snapshot_writes.resize(kept);
+      put_turn_ends(serials);
     }
+  }
+
+  /// The turn ends whose step completed, put from GPU memory if nothing of them was reused since (else
+  /// counted lost: the engine still holds what is left of them). Those of steps still running wait.
+  void put_turn_ends(std::span<const std::uint64_t> serials) {
+    std::size_t kept = 0;
+    for (turn_end_write& w : turn_end_writes) {
+      if (!(w.epoch < c_.clock.safe_before)) {
+        if (&turn_end_writes[kept] != &w) turn_end_writes[kept] = std::move(w);
+        ++kept;
+        continue;
+      }
+      const slot_node& n = c_.slots.node(w.slot);
+      bool same = n.state == slot_state::published && n.kind == exactness::decode_continuation && n.block == w.on &&
+                  gpu_slots[static_cast<std::size_t>(w.slot)].epoch == w.epoch && w.on_serial != 0 &&
+                  serials[static_cast<std::size_t>(w.on)] == w.on_serial;
+      for (std::size_t j = 0; same && j < w.blocks.size(); ++j)
+        same = w.blocks[j] == no_block || (w.serials[j] != 0 && serials[static_cast<std::size_t>(w.blocks[j])] == w.serials[j]);
+      if (!same) {
+        ++c_.metrics.remote_turn_ends_lost;
+        continue;
+      }
+      const std::size_t begin = header_bytes.size();
+      append_remote_header(header_bytes, remote_item::turn_end, exactness::decode_continuation, w.position, w.key,
+                           w.anchor, w.tokens);
+      for (const block_origin& o : w.origins) append_origin(header_bytes, o);
+      puts.push_back({remote_item::turn_end, static_cast<std::uint32_t>(w.slot), w.key, {}, true, {}});
+      put_headers.emplace_back(begin, header_bytes.size() - begin);
+      put_parts.emplace_back(put_units.size(), w.blocks.size());
+      for (const block_id b : w.blocks) put_units.push_back(b == no_block ? no_unit : static_cast<std::uint32_t>(b));
+      ++c_.metrics.remote_puts;
+      ++c_.metrics.remote_turn_ends_put;
+      c_.metrics.remote_bytes_put += remote_payload_bytes(remote_item::turn_end, w.blocks.size(),
+                                                          c_.geometry.bytes_per_kv_block, c_.geometry.bytes_per_snapshot);
+    }
+    turn_end_writes.resize(kept);
   }
 
   tier_context c_;
@@ -395,14 +590,18 @@ public:
   std::vector<host_snapshot_entry> host_snapshots; ///< by host snapshot unit
   std::vector<pending_block_fetch> kv_pending;     ///< by host KV unit
   std::vector<pending_snapshot_fetch> snapshot_pending; ///< by host snapshot unit
+  std::vector<pending_turn_end_fetch> turn_end_pending; ///< by host snapshot unit
   std::vector<content_key> roots;             ///< by sequence record index: the chain's root content key
   /// Write-through: publications waiting for their step to complete, in publication order.
   std::vector<block_write> block_writes;
   std::vector<snapshot_write> snapshot_writes;
-  /// Puts planned since the last `take_puts`, their headers in one buffer (offset, size per put).
+  std::vector<turn_end_write> turn_end_writes; ///< `remote_turn_ends`: captured, waiting for their step
+  /// Puts planned since the last `take_puts`, their headers in one buffer (offset, size per put) and turn
+  /// ends' KV units in another (offset, count per put; none for a block or a snapshot).
   std::vector<remote_put> puts, taken_puts;
-  std::vector<std::pair<std::size_t, std::size_t>> put_headers;
+  std::vector<std::pair<std::size_t, std::size_t>> put_headers, put_parts;
   std::vector<std::byte> header_bytes, taken_header_bytes;
+  std::vector<std::uint32_t> put_units, taken_put_units;
 };
 
 } // namespace reprise::detail

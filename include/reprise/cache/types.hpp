@@ -126,6 +126,20 @@ struct cache_options {
   /// tier later evicts is then not put again. Off (write-back): values reach the store only when the host
   /// tier evicts them. Without a remote tier, `true` is `unsupported_config`.
   bool remote_write_through = false;
+  /// `policy::remote_tier` with a policy that captures turn ends and accepts decode continuations
+  /// (`policy::chat`): every turn end also goes to the store, as one value (`remote_item::turn_end`: the
+  /// decode-continuation snapshot, the blocks of the chain past its last prefill-exact one and the partial
+  /// block), put from GPU memory once the step that captured it completed, whatever the write mode; and
+  /// `prefetch`, given what a `probe` found, fetches the deepest turn end under the prompt (docs/tiers.md).
+  /// Another engine then restores the conversation where its writer left it, bitwise as if the session had
+  /// stayed alive there. Off, turn ends never leave the engine. `unsupported_config` with another policy or
+  /// without a remote tier.
+  bool remote_turn_ends = false;
+  /// `remote_turn_ends`: names this engine's computations in the turn ends it writes (each block with the
+  /// serial this engine gave it), so that a reader holding some of a conversation's decode-filled blocks
+  /// uses a turn end only if those blocks are the same computation as the turn end's. Unique within a fleet;
+  /// 0 (the default): drawn at random when the cache is created.
+  std::uint64_t remote_writer_id = 0;
   /// Report what this cache holds to a fleet router (<reprise/routing/state_router.hpp>): given a key source
   /// (`routing::fleet_keys`, kept alive by the engine as long as the cache), every full KV block published or
   /// evicted and every snapshot published or dropped in GPU memory is an event, taken with
@@ -134,12 +148,22 @@ struct cache_options {
 };
 
 /// What a remote value holds: a KV block (a host KV unit) or a snapshot (a host snapshot unit).
-enum class remote_item : std::uint8_t { block = 0, snapshot = 1 };
+///   or a conversation's turn end: its snapshot (a host snapshot unit) with the KV blocks it needs (host KV
+///   units), in one value (`cache_options::remote_turn_ends`).
+enum class remote_item : std::uint8_t { block = 0, snapshot = 1, turn_end = 2 };
+
+/// In a turn end's `kv_units`: a part of the payload with no unit. In a put, zero bytes (a turn end at a block
+/// boundary has no partial block, and its value keeps the place of one, so that its size follows from its
+/// key); in a fetch, bytes the engine discards (blocks this engine holds already).
+inline constexpr std::uint32_t no_unit = 0xffffffffu;
 
 /// A value for the remote store (`policy::remote_tier`): host unit `unit` (of the KV pool for a block, the
 /// snapshot pool for a snapshot; a GPU unit when `device`) under content key `key`, with `header`, the bytes a fetch must return
 /// unchanged (format, item, class, position, the key, the parent's key, the tokens). The spans stay valid
 /// until the next `take_transfers`.
+///
+/// A turn end (`remote_item::turn_end`, always `device`): the payload is the GPU KV blocks `kv_units` in
+/// order (the last one its partial block, or `no_unit`: zero bytes) followed by GPU snapshot slot `unit`.
 struct remote_put {
   remote_item item = remote_item::block;
   std::uint32_t unit = 0;
@@ -148,17 +172,36 @@ struct remote_put {
   /// Write-through (`cache_options::remote_write_through`): `unit` is a GPU KV block or GPU snapshot slot,
   /// whose bytes were complete when the step that wrote them completed; otherwise a host unit.
   bool device = false;
+  /// A turn end's KV blocks, in payload order; empty for a block or a snapshot.
+  std::span<const std::uint32_t> kv_units{};
 };
 
 /// A fetch `prefetch` planned: the engine gets `key` from the store into host unit `unit` (KV pool for a
 /// block, snapshot pool for a snapshot) and reports `fetched(item, unit, header)` with the header the store
 /// returned, or an empty one for a miss. `header_bytes` is its expected size (the payload is one unit).
+///
+/// A turn end (`remote_item::turn_end`): the payload is `kv_units.size()` KV units then one snapshot unit;
+/// the engine scatters it into host KV units `kv_units` in order (skipping `no_unit` parts) and host snapshot
+/// unit `unit`, and reports
+/// `fetched(remote_item::turn_end, unit, header)`. `header_bytes` is then the most it can be (the partial
+/// block's length is in the header).
 struct remote_fetch {
   remote_item item = remote_item::block;
   std::uint32_t unit = 0;
   content_key key{};
   std::uint32_t header_bytes = 0;
+  /// A turn end's host KV units, in payload order; empty for a block or a snapshot.
+  std::span<const std::uint32_t> kv_units{};
 };
+
+/// Bytes of the payload of a value of `item` with `kv_units` KV blocks: one unit for a block or a snapshot;
+/// a turn end's blocks and its snapshot.
+constexpr std::uint64_t remote_payload_bytes(remote_item item, std::size_t kv_units, std::uint64_t bytes_per_kv_block,
+                                             std::uint64_t bytes_per_snapshot) noexcept {
+  return item == remote_item::block      ? bytes_per_kv_block
+         : item == remote_item::snapshot ? bytes_per_snapshot
+                                         : kv_units * bytes_per_kv_block + bytes_per_snapshot;
+}
 
 /// What `prefetch` planned: the spans stay valid until the next `prefetch`.
 struct fetch_plan {

@@ -1,0 +1,412 @@
+// Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+// Turn ends in the remote store (cache_options::remote_turn_ends): a conversation's turn end (its
+// decode-continuation snapshot, the decode-filled blocks before it, its partial block) goes to the store as
+// one value under a key any engine derives from its own prompt, and another engine continues the
+// conversation from it bitwise as the writer would have, had the session stayed alive there.
+//
+// Two or three caches stand for processes, with a store in memory and engine pools whose bytes are a
+// function of how they were computed: the state restored (its bytes), the tokens since, and whether a
+// prefill, a decode step or a turn-end capture wrote them. So "the same computation" is checkable bitwise,
+// and a reader that mixed two computations, or recomputed, shows different bytes.
+#include "support/cache_testing.hpp"
+#include "support/content_keys.hpp"
+
+#include <reprise/keys/content_key.hpp>
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <vector>
+
+using namespace reprise;
+using namespace reprise::testing;
+
+namespace {
+
+using tiers = policy::tiers<policy::host_tier, policy::remote_tier>;
+using cache_type = prefix_cache<small_hybrid, policy::chat, xxh3_hasher, tiers>;
+constexpr std::uint32_t B = small_hybrid::block_size;
+constexpr std::size_t unit_bytes = 32; // the test's stand-in for a block's or a snapshot's bytes
+using bytes = std::vector<std::byte>;
+
+/// What a computation writes: a function of the state it started from (`base`: the restored bytes' hash, 0
+/// for a cold start at position 0), the tokens it folded in since `from`, the end position and who wrote it.
+bytes computed(std::uint64_t base, std::span<const token_id> tokens, std::uint32_t from, std::uint32_t end, char who) {
+  std::uint64_t h = (base ^ 0x9e3779b97f4a7c15ULL) * 0x100000001b3ULL + static_cast<std::uint64_t>(who);
+  for (std::uint32_t i = from; i < end; ++i) h = (h ^ static_cast<std::uint64_t>(tokens[i])) * 0x100000001b3ULL;
+  h ^= end;
+  bytes v(unit_bytes);
+  for (std::size_t k = 0; k < v.size(); ++k) v[k] = static_cast<std::byte>((h >> (8 * (k % 8))) + k);
+  return v;
+}
+
+std::uint64_t hash_of(const bytes& b) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (std::byte x : b) h = (h ^ static_cast<std::uint64_t>(x)) * 0x100000001b3ULL;
+  return h;
+}
+
+struct stored_value {
+  bytes header, payload;
+};
+using store_map = std::map<content_key, stored_value>;
+
+/// What one turn left: the bytes of every KV block of the conversation (full blocks, then the partial one)
+/// and of its turn-end snapshot, as the engine's pools held them when it finished.
+struct turn_bytes {
+  admit_plan admitted;
+  std::vector<bytes> kv;
+  bytes turn_end;
+};
+
+/// One process: a chat cache with host and remote tiers, and the pools an engine would own.
+struct process {
+  explicit process(const content_keyer& keys, bool turn_ends = true, std::uint32_t kv_blocks = 48)
+      : cache(make(keys, turn_ends, kv_blocks)), gpu_kv(kv_blocks), gpu_slots(cache.snapshot_slots()),
+        host_kv(cache.host_kv_units()), host_slots(cache.host_snapshot_units()) {}
+
+  static cache_type make(const content_keyer& keys, bool turn_ends, std::uint32_t kv_blocks) {
+    auto c = cache_type::create({.kv_blocks = kv_blocks,
+                                 .snapshot_budget_bytes = 4 * small_hybrid::bytes_per_snapshot,
+                                 .hasher_seed = 5,
+                                 .host_kv_budget_bytes = 40 * small_hybrid::bytes_per_kv_block,
+                                 .host_snapshot_budget_bytes = 4 * small_hybrid::bytes_per_snapshot,
+                                 .remote_keys = &keys,
+                                 .remote_write_through = true,
+                                 .remote_turn_ends = turn_ends});
+    REQUIRE(c.has_value());
+    return std::move(*c);
+  }
+
+  /// Takes the step's transfers: puts go to `store` (a turn end's payload gathered from its GPU units).
+  void run_transfers(store_map& store) {
+    const transfer_plan t = cache.take_transfers();
+    for (const remote_put& p : t.remote_puts) {
+      bytes payload;
+      if (p.item == remote_item::turn_end) {
+        REQUIRE(p.device);
+        for (const std::uint32_t u : p.kv_units) {
+          const bytes part = u == no_unit ? bytes(unit_bytes) : gpu_kv[u];
+          payload.insert(payload.end(), part.begin(), part.end());
+        }
+        payload.insert(payload.end(), gpu_slots[p.unit].begin(), gpu_slots[p.unit].end());
+        ++turn_end_puts;
+      } else {
+        const bool block = p.item == remote_item::block;
+        payload = p.device ? (block ? gpu_kv : gpu_slots)[p.unit] : (block ? host_kv : host_slots)[p.unit];
+      }
+      store[p.key] = {{p.header.begin(), p.header.end()}, payload};
+    }
+    for (const unit_move& m : t.kv_offload) host_kv[m.dst] = gpu_kv[m.src];
+    for (const unit_move& m : t.snapshot_offload) host_slots[m.dst] = gpu_slots[m.src];
+    for (const unit_move& m : t.kv_onboard) gpu_kv[m.dst] = host_kv[m.src];
+  }
+
+  /// Probes `prompt`, prefetches what `store` has and answers every fetch (its header passed through
+  /// `tamper` first).
+  fetch_plan prefetch(const std::vector<token_id>& prompt, store_map& store, void (*tamper)(bytes&) = nullptr) {
+    auto probe = cache.probe(prompt);
+    REQUIRE(probe.has_value());
+    std::vector<content_key> present;
+    for (const remote_probe& k : probe->keys) {
+      probed_turn_ends += k.item == remote_item::turn_end;
+      if (store.contains(k.key)) present.push_back(k.key);
+    }
+    auto plan = cache.prefetch(prompt, {}, present);
+    REQUIRE(plan.has_value());
+    const std::vector<remote_fetch> fetches(plan->fetches.begin(), plan->fetches.end());
+    std::vector<std::vector<std::uint32_t>> units;
+    for (const remote_fetch& f : fetches) units.emplace_back(f.kv_units.begin(), f.kv_units.end());
+    run_transfers(store); // the puts of what the reservations evicted, before the fetches write the units
+    for (std::size_t i = 0; i < fetches.size(); ++i) {
+      const remote_fetch& f = fetches[i];
+      auto it = store.find(f.key);
+      if (it == store.end()) {
+        REQUIRE(cache.fetched(f.item, f.unit, {}).has_value());
+        continue;
+      }
+      const bytes& payload = it->second.payload;
+      if (f.item == remote_item::turn_end) {
+        REQUIRE(payload.size() == (units[i].size() + 1) * unit_bytes);
+        for (std::size_t j = 0; j < units[i].size(); ++j)
+          if (units[i][j] != no_unit)
+            host_kv[units[i][j]].assign(payload.begin() + j * unit_bytes, payload.begin() + (j + 1) * unit_bytes);
+        host_slots[f.unit].assign(payload.end() - unit_bytes, payload.end());
+      } else {
+        (f.item == remote_item::block ? host_kv : host_slots)[f.unit] = payload;
+      }
+      bytes header = it->second.header;
+      if (tamper != nullptr) tamper(header);
+      REQUIRE(cache.fetched(f.item, f.unit, header).has_value());
+    }
+    return *plan;
+  }
+
+  /// One turn as an engine runs it: admit `tokens` (restoring what the plan says, computing the rest),
+  /// commit, decode `reply` (all but its last token fed), finish with the turn-end capture, and complete the
+  /// step. `tokens` becomes prompt + reply.
+  turn_bytes turn(seq_id s, std::vector<token_id>& tokens, const std::vector<token_id>& reply, store_map& store) {
+    auto plan = cache.admit(s, tokens);
+    REQUIRE(plan.has_value());
+    const admit_plan p = *plan;
+    run_transfers(store);
+    std::vector<block_id> table(p.block_table.begin(), p.block_table.end());
+    const auto restored = p.restore_slot == no_slot ? std::optional<bytes>{}
+                          : p.restore_from_host     ? host_slots[static_cast<std::size_t>(p.restore_slot)]
+                                                    : gpu_slots[static_cast<std::size_t>(p.restore_slot)];
+    const std::uint64_t base = restored ? hash_of(*restored) : 0;
+    const std::uint32_t from = p.usable_tokens;
+    if (p.copy_src != no_block) gpu_kv[static_cast<std::size_t>(p.copy_dst)] = gpu_kv[static_cast<std::size_t>(p.copy_src)];
+    const auto n = static_cast<std::uint32_t>(tokens.size());
+    for (std::uint32_t i = p.shared_blocks; i < table.size(); ++i)
+      gpu_kv[static_cast<std::size_t>(table[i])] = computed(base, tokens, from, std::min((i + 1) * B, n), 'P');
+    std::vector<std::uint32_t> written;
+    for (const capture_point& c : p.captures) {
+      gpu_slots[static_cast<std::size_t>(c.slot)] = computed(base, tokens, from, static_cast<std::uint32_t>(c.position), 'S');
+      written.push_back(static_cast<std::uint32_t>(c.position));
+    }
+    REQUIRE(cache.commit(s, n, written).has_value());
+    REQUIRE(cache.step_complete(cache.current_epoch()).has_value());
+    run_transfers(store);
+    // Decode: each step writes its token's KV into the block it falls in, as a decode computes it.
+    std::uint32_t at = n;
+    for (std::size_t k = 0; k + 1 < reply.size(); ++k) {
+      tokens.push_back(reply[k]);
+      auto e = cache.extend(s, std::vector<token_id>{reply[k]});
+      REQUIRE(e.has_value());
+      table.insert(table.end(), e->new_blocks.begin(), e->new_blocks.end());
+      ++at;
+      gpu_kv[static_cast<std::size_t>(table[(at - 1) / B])] = computed(base, tokens, from, at, 'D');
+      REQUIRE(cache.commit(s, at).has_value());
+      REQUIRE(cache.step_complete(cache.current_epoch()).has_value());
+      run_transfers(store);
+    }
+    tokens.push_back(reply.back());
+    auto finished = cache.finish(s);
+    REQUIRE(finished.has_value());
+    turn_bytes out{p, {}, {}};
+    if (finished->capture.slot != no_slot) {
+      REQUIRE(finished->capture.position == at);
+      const std::span<const token_id> folded(tokens.data(), at);
+      gpu_slots[static_cast<std::size_t>(finished->capture.slot)] = computed(base, folded, from, at, 'E');
+      out.turn_end = gpu_slots[static_cast<std::size_t>(finished->capture.slot)];
+    }
+    for (std::uint32_t i = 0; i * B < at; ++i) out.kv.push_back(gpu_kv[static_cast<std::size_t>(table[i])]);
+    REQUIRE(cache.step_complete(cache.current_epoch()).has_value());
+    run_transfers(store); // the turn end's put, now that its step completed
+    return out;
+  }
+
+  cache_type cache;
+  std::vector<bytes> gpu_kv, gpu_slots, host_kv, host_slots;
+  std::uint64_t turn_end_puts = 0, probed_turn_ends = 0;
+};
+
+std::vector<token_id> turn_tokens(std::size_t n, token_id first) { return iota_tokens(n, first); }
+
+} // namespace
+
+TEST_CASE("a turn end one engine wrote is continued by another bitwise as if the session had stayed alive") {
+  const content_keyer keys = make_keyer();
+  store_map store;
+  process writer(keys), reader(keys), alive(keys);
+  // Turn 1: 200 prompt tokens, a 37-token reply; its turn end sits at 236 (blocks 0 .. 11 prefill-exact,
+  // 12 and 13 decode-filled, a partial block of 12 tokens).
+  std::vector<token_id> tokens = turn_tokens(200, 1), alive_tokens = tokens;
+  const turn_bytes t1 = writer.turn(1, tokens, turn_tokens(37, 70000), store);
+  REQUIRE(!t1.turn_end.empty());
+  CHECK(writer.turn_end_puts == 1);
+  CHECK(writer.cache.metrics().remote_turn_ends_put == 1);
+  CHECK(writer.cache.metrics().remote_turn_ends_lost == 0);
+  // The session kept alive: the same turn on its own engine, then turn 2 there.
+  store_map alive_store;
+  const turn_bytes a1 = alive.turn(1, alive_tokens, turn_tokens(37, 70000), alive_store);
+  CHECK(a1.kv == t1.kv);
+  CHECK(a1.turn_end == t1.turn_end);
+
+  // Turn 2 on an engine that never saw the conversation: 20 new tokens, a 9-token reply.
+  std::vector<token_id> next = tokens;
+  const std::vector<token_id> user = turn_tokens(20, 90000), reply = turn_tokens(9, 95000);
+  next.insert(next.end(), user.begin(), user.end());
+  const fetch_plan f = reader.prefetch(next, store);
+  CHECK(f.blocks == 12); // the prefill-exact chain, then the turn end's own blocks
+  CHECK(reader.probed_turn_ends > 0);
+  CHECK(reader.cache.metrics().remote_turn_end_hits == 1);
+  CHECK(reader.cache.metrics().remote_rejected == 0);
+  CHECK(reader.cache.check_invariants().has_value());
+  const turn_bytes r2 = reader.turn(2, next, reply, store);
+  CHECK(r2.admitted.usable_tokens == 236);
+  CHECK(r2.admitted.restore_from_host);
+  CHECK(r2.admitted.restore_exactness == exactness::decode_continuation);
+  CHECK(r2.admitted.kv_matched_tokens == 236);
+  // Every block it reused is the writer's, bitwise, the partial one included.
+  REQUIRE(r2.kv.size() >= t1.kv.size());
+  for (std::size_t i = 0; i + 1 < t1.kv.size(); ++i) CHECK(r2.kv[i] == t1.kv[i]);
+
+  alive_tokens.insert(alive_tokens.end(), user.begin(), user.end());
+  const turn_bytes a2 = alive.turn(2, alive_tokens, reply, alive_store);
+  CHECK(a2.admitted.usable_tokens == 236);
+  CHECK(r2.kv == a2.kv);             // every KV block of the conversation, as the session kept alive has it
+  CHECK(r2.turn_end == a2.turn_end); // and the next turn end
+  CHECK(reader.cache.check_invariants().has_value());
+  CHECK(writer.cache.check_invariants().has_value());
+}
+
+TEST_CASE("the equality can fail: without turn ends in the store the reader recomputes, and its bytes differ") {
+  const content_keyer keys = make_keyer();
+  store_map store, alive_store;
+  process writer(keys, /*turn_ends=*/false), reader(keys, false), alive(keys, false);
+  std::vector<token_id> tokens = turn_tokens(200, 1), alive_tokens = tokens;
+  writer.turn(1, tokens, turn_tokens(37, 70000), store);
+  alive.turn(1, alive_tokens, turn_tokens(37, 70000), alive_store);
+  CHECK(writer.turn_end_puts == 0);
+  std::vector<token_id> next = tokens;
+  const std::vector<token_id> user = turn_tokens(20, 90000), reply = turn_tokens(9, 95000);
+  next.insert(next.end(), user.begin(), user.end());
+  reader.prefetch(next, store);
+  CHECK(reader.probed_turn_ends == 0);
+  const turn_bytes r2 = reader.turn(2, next, reply, store);
+  CHECK(r2.admitted.usable_tokens == 0); // chat captures no prefill-exact snapshot without a branch
+  alive_tokens.insert(alive_tokens.end(), user.begin(), user.end());
+  const turn_bytes a2 = alive.turn(2, alive_tokens, reply, alive_store);
+  CHECK(a2.admitted.usable_tokens == 236);
+  CHECK(r2.turn_end != a2.turn_end); // a recomputation is not the session kept alive
+  CHECK(r2.kv[13] != a2.kv[13]);     // the reply's decode-filled block, recomputed by a prefill
+}
+
+TEST_CASE("a tampered turn end, or one whose tokens differ from the prompt, is rejected and never used") {
+  const content_keyer keys = make_keyer();
+  store_map store;
+  process writer(keys);
+  std::vector<token_id> tokens = turn_tokens(200, 1);
+  writer.turn(1, tokens, turn_tokens(37, 70000), store);
+  std::vector<token_id> next = tokens;
+  const std::vector<token_id> user = turn_tokens(20, 90000);
+  next.insert(next.end(), user.begin(), user.end());
+
+  SUBCASE("a header byte changed") {
+    process reader(keys);
+    reader.prefetch(next, store, [](bytes& h) {
+      if (h.size() > 84 && h[8] == std::byte{2}) h[84] ^= std::byte{1}; // a turn end's first token
+    });
+    CHECK(reader.cache.metrics().remote_turn_end_hits == 0);
+    CHECK(reader.cache.metrics().remote_rejected == 1);
+    CHECK(reader.cache.check_invariants().has_value());
+    auto p = reader.cache.admit(2, next);
+    REQUIRE(p.has_value());
+    CHECK(p->usable_tokens == 0); // nothing else restores this prompt
+    CHECK(p->restore_exactness == exactness::prefill_exact);
+  }
+  SUBCASE("a position claimed past the prompt's tokens") {
+    process reader(keys);
+    reader.prefetch(next, store, [](bytes& h) {
+      if (h.size() > 8 && h[8] == std::byte{2}) h[12] = std::byte{0xff}; // p = 255: past the block boundary
+    });
+    CHECK(reader.cache.metrics().remote_rejected == 1);
+    CHECK(reader.cache.check_invariants().has_value());
+  }
+  SUBCASE("a prompt that continues the turn's blocks but not its partial block") {
+    process reader(keys);
+    std::vector<token_id> other(tokens.begin(), tokens.begin() + 230); // diverges at 230 < 236
+    const std::vector<token_id> more = turn_tokens(30, 40000);
+    other.insert(other.end(), more.begin(), more.end());
+    reader.prefetch(other, store);
+    CHECK(reader.cache.metrics().remote_turn_end_hits == 0);
+    CHECK(reader.cache.metrics().remote_rejected == 1); // its key matched (boundary 224), its tokens did not
+    auto p = reader.cache.admit(2, other);
+    REQUIRE(p.has_value());
+    CHECK(p->restore_exactness == exactness::prefill_exact);
+    CHECK(p->usable_tokens == 0);
+    CHECK(reader.cache.check_invariants().has_value());
+  }
+}
+
+TEST_CASE("a turn end at a block boundary travels without a partial block") {
+  const content_keyer keys = make_keyer();
+  store_map store;
+  process writer(keys), reader(keys);
+  std::vector<token_id> tokens = turn_tokens(200, 1);
+  writer.turn(1, tokens, turn_tokens(25, 70000), store); // the turn end at 224 = 14 B
+  CHECK(writer.cache.metrics().remote_turn_ends_put == 1);
+  std::vector<token_id> next = tokens;
+  const std::vector<token_id> user = turn_tokens(7, 90000);
+  next.insert(next.end(), user.begin(), user.end());
+  reader.prefetch(next, store);
+  CHECK(reader.cache.metrics().remote_turn_end_hits == 1);
+  CHECK(reader.cache.check_invariants().has_value());
+  auto p = reader.cache.admit(2, next);
+  REQUIRE(p.has_value());
+  CHECK(p->usable_tokens == 224);
+  CHECK(p->copy_src == no_block);
+  CHECK(p->restore_exactness == exactness::decode_continuation);
+}
+
+TEST_CASE("a conversation continues across three engines, each turn from the last writer's turn end") {
+  const content_keyer keys = make_keyer();
+  store_map store;
+  process a(keys), b(keys), c(keys), alive(keys); // a sees turn 4 too, holding its own turn-1 blocks
+  store_map alive_store;
+  std::vector<token_id> tokens = turn_tokens(150, 1), alive_tokens = tokens;
+  process* engines[] = {&a, &b, &c, &a};
+  for (int turn = 0; turn < 4; ++turn) {
+    const std::vector<token_id> reply = turn_tokens(11 + 7 * turn, 70000 + 1000 * turn);
+    if (turn != 0) {
+      const std::vector<token_id> user = turn_tokens(13 + turn, 90000 + 1000 * turn);
+      tokens.insert(tokens.end(), user.begin(), user.end());
+      alive_tokens.insert(alive_tokens.end(), user.begin(), user.end());
+      engines[turn]->prefetch(tokens, store);
+    }
+    const auto before = static_cast<std::uint32_t>(tokens.size());
+    const turn_bytes t = engines[turn]->turn(static_cast<seq_id>(turn + 1), tokens, reply, store);
+    const turn_bytes k = alive.turn(static_cast<seq_id>(turn + 1), alive_tokens, reply, alive_store);
+    CAPTURE(turn);
+    CHECK(t.admitted.usable_tokens == k.admitted.usable_tokens);
+    if (turn != 0) CHECK(t.admitted.usable_tokens + 14 + turn == before);
+    CHECK(t.turn_end == k.turn_end);
+    CHECK(t.kv == k.kv);
+  }
+  for (process* p : {&a, &b, &c}) CHECK(p->cache.check_invariants().has_value());
+}
+
+TEST_CASE("turn ends: fetched of a unit no turn-end fetch is pending for is refused and changes nothing") {
+  const content_keyer keys = make_keyer();
+  process reader(keys);
+  const observable<cache_type> before(reader.cache, {});
+  CHECK(reader.cache.fetched(remote_item::turn_end, 0, {}).error() == errc::invalid_argument);
+  CHECK(reader.cache.fetched(remote_item::turn_end, 1u << 20, {}).error() == errc::invalid_argument);
+  CHECK(observable<cache_type>(reader.cache, {}) == before);
+  CHECK(reader.cache.check_invariants().has_value());
+}
+
+TEST_CASE("a turn end whose blocks are another computation than those the reader holds is rejected") {
+  // Engines a and b both ran turn 1 (same tokens, each its own decode): b's turn end replaced a's in the
+  // store, c continued from it. Engine a, holding its own turn-1 blocks, must not hang c's turn end under
+  // them: equal tokens, but not the same computation (origins differ), so a keeps to its own turn end.
+  const content_keyer keys = make_keyer();
+  store_map store;
+  process a(keys), b(keys), c(keys);
+  std::vector<token_id> tokens = turn_tokens(150, 1), copy = tokens;
+  a.turn(1, tokens, turn_tokens(11, 70000), store);
+  b.turn(1, copy, turn_tokens(11, 70000), store);
+  REQUIRE(copy == tokens);
+  const std::vector<token_id> user2 = turn_tokens(14, 90000), user3 = turn_tokens(15, 91000);
+  tokens.insert(tokens.end(), user2.begin(), user2.end());
+  c.prefetch(tokens, store);
+  CHECK(c.cache.metrics().remote_turn_end_hits == 1);
+  const turn_bytes t2 = c.turn(2, tokens, turn_tokens(18, 71000), store);
+  CHECK(t2.admitted.usable_tokens == 160);
+  tokens.insert(tokens.end(), user3.begin(), user3.end());
+  a.prefetch(tokens, store);
+  CHECK(a.cache.metrics().remote_turn_end_hits == 0);
+  CHECK(a.cache.metrics().remote_rejected == 1);
+  CHECK(a.cache.check_invariants().has_value());
+  auto p = a.cache.admit(3, tokens);
+  REQUIRE(p.has_value());
+  CHECK(p->usable_tokens == 160); // its own turn end
+  CHECK(p->restore_exactness == exactness::decode_continuation);
+  CHECK(a.cache.check_invariants().has_value());
+}
