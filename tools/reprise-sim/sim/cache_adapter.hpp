@@ -52,6 +52,7 @@ inline cache_options options_for(const replay_config& c, std::uint32_t kv_blocks
   if (keys != nullptr) {
     o.remote_snapshot_candidates = c.remote_snapshot_candidates;
     o.remote_write_through = c.remote_write_through;
+    o.remote_turn_ends = c.remote_turn_ends && takes_turn_ends(c.policy); // the other policies keep none
   }
   return o;
 }
@@ -233,12 +234,13 @@ public:
     rep.remote_probed_keys += probed_keys_;
     rep.remote_probed_found += probed_found_;
     rep.remote_snapshot_hits += remote_snapshot_hits_;
+    rep.remote_turn_end_hits += remote_turn_end_hits_;
     if (!rep.error.empty()) return;
     if (remote_puts_ != mm.remote_puts)
       rep.error = label_ + "take_transfers listed " + std::to_string(remote_puts_) + " remote puts; the metrics count " +
                   std::to_string(mm.remote_puts);
-    if (remote_block_hits_ + remote_snapshot_hits_ != mm.remote_hits)
-      rep.error = label_ + std::to_string(remote_block_hits_ + remote_snapshot_hits_) +
+    if (remote_block_hits_ + remote_snapshot_hits_ + remote_turn_end_hits_ != mm.remote_hits)
+      rep.error = label_ + std::to_string(remote_block_hits_ + remote_snapshot_hits_ + remote_turn_end_hits_) +
                   " fetches were kept; the metrics count " + std::to_string(mm.remote_hits);
     if (!rep.error.empty()) return;
     if (kv_offload_moves_ != mm.host_blocks_offloaded || snapshot_offload_moves_ != mm.host_snapshots_offloaded ||
@@ -310,17 +312,23 @@ private:
     take_transfers();
     f_.in_cache += clock_type::now() - t_plan;
     for (const remote_fetch& fetch : fetches_) {
-      const bool block = fetch.item == remote_item::block;
-      const bool found = f_.store->get(fetch.key, block ? f_.rep.bytes_per_kv_block : f_.rep.bytes_per_snapshot, header_);
+      const bool found = f_.store->get(fetch.key, payload_bytes(fetch.item, fetch.kv_units.size()), header_);
       const auto t1 = clock_type::now();
       const std::uint64_t kept = cache_.metrics().remote_hits;
       if (auto done = cache_.fetched(fetch.item, fetch.unit, found ? std::span<const std::byte>(header_)
                                                                    : std::span<const std::byte>());
           !done)
         misuse("fetched", done.error(), i);
-      if (cache_.metrics().remote_hits != kept) ++(block ? remote_block_hits_ : remote_snapshot_hits_);
+      if (cache_.metrics().remote_hits != kept)
+        ++(fetch.item == remote_item::block      ? remote_block_hits_
+           : fetch.item == remote_item::snapshot ? remote_snapshot_hits_
+                                                 : remote_turn_end_hits_);
       f_.in_cache += clock_type::now() - t1;
     }
+  }
+
+  std::uint64_t payload_bytes(remote_item item, std::size_t kv_units) const noexcept {
+    return remote_payload_bytes(item, kv_units, f_.rep.bytes_per_kv_block, f_.rep.bytes_per_snapshot);
   }
 
   /// The step's moves, which an engine issues before the step's work: counted, not executed (the remote
@@ -329,8 +337,7 @@ private:
     if constexpr (host) {
       const transfer_plan moves = cache_.take_transfers();
       if constexpr (remote) {
-        for (const remote_put& p : moves.remote_puts)
-          f_.store->put(p.key, p.header, p.item == remote_item::block ? f_.rep.bytes_per_kv_block : f_.rep.bytes_per_snapshot);
+        for (const remote_put& p : moves.remote_puts) f_.store->put(p.key, p.header, payload_bytes(p.item, p.kv_units.size()));
         remote_puts_ += moves.remote_puts.size();
       }
       transfer_steps_ += !moves.empty();
@@ -372,7 +379,7 @@ private:
   double kv_sum_ = 0, snap_sum_ = 0;
   std::uint64_t samples_ = 0;
   std::uint64_t transfer_steps_ = 0, kv_offload_moves_ = 0, snapshot_offload_moves_ = 0, kv_onboard_moves_ = 0;
-  std::uint64_t remote_puts_ = 0, remote_block_hits_ = 0, remote_snapshot_hits_ = 0;
+  std::uint64_t remote_puts_ = 0, remote_block_hits_ = 0, remote_snapshot_hits_ = 0, remote_turn_end_hits_ = 0;
   std::uint64_t probed_keys_ = 0, probed_found_ = 0;
   std::vector<content_key> probe_keys_, present_;
   std::vector<std::uint8_t> probe_found_;
@@ -437,6 +444,7 @@ void run(const trace& t, const replay_config& c, std::uint32_t kv_blocks, replay
   std::vector<engine<Cache>> fleet;
   fleet.reserve(c.engines);
   for (std::uint32_t e = 0; e < c.engines; ++e) {
+    if (o.remote_turn_ends) o.remote_writer_id = e + 1; // one per engine, the same in every run
     auto created = [&] {
       if constexpr (std::is_same_v<typename Cache::model_type, dynamic_model>) return Cache::create(c.model.config, o);
       else return Cache::create(o);

@@ -47,6 +47,7 @@ bool prepare(const trace& t, const replay_config& c, runner run_fn, replay_repor
   rep.remote_tier = c.remote_tier;
   rep.remote_write_through = c.remote_tier && c.remote_write_through;
   rep.remote_probe = c.remote_tier && c.remote_probe;
+  rep.remote_turn_ends = c.remote_tier && c.remote_turn_ends && takes_turn_ends(c.policy);
   rep.remote_budget_bytes = c.remote_tier && c.remote_redis.empty() ? c.remote_budget_bytes : 0;
   if (has_host_tier(c) && !takes_host_tier(c.policy)) { // the only policy that takes none
     rep.error = rule_message(config_rule::memory_only_host_tier);

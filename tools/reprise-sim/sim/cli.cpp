@@ -97,7 +97,7 @@ cli_parse parse_command_line(int argc, const char* const* argv) {
              "Traces: docs/sim-trace-format.md. Run `reprise-sim COMMAND --help` for a command's options.");
 
   std::string workload, model, policy = "all", on_error_text = "fail", axis, values, affinity = "on";
-  std::string remote_write = "back", remote_probe = "on";
+  std::string remote_write = "back", remote_probe = "on", remote_turn_ends = "off";
   bool no_progress = false;
 
   app.add_subcommand("models", "list the preset models, their block and snapshot sizes and policies");
@@ -186,6 +186,12 @@ cli_parse parse_command_line(int argc, const char* const* argv) {
                   "fetch every candidate, a host unit reserved for each until it is answered")
         ->check(CLI::IsMember({"on", "off"}))
         ->needs(remote);
+    c->add_option("--remote-turn-ends", remote_turn_ends,
+                  "on: every turn end also goes to the store, one value with the blocks it needs, and a prefetch "
+                  "fetches the deepest one under its prompt (policy chat; needs --remote-probe on); off: turn ends "
+                  "stay in their engine (default)")
+        ->check(CLI::IsMember({"on", "off"}))
+        ->needs(remote);
     c->add_option("--remote-candidates", o.cache.remote_snapshot_candidates,
                   "snapshots a prefetch asks the store for, deepest first (default 2)")
         ->check(range(1, L::max_remote_candidates))
@@ -267,6 +273,10 @@ cli_parse parse_command_line(int argc, const char* const* argv) {
     o.cache.state_aware = affinity == "state";
     o.cache.remote_write_through = remote_write == "through";
     o.cache.remote_probe = remote_probe == "on";
+    o.cache.remote_turn_ends = remote_turn_ends == "on";
+    if (o.cache.remote_turn_ends && !o.cache.remote_probe)
+      throw CLI::ValidationError("--remote-turn-ends on", "needs --remote-probe on: a prompt's turn end is found by "
+                                                          "asking the store which of its boundaries has one");
     if (policy != "all") {
       const std::string e = split_each(policy, [&](const std::string& name) -> std::string {
         const auto p = parse_policy(name);

@@ -27,6 +27,8 @@ bool restores_snapshots(policy_kind p) noexcept { return catalog::entry(p).resto
 
 bool takes_host_tier(policy_kind p) noexcept { return catalog::entry(p).takes_host_tier; }
 
+bool takes_turn_ends(policy_kind p) noexcept { return catalog::entry(p).takes_turn_ends; }
+
 std::vector<policy_kind> policies_for(const model_config& m) {
   std::vector<policy_kind> offered;
   for (policy_kind p : all_policies)
@@ -381,13 +383,16 @@ std::string format_report(const replay_report& r) {
   }
   if (r.remote_tier) {
     line("remote tier", r.remote_store + (r.remote_write_through ? ", write-through" : ", write-back") +
-                            (r.remote_probe ? ", probed" : ", unprobed"));
+                            (r.remote_probe ? ", probed" : ", unprobed") + (r.remote_turn_ends ? ", turn ends" : ""));
     if (r.remote_probe)
       line("keys probed / found", count(r.remote_probed_keys) + " / " + count(r.remote_probed_found));
     line("store puts", count(m.remote_puts) + " (" + bytes(static_cast<double>(m.remote_bytes_put)) + ")");
     line("fetches planned / kept", count(m.remote_fetches) + " / " + count(r.remote_block_hits) + " blocks + " +
                                        count(r.remote_snapshot_hits) + " snapshots (" +
                                        bytes(static_cast<double>(m.remote_bytes_fetched)) + ")");
+    if (r.remote_turn_ends)
+      line("turn ends put / lost / kept", count(m.remote_turn_ends_put) + " / " + count(m.remote_turn_ends_lost) + " / " +
+                                              count(r.remote_turn_end_hits));
     line("fetch misses / rejected", count(m.remote_misses) + " / " + count(m.remote_rejected));
     if (r.remote_budget_bytes || r.peak_remote_bytes > 0)
       line("store evictions / peak bytes", count(r.remote_store_evictions) + " / " + bytes(r.peak_remote_bytes));
@@ -597,6 +602,12 @@ constexpr column columns[] = {
     {"remote_probed_keys", [](csv_writer& w, const replay_report& r) { w.cell(r.remote_probed_keys); }},
     {"remote_probed_found", [](csv_writer& w, const replay_report& r) { w.cell(r.remote_probed_found); }},
     metric_column<metric::remote_blocks_onboarded>(),
+    // Added with turn ends in the store.
+    {"remote_turn_ends",
+     [](csv_writer& w, const replay_report& r) { w.cell(!r.remote_tier ? "" : r.remote_turn_ends ? "on" : "off"); }},
+    metric_column<metric::remote_turn_ends_put>(),
+    metric_column<metric::remote_turn_ends_lost>(),
+    metric_column<metric::remote_turn_end_hits>(),
 };
 
 } // namespace

@@ -64,6 +64,8 @@ bool restores_snapshots(policy_kind p) noexcept;
 std::vector<policy_kind> policies_for(const model_config& m);
 /// Whether the policy takes a host tier (`reprise::takes_host_tier`): all but `memory_only`.
 bool takes_host_tier(policy_kind p) noexcept;
+/// Whether the policy keeps turn ends and may put them in the store (`cache_options::remote_turn_ends`).
+bool takes_turn_ends(policy_kind p) noexcept;
 
 struct replay_config {
   sim_model model;                     ///< its `config` may be a block-size variant of a preset
@@ -111,6 +113,8 @@ struct replay_config {
   /// Probe before every prefetch (`probe`, then `prefetch` of the keys the store has): no host unit is
   /// reserved for what the store lacks. Off: every candidate is fetched, and what misses held a unit.
   bool remote_probe = true;
+  /// Turn ends in the store (`cache_options::remote_turn_ends`, policy::chat only).
+  bool remote_turn_ends = false;
   /// A live Redis / Valkey server ("host:port") instead of the modelled store; empty: modelled.
   std::string remote_redis;
   /// With `remote_redis`: the payload stored with every value (a stand-in for its real bytes, checked on
@@ -204,7 +208,8 @@ struct replay_report {
   std::uint64_t remote_budget_bytes = 0; ///< modelled store capacity (0: unlimited)
   /// Fetched values the caches verified and kept (`metrics.remote_hits`), by kind; a fetched block is
   /// onboarded as a host hit.
-  std::uint64_t remote_block_hits = 0, remote_snapshot_hits = 0;
+  std::uint64_t remote_block_hits = 0, remote_snapshot_hits = 0, remote_turn_end_hits = 0;
+  bool remote_turn_ends = false; ///< turn ends went to the store
   std::uint64_t remote_store_evictions = 0; ///< values the modelled store dropped for its budget
   double peak_remote_bytes = 0;             ///< the modelled store's largest content (header + payload bytes)
   std::uint64_t remote_failures = 0;        ///< live store: timeouts, unavailable, server errors

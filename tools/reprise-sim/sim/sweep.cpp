@@ -293,7 +293,7 @@ std::vector<std::string> write_sweep(const sweep_result& s, const std::string& d
     else if (r.engines > 1) add(std::to_string(r.engines) + " engines, affinity " + affinity_name(r));
     if (r.remote_tier)
       add("remote tier: " + r.remote_store + (r.remote_write_through ? ", write-through" : "") +
-          (r.remote_probe ? "" : ", unprobed"));
+          (r.remote_probe ? "" : ", unprobed") + (r.remote_turn_ends ? ", turn ends" : ""));
     fixed = line;
     if (r.snapshot_interval) break; // prefer a report that shows the interval
   }
