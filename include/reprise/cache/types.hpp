@@ -127,9 +127,9 @@ struct cache_options {
   /// tier evicts them. Without a remote tier, `true` is `unsupported_config`.
   bool remote_write_through = false;
   /// Report what this cache holds to a fleet router (<reprise/routing/state_router.hpp>): given a key source
-  /// (`routing::fleet_keys`, kept alive by the engine as long as the cache), every full KV block published or
-  /// evicted and every snapshot published or dropped in GPU memory is an event, taken with
-  /// `take_state_events` (once per step). Empty (the default): no events, no cost.
+  /// (`routing::fleet_keys`, kept alive by the engine as long as the cache), every full KV block and every
+  /// snapshot that GPU memory or the host tier comes to hold, or no longer holds anywhere, is an event, taken
+  /// with `take_state_events` (once per step; cache/state_events.hpp). Empty (the default): no events, no cost.
   state_keys_ref state_events{};
 };
 
