@@ -1,8 +1,9 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
 // reprise-sim with a host tier and with fleets: the host tier brings back what a GPU budget too small for the
 // working set evicts (and its per-tier counts add up), its misuses are clear errors, a fleet of one engine
-// replays exactly as the single-engine replay always has (figures pinned from before fleets existed), and
-// conversation affinity beats round robin on a multi-turn chat.
+// replays exactly as the single-engine replay always has (figures pinned from before fleets existed),
+// conversation affinity beats round robin on a multi-turn chat, and routing by state, which sees host-held
+// state too, stays close to affinity.
 #include "sim/cli.hpp"
 #include "sim/csv.hpp"
 #include "sim/replay.hpp"
@@ -377,6 +378,27 @@ TEST_CASE("fleet: routing by state, without session ids, beats round robin and k
     CHECK(text.find("x its share (cap at each request: 1.25x of (requests so far + 1) / engines)") !=
           std::string::npos);
   }
+}
+
+TEST_CASE("fleet: routing by state sees what the host tiers hold, and stays within 1.1x of session affinity") {
+  // GPU pools far smaller than the working set (512 blocks, 3 snapshots an engine), host tiers 10x: most
+  // turn ends sit in host memory. Reported as removed when the GPU offloaded them, the router would see
+  // little and balance load alone (3.56x of the floor against affinity's 1.32x here).
+  const trace t = generate({.kind = workload_kind::chat, .requests = 800, .seed = 5, .active_sessions = 24});
+  replay_config c = nemotron(policy_kind::chat, 512, 3);
+  c.host_kv_budget_bytes = 10 * c.kv_budget_bytes;
+  c.host_snapshot_budget_bytes = 10 * c.snapshot_budget_bytes;
+  c.engines = 4;
+  c.affinity = true;
+  const replay_report session = simulate(t, c);
+  c.state_aware = true;
+  const replay_report state = simulate(t, c);
+  REQUIRE(session.error.empty());
+  check_tiers_add_up(state);
+  CHECK(state.metrics.host_blocks_onboarded > 0);
+  CHECK(state.metrics.host_snapshot_hits > 0);
+  CHECK(state.computed_over_floor() < 1.1 * session.computed_over_floor());
+  CHECK(state.max_engine_load_ratio <= 1.25 * (800.0 + 4) / 800.0);
 }
 
 TEST_CASE("a sweep along host_scale writes the host columns and a from-host chart; older columns keep their order") {

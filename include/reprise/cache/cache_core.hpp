@@ -79,7 +79,7 @@ struct cache_core {
         slots(slot_count(g, o), g.bytes_per_snapshot, blocks.pool(), clock, metrics), sequences(o.max_sequences),
         in_step(can_share_in_step && o.share_in_step, blocks.pool(), o.max_sequences),
         tiers(tier_context{blocks, slots, sequences, geometry, options, clock, metrics}),
-        events(o.state_events, blocks, slots, sequences) {}
+        events(o.state_events, blocks, slots, sequences, tiers) {}
   cache_core(const cache_core&) = delete; // its components point into it
   cache_core& operator=(const cache_core&) = delete;
 
@@ -105,7 +105,8 @@ struct cache_core {
   }
   static_assert(std::size(supported_block_sizes) == 6, "with_block_size: one case per supported block size");
 
-  /// Evicting a block drops its snapshots; a tier below the GPU copies both first; a router hears of it.
+  /// Evicting a block drops its snapshots; a tier below the GPU copies both first (telling `events` which
+  /// host units took them), then a router hears of what left without a copy.
   auto on_evict() noexcept {
     return [this](block_node& n) {
       tiers.block_evicted(n);

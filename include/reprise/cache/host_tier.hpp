@@ -13,6 +13,9 @@
 /// continues in the host ledger, verified by serials (host_ledger.hpp); the hits are onboarded into fresh GPU
 /// blocks, published at once under their serials. Every move is a typed pair turned into the engine's
 /// `unit_move` here, and nowhere else.
+///
+/// The host ledger's one evict hook fans out here: to the tier below (which may copy the unit first) and to
+/// the `host_listener` (tier_hooks.hpp), which also hears which unit holds each offloaded block and snapshot.
 
 #include <reprise/cache/block_ledger.hpp>
 #include <reprise/cache/block_pool.hpp>
@@ -95,10 +98,13 @@ public:
         serial(c.options.kv_blocks, 0), twin(c.options.kv_blocks, no_host_unit), members(c.sequences.capacity()),
         below(c, c.options, ledger.blocks().size(), ledger.snapshots().size()) {
     c.slots.set_evict_hook(&snapshot_evicted, this);
-    if constexpr (has_remote) ledger.set_evict_hook(&host_unit_evicted, this);
+    ledger.set_evict_hook(&host_unit_evicted, this);
   }
   host_tier(const host_tier&) = delete; // the ledgers' hooks point at it
   host_tier& operator=(const host_tier&) = delete;
+
+  /// Names the listener told of offloads and dropped units (null: none). It must outlive this tier.
+  void set_listener(host_listener* l) noexcept { listener_ = l; }
 
   std::uint32_t kv_units() const noexcept { return ledger.blocks().size(); }
   std::uint32_t snapshot_units() const noexcept { return ledger.snapshots().size(); }
@@ -325,6 +331,7 @@ public:
     const host_block_node* copy = copy_unit != no_host_unit ? &ledger.block(copy_unit) : nullptr;
     if (copy != nullptr && copy->state == host_state::cached && copy->serial == s) {
       ledger.touch_block(copy_unit);
+      if (listener_ != nullptr) listener_->block_offloaded(b, copy_unit);
     } else {
       const std::uint32_t fill = n.state == block_state::tail ? n.fill : c_.geometry.block_size;
       const host_block_desc d{.key = n.key,
@@ -338,6 +345,7 @@ public:
       if (const host_unit u = ledger.store_block(d); u != no_host_unit) {
         kv_offload.push_back(kv_offload_move(b, u));
         below.block_stored(u, keys);
+        if (listener_ != nullptr) listener_->block_offloaded(b, u);
       }
     }
     if constexpr (Restores) {
@@ -454,10 +462,14 @@ private:
       const slot_id t = c_.slots.id_of(n);
       // A superseded turn end (its conversation captured the next one, or ended) is not worth host memory.
       if (s == 0 || !c_.slots.ready(t) || n.superseded) return;
-      if (const host_unit u = ledger.store_snapshot(s, n.kind, n.from_decode); u != no_host_unit) {
+      host_unit u = ledger.store_snapshot(s, n.kind, n.from_decode);
+      if (u != no_host_unit) {
         snapshot_offload.push_back(snapshot_offload_move(t, u));
         below.snapshot_stored(u, t, n, keys);
+      } else {
+        u = ledger.find_snapshot(s, n.kind); // one of that block and class already there holds the same state
       }
+      if (u != no_host_unit && listener_ != nullptr) listener_->snapshot_offloaded(t, u);
     }
   }
 
@@ -469,9 +481,11 @@ private:
   static void host_unit_evicted(void* self, host_pool_kind pool, host_unit u) noexcept {
     auto& h = *static_cast<host_tier*>(self);
     if constexpr (has_remote) h.below.host_unit_evicted(pool, u, h.ledger);
+    if (h.listener_ != nullptr) h.listener_->host_unit_dropped(pool, u);
   }
 
   tier_context c_;
+  host_listener* listener_ = nullptr;
 
 public:
   host_ledger ledger;

@@ -330,7 +330,7 @@ public:
   }
 
   /// `cache_options::state_events`: what this cache stored and removed since the previous call (full KV blocks
-  /// and snapshots in GPU memory, by content key, class and position), for a fleet router
+  /// and snapshots in GPU memory or the host tier, by content key, class and position), for a fleet router
   /// (`routing::state_router::apply`). Call it once per step. The span stays valid until the next call;
   /// empty without the option.
   std::span<const state_event> take_state_events() noexcept {

@@ -40,7 +40,8 @@ public:
   }
 
   /// Called with every published snapshot about to be unpublished, however it goes (LRU, its block evicted,
-  /// TTL, a checkpoint dropped): a fleet router's events report it removed (state_events.hpp).
+  /// TTL, a checkpoint dropped): a fleet router's events report it removed unless a host unit took it
+  /// (state_events.hpp).
   void set_detach_hook(evict_hook f, void* context) noexcept {
     detach_hook_ = f;
     detach_context_ = context;

@@ -17,6 +17,10 @@
 ///   supersede / restore_done                               a turn end superseded; a restore has run
 ///   take_transfers / step_completed                        the moves planned; a step complete
 ///   check                                                  the component's own invariants
+///
+/// And one for a component beside the core, called once when it is built: `set_listener` names the
+/// `host_listener` (below; `state_events`, state_events.hpp) that hears which host units hold what GPU memory
+/// held, and when they stop.
 
 #include <reprise/cache/block_ledger.hpp>
 #include <reprise/cache/block_pool.hpp>
@@ -64,11 +68,29 @@ struct onboarded_blocks {
   std::uint32_t from_store = 0;
 };
 
+/// What a component beside the core hears of the host tier (`state_events` listens, state_events.hpp).
+///
+/// - `block_offloaded(b, u)`: host unit `u` of the KV pool now holds what GPU block `b` holds (a fresh copy,
+///   or the copy `b` was onboarded from, still cached); `snapshot_offloaded(s, u)`: host unit `u` of the
+///   snapshot pool holds what GPU slot `s` holds (a fresh copy, or one of the same block and class). Both are
+///   called while `b` or `s` still holds it, before the GPU ledgers drop it.
+/// - `host_unit_dropped(pool, u)`: cached unit `u` of `pool` is about to be reused (the host LRU evicts it).
+class host_listener {
+public:
+  virtual void block_offloaded(block_id from, host_unit to) noexcept = 0;
+  virtual void snapshot_offloaded(slot_id from, host_unit to) noexcept = 0;
+  virtual void host_unit_dropped(host_pool_kind pool, host_unit u) noexcept = 0;
+
+protected:
+  ~host_listener() = default;
+};
+
 /// `policy::tiers<>`: nothing below the GPU. Every hook is empty, so the core compiles none of the tiers.
 struct no_tiers {
   static constexpr bool enabled = false;
 
   explicit no_tiers(const tier_context&) noexcept {}
+  void set_listener(host_listener*) noexcept {}
 
   void sequence_prepared(const sequence_record&, const extra_keys&) noexcept {}
   void sequence_forked(const sequence_record&, const sequence_record&) noexcept {}

@@ -141,9 +141,9 @@ struct cache_options {
   /// 0 (the default): drawn at random when the cache is created.
   std::uint64_t remote_writer_id = 0;
   /// Report what this cache holds to a fleet router (<reprise/routing/state_router.hpp>): given a key source
-  /// (`routing::fleet_keys`, kept alive by the engine as long as the cache), every full KV block published or
-  /// evicted and every snapshot published or dropped in GPU memory is an event, taken with
-  /// `take_state_events` (once per step). Empty (the default): no events, no cost.
+  /// (`routing::fleet_keys`, kept alive by the engine as long as the cache), every full KV block and every
+  /// snapshot that GPU memory or the host tier comes to hold, or no longer holds anywhere, is an event, taken
+  /// with `take_state_events` (once per step; cache/state_events.hpp). Empty (the default): no events, no cost.
   state_keys_ref state_events{};
 };
 
