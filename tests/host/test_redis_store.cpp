@@ -549,58 +549,6 @@ TEST_CASE("two processes share the store: a child writes and the parent reads bi
   CHECK(same(got.payload, payload));
 }
 
-namespace {
-
-/// A 3-node Redis Cluster without replicas, created with redis-cli.
-struct redis_cluster {
-  std::vector<std::unique_ptr<redis_server>> nodes;
-
-  redis_cluster() {
-    for (int i = 0; i < 3; ++i) {
-      const int port = free_cluster_port();
-      nodes.push_back(std::make_unique<redis_server>(
-          std::vector<std::string>{"--cluster-enabled", "yes", "--cluster-config-file",
-                                   "nodes-" + std::to_string(port) + ".conf", "--cluster-node-timeout", "3000"},
-          port));
-    }
-    std::string create = "redis-cli --cluster create";
-    for (auto& n : nodes) create.append(" ").append(n->endpoint());
-    create += " --cluster-replicas 0 --cluster-yes >/dev/null 2>&1";
-    REQUIRE(std::system(create.c_str()) == 0);
-    const auto deadline = steady::now() + 15s;
-    for (auto& n : nodes) {
-      raw_connection c = n->connect();
-      REQUIRE(c);
-      while (raw_string(c.get(), {"CLUSTER", "INFO"}).find("cluster_state:ok") == std::string::npos) {
-        REQUIRE(steady::now() < deadline);
-        std::this_thread::sleep_for(50ms);
-      }
-    }
-  }
-
-  /// The node that serves `slot` (counted by CLUSTER COUNTKEYSINSLOT of a key it holds is not enough for an
-  /// empty slot, so CLUSTER SLOTS is read).
-  std::size_t owner(std::uint16_t slot) {
-    raw_connection c = nodes[0]->connect();
-    raw_reply r = raw(c.get(), {"CLUSTER", "SLOTS"});
-    REQUIRE(r);
-    REQUIRE(r->type == REDIS_REPLY_ARRAY);
-    for (std::size_t i = 0; i < r->elements; ++i) {
-      const redisReply* range = r->element[i];
-      if (range->element[0]->integer <= slot && slot <= range->element[1]->integer) {
-        const int port = static_cast<int>(range->element[2]->element[1]->integer);
-        for (std::size_t n = 0; n < nodes.size(); ++n)
-          if (nodes[n]->port() == port) return n;
-      }
-    }
-    FAIL("no owner of slot " << slot);
-    return 0;
-  }
-  std::string id(std::size_t n) { return raw_string(nodes[n]->connect().get(), {"CLUSTER", "MYID"}); }
-};
-
-} // namespace
-
 TEST_CASE("Redis Cluster: slot routing and MOVED and ASK redirects") {
   require_redis_server();
   redis_cluster cluster;
