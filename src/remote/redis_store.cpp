@@ -34,6 +34,10 @@ constexpr std::size_t max_header_bytes = std::size_t{16} << 20;
 constexpr std::size_t max_key_prefix_bytes = 256;
 /// More chunks than this in a manifest is not a value this client wrote (2^20 chunks of 256 MiB).
 constexpr std::uint64_t max_chunk_count = std::uint64_t{1} << 20;
+/// While the owner of a request's slot is in its reconnect backoff, the cluster's slot map is relearned at
+/// most this often (a replica may have been promoted): one CLUSTER SLOTS per I/O thread per interval during
+/// an outage, and a failover followed within this long of the cluster agreeing on it.
+constexpr std::chrono::milliseconds map_recheck_interval{100};
 
 // ---------------------------------------------------------------------------------------------------------
 // The manifest's byte layout (docs/remote-store.md, "Manifest"): little-endian integers at fixed offsets.
@@ -357,13 +361,23 @@ public:
 
     int target = -1;
     if (const step s = route(slot, target); s != step::ok) return s;
-    bool asking = false;
-    for (std::uint32_t attempt = 0; attempt <= options_.max_redirects; ++attempt) {
+    bool asking = false, rerouted = false;
+    for (std::uint32_t redirects = 0;;) {
       std::vector<std::size_t> redirected;
       std::optional<endpoint> moved_to, ask_to;
       if (const step s = exchange(target, commands, pending, asking, replies, redirected, moved_to, ask_to);
-          s != step::ok)
-        return s;
+          s != step::ok) {
+        // The node cannot be reached (refused, reset, or in its backoff). In a cluster its replica may own
+        // the slot by now: relearn the map (`fail` marked it stale) and, when the slot has another owner,
+        // send the commands there, once. GET, SET and EXISTS may be repeated.
+        if (s != step::unavailable || mode_ != mode::cluster || rerouted) return s;
+        rerouted = true;
+        int owner = -1;
+        if (route(slot, owner) != step::ok || owner == target) return s;
+        target = owner;
+        asking = false;
+        continue;
+      }
       if (redirected.empty()) return step::ok;
       store_.redirects.fetch_add(redirected.size(), std::memory_order_relaxed);
       if (moved_to) {
@@ -379,8 +393,8 @@ public:
         asking = true;
       }
       pending = std::move(redirected);
+      if (++redirects > options_.max_redirects) return step::server_error;
     }
-    return step::server_error;
   }
 
   /// As `run`, for commands whose keys lie in different slots (command i's in `slots[i]`): pipelined to each
@@ -458,6 +472,12 @@ private:
     return step::ok;
   }
 
+  /// Whether node `i` is not connected and may not be tried yet.
+  bool backing_off(int i) const {
+    const node& n = nodes_[static_cast<std::size_t>(i)];
+    return !n.context && clock_type::now() < n.retry_at;
+  }
+
   /// Drops node `i`'s connection and starts (or extends) its backoff.
   void fail(int i) {
     node& n = nodes_[static_cast<std::size_t>(i)];
@@ -494,6 +514,11 @@ private:
       target = 0;
       return step::ok;
     }
+    // An owner in its reconnect backoff may have been failed over since the map was learned: relearn it, at
+    // most once per map_recheck_interval, instead of failing the slot's requests until the backoff ends.
+    if (const int owner = slot_owner_[slot]; owner >= 0 && backing_off(owner) &&
+                                             clock_type::now() - map_learned_at_ >= map_recheck_interval)
+      map_stale_ = true;
     if (map_stale_ || slot_owner_[slot] < 0) {
       // Ask every known node in turn (seeds first) until one answers.
       for (std::size_t i = 0; i < nodes_.size() && (map_stale_ || slot_owner_[slot] < 0); ++i)
@@ -535,6 +560,7 @@ private:
     }
     slot_owner_ = std::move(owner);
     map_stale_ = false;
+    map_learned_at_ = clock_type::now();
   }
 
   /// One command on node `i` (connected), its reply in `out`.
@@ -641,6 +667,7 @@ private:
   mode mode_ = mode::unknown;
   std::vector<int> slot_owner_;
   bool map_stale_ = true;
+  clock_type::time_point map_learned_at_{};
 };
 
 /// Executes requests on one I/O thread.

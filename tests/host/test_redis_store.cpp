@@ -1,7 +1,8 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
 // reprise::remote::redis_store against real redis-server processes that the test starts on free loopback
-// ports (a single server, one under maxmemory, one killed and restarted, a 3-node Redis Cluster). Without
-// redis-server on PATH the server cases exit 77, which CTest reports as skipped.
+// ports (a single server, one under maxmemory, one killed and restarted, a 3-node Redis Cluster, and one of
+// 3 primaries with a replica each whose primary is killed mid-run). Without redis-server on PATH the server
+// cases exit 77, which CTest reports as skipped.
 #include "support/redis_testing.hpp"
 
 #include <reprise/remote/redis_store.hpp>
@@ -549,58 +550,6 @@ TEST_CASE("two processes share the store: a child writes and the parent reads bi
   CHECK(same(got.payload, payload));
 }
 
-namespace {
-
-/// A 3-node Redis Cluster without replicas, created with redis-cli.
-struct redis_cluster {
-  std::vector<std::unique_ptr<redis_server>> nodes;
-
-  redis_cluster() {
-    for (int i = 0; i < 3; ++i) {
-      const int port = free_cluster_port();
-      nodes.push_back(std::make_unique<redis_server>(
-          std::vector<std::string>{"--cluster-enabled", "yes", "--cluster-config-file",
-                                   "nodes-" + std::to_string(port) + ".conf", "--cluster-node-timeout", "3000"},
-          port));
-    }
-    std::string create = "redis-cli --cluster create";
-    for (auto& n : nodes) create.append(" ").append(n->endpoint());
-    create += " --cluster-replicas 0 --cluster-yes >/dev/null 2>&1";
-    REQUIRE(std::system(create.c_str()) == 0);
-    const auto deadline = steady::now() + 15s;
-    for (auto& n : nodes) {
-      raw_connection c = n->connect();
-      REQUIRE(c);
-      while (raw_string(c.get(), {"CLUSTER", "INFO"}).find("cluster_state:ok") == std::string::npos) {
-        REQUIRE(steady::now() < deadline);
-        std::this_thread::sleep_for(50ms);
-      }
-    }
-  }
-
-  /// The node that serves `slot` (counted by CLUSTER COUNTKEYSINSLOT of a key it holds is not enough for an
-  /// empty slot, so CLUSTER SLOTS is read).
-  std::size_t owner(std::uint16_t slot) {
-    raw_connection c = nodes[0]->connect();
-    raw_reply r = raw(c.get(), {"CLUSTER", "SLOTS"});
-    REQUIRE(r);
-    REQUIRE(r->type == REDIS_REPLY_ARRAY);
-    for (std::size_t i = 0; i < r->elements; ++i) {
-      const redisReply* range = r->element[i];
-      if (range->element[0]->integer <= slot && slot <= range->element[1]->integer) {
-        const int port = static_cast<int>(range->element[2]->element[1]->integer);
-        for (std::size_t n = 0; n < nodes.size(); ++n)
-          if (nodes[n]->port() == port) return n;
-      }
-    }
-    FAIL("no owner of slot " << slot);
-    return 0;
-  }
-  std::string id(std::size_t n) { return raw_string(nodes[n]->connect().get(), {"CLUSTER", "MYID"}); }
-};
-
-} // namespace
-
 TEST_CASE("Redis Cluster: slot routing and MOVED and ASK redirects") {
   require_redis_server();
   redis_cluster cluster;
@@ -706,4 +655,284 @@ TEST_CASE("Redis Cluster: slot routing and MOVED and ASK redirects") {
   REQUIRE(put_sync(*seeded, k, header, replacement) == store_status::stored);
   CHECK(same(get_sync(*store, k).payload, replacement));
   CHECK(raw(target.get(), {"EXISTS", manifest})->integer == 1);
+}
+
+namespace {
+
+/// A value of the failover test: key i's header names i, its payload is inline (300 or 3000 bytes) or cut
+/// into 3 or 5 chunks of 4 KiB, by i % 4.
+struct stored_value {
+  std::vector<std::byte> header, payload;
+};
+stored_value value_of(std::uint64_t i) {
+  static constexpr std::size_t sizes[] = {300, 3000, 2 * 4096 + 17, 20'000};
+  return {pattern(16 + i % 7, i ^ 0xABCDu), pattern(sizes[i % 4], i)};
+}
+bool is_value(const completion& got, const stored_value& v) {
+  return same(got.header, v.header) && same(got.payload, v.payload);
+}
+/// The slot of every key of `k`'s value: that of its hash tag, the content key in hex.
+std::uint16_t slot_of(const content_key& k) { return cluster_slot(to_hex(k)); }
+
+void expect_child_exit_0(pid_t child) {
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+}
+
+} // namespace
+
+// A primary of a cluster with one replica per primary is SIGKILLed while gets and puts run. Until its
+// replica is promoted, requests fail (or miss) and never return bytes other than the value's; once every
+// node agrees on the new owner, the clients route to it: what had reached the replica is a bitwise hit,
+// the rest a miss, new puts are stored. Values corrupted by hand replicate corrupt and stay refused.
+TEST_CASE("Redis Cluster with replicas: a primary killed mid-run costs failed requests and misses, never wrong data") {
+  require_redis_server();
+  const auto test_start = steady::now();
+  redis_cluster cluster({.primaries = 3, .replicas = 1, .node_timeout = 1000ms});
+  constexpr std::uint64_t written = 240;
+  std::vector<stored_value> values;
+  for (std::uint64_t i = 0; i < written; ++i) values.push_back(value_of(i));
+
+  // The primary that dies: the owner of value 0. The clients' only seed is that node, so they know the
+  // others (and, later, the promoted replica) from slot maps alone.
+  const std::size_t victim = cluster.owner(slot_of(key_of(0)));
+  redis_store_options o = options_for({cluster.nodes[victim]->endpoint()});
+  o.topology = store_topology::cluster;
+  o.chunk_bytes = 4096;
+
+  // Another process writes every value.
+  std::fflush(nullptr);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    int code = 1;
+    if (auto made = redis_store::create(o)) {
+      std::uint64_t stored = 0, finished = 0;
+      for (std::uint64_t i = 0; i < written; ++i)
+        if (!(*made)->put(key_of(i), values[i].header, values[i].payload)) finished = written + 1;
+      completion done[64];
+      const auto deadline = steady::now() + 10s;
+      while (finished < written && steady::now() < deadline) {
+        const std::size_t n = (*made)->wait(done, 100ms);
+        for (std::size_t k = 0; k < n; ++k) stored += done[k].status == store_status::stored;
+        finished += n;
+      }
+      code = stored == written ? 0 : 1;
+    } // the store's destructor stops its thread
+    std::_Exit(code);
+  }
+  expect_child_exit_0(child);
+
+  redis_store_options two_threads = o;
+  two_threads.io_threads = 2; // two slot maps to keep right
+  auto store = make_store(two_threads);
+  // A client whose nodes, once failed, are not reconnected for 10 s: it must still follow the failover as
+  // soon as the cluster has, because the slot's owner changed, not the failed node.
+  redis_store_options patient_options = o;
+  patient_options.reconnect_backoff_initial = 10s;
+  patient_options.reconnect_backoff_max = 10s;
+  auto patient = make_store(patient_options);
+  // A client that is idle from before the kill until the cluster serves again: the first request it sends
+  // finds its connection to the victim dead and is sent to the promoted replica instead of failing.
+  auto idle = make_store(o);
+  for (std::uint64_t i = 0; i < written; ++i) {
+    const completion got = get_sync(*store, key_of(i));
+    REQUIRE(got.status == store_status::hit);
+    CHECK(is_value(got, values[i]));
+  }
+
+  // Values damaged by hand on their primary, each kind once on the victim and once on another primary.
+  enum class damage { overwritten_chunk, truncated_chunk, deleted_chunk, flipped_inline_byte };
+  const std::vector<std::size_t> owners = cluster.slot_owners();
+  const auto on_victim = [&](const content_key& k) { return owners[slot_of(k)] == victim; };
+  std::vector<std::optional<store_status>> damaged(written); // what a get of each damaged value returns
+  for (const bool victims : {true, false}) {
+    for (const damage d : {damage::overwritten_chunk, damage::truncated_chunk, damage::deleted_chunk,
+                           damage::flipped_inline_byte}) {
+      std::uint64_t i = 1;
+      while (damaged[i] || on_victim(key_of(i)) != victims ||
+             (values[i].payload.size() > o.chunk_bytes) == (d == damage::flipped_inline_byte))
+        REQUIRE(++i < written);
+      raw_connection c = cluster.nodes[owners[slot_of(key_of(i))]]->connect();
+      const std::string manifest = store->manifest_key(key_of(i));
+      if (d == damage::flipped_inline_byte) {
+        std::string m = raw_string(c.get(), {"GET", manifest});
+        REQUIRE(m.size() == 123 + values[i].header.size() + values[i].payload.size());
+        m.back() = static_cast<char>(m.back() ^ 0x20);
+        REQUIRE(raw_string(c.get(), {"SET", manifest, m}) == "OK");
+        damaged[i] = store_status::corrupt;
+        continue;
+      }
+      const std::vector<std::string> chunks = chunk_keys(c.get(), manifest);
+      REQUIRE(chunks.size() >= 3);
+      if (d == damage::deleted_chunk) {
+        REQUIRE(raw(c.get(), {"DEL", chunks[1]})->integer == 1);
+        damaged[i] = store_status::miss; // as if evicted
+        continue;
+      }
+      std::string chunk = raw_string(c.get(), {"GET", chunks[1]});
+      if (d == damage::overwritten_chunk) chunk[100] = static_cast<char>(chunk[100] ^ 1);
+      if (d == damage::truncated_chunk) chunk.pop_back();
+      REQUIRE(raw_string(c.get(), {"SET", chunks[1], chunk}) == "OK");
+      damaged[i] = store_status::corrupt;
+    }
+  }
+  std::uint64_t patient_key = 1; // an intact value on the victim
+  while (damaged[patient_key] || !on_victim(key_of(patient_key))) ++patient_key;
+  for (std::uint64_t i = 0; i < written; ++i) {
+    if (!damaged[i]) continue;
+    const completion got = get_sync(*store, key_of(i));
+    CHECK(got.status == *damaged[i]);
+    CHECK(got.payload.empty());
+  }
+  REQUIRE(get_sync(*patient, key_of(patient_key)).status == store_status::hit);
+  REQUIRE(get_sync(*idle, key_of(patient_key)).status == store_status::hit);
+  cluster.wait_for_replicas(5s); // everything so far, corruption included, is on the replicas
+
+  // Then the victim's link to its replica is cut: the three values written next, on the victim, are
+  // acknowledged and read back, and lost when it dies, as asynchronous replication loses the last writes
+  // of a primary that dies.
+  cluster.cut_replication(victim);
+  std::vector<std::pair<content_key, stored_value>> unreplicated;
+  for (std::uint64_t i = 50'000; unreplicated.size() < 3; ++i) {
+    if (!on_victim(key_of(i))) continue;
+    unreplicated.emplace_back(key_of(i), value_of(i));
+    const stored_value& v = unreplicated.back().second;
+    REQUIRE(put_sync(*store, key_of(i), v.header, v.payload) == store_status::stored);
+    const completion got = get_sync(*store, key_of(i));
+    REQUIRE(got.status == store_status::hit);
+    CHECK(is_value(got, v));
+  }
+
+  // Rounds of four gets of stored values and two puts of new ones, submitted together so that some are in
+  // flight when the victim dies, and a get by the patient client.
+  std::vector<store_status> put_status; // of value written + k
+  std::size_t failed_gets = 0, failed_puts = 0, patient_failed = 0;
+  std::optional<steady::time_point> killed_at, serving_at, patient_served_at;
+  auto last_look = steady::now();
+  for (int round = 0;; ++round) {
+    struct sent {
+      request_id id;
+      std::uint64_t key;
+      bool put;
+    };
+    std::vector<sent> batch;
+    for (int g = 0; g < 4; ++g) {
+      const std::uint64_t i = (static_cast<std::uint64_t>(round) * 4 + static_cast<std::uint64_t>(g)) % written;
+      auto id = store->get(key_of(i));
+      REQUIRE(id.has_value());
+      batch.push_back({*id, i, false});
+    }
+    for (int p = 0; p < 2; ++p) {
+      const std::uint64_t i = values.size();
+      values.push_back(value_of(i)); // the other values' buffers do not move
+      put_status.push_back(store_status::server_error);
+      auto id = store->put(key_of(i), values[i].header, values[i].payload);
+      REQUIRE(id.has_value());
+      batch.push_back({*id, i, true});
+    }
+    if (round == 10) {
+      cluster.nodes[victim]->kill();
+      killed_at = steady::now();
+    }
+    bool all_served = true;
+    for (std::size_t left = batch.size(); left > 0; --left) {
+      completion c;
+      REQUIRE(store->wait(std::span(&c, 1), 5s) == 1);
+      const auto it = std::find_if(batch.begin(), batch.end(), [&](const sent& s) { return s.id == c.id; });
+      REQUIRE(it != batch.end());
+      CAPTURE(it->key);
+      CAPTURE(to_string(c.status));
+      const bool failed = c.status == store_status::unavailable || c.status == store_status::timeout;
+      if (it->put) {
+        put_status[it->key - written] = c.status;
+        CHECK((c.status == store_status::stored || (killed_at && failed)));
+        failed_puts += failed;
+        all_served = all_served && c.status == store_status::stored;
+      } else if (damaged[it->key]) {
+        CHECK((c.status == *damaged[it->key] || (killed_at && failed)));
+        CHECK(c.payload.empty());
+        all_served = all_served && !failed;
+      } else {
+        CHECK((c.status == store_status::hit || (killed_at && failed)));
+        if (c.status == store_status::hit) CHECK(is_value(c, values[it->key]));
+        failed_gets += failed;
+        all_served = all_served && c.status == store_status::hit;
+      }
+    }
+    const completion p = get_sync(*patient, key_of(patient_key));
+    CHECK((p.status == store_status::hit || (killed_at && (p.status == store_status::unavailable ||
+                                                            p.status == store_status::timeout))));
+    if (p.status == store_status::hit) {
+      CHECK(is_value(p, values[patient_key]));
+      if (serving_at && !patient_served_at) patient_served_at = steady::now();
+    } else {
+      ++patient_failed;
+    }
+    if (killed_at && !serving_at && steady::now() - last_look >= 50ms) {
+      last_look = steady::now();
+      if (cluster.serving()) serving_at = steady::now();
+    }
+    // Done once the cluster has served for a while and a whole round succeeded.
+    if (serving_at && patient_served_at && steady::now() - *serving_at >= 300ms && all_served) break;
+    REQUIRE_MESSAGE(steady::now() - test_start < 30s, "the clients did not serve again after the failover");
+    std::this_thread::sleep_for(5ms);
+  }
+  const auto ms = [](steady::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  MESSAGE("failover: the cluster served again " << ms(*serving_at - *killed_at) << " ms after the kill, the patient client "
+          << ms(*patient_served_at - *serving_at) << " ms later; " << failed_gets << " gets, " << failed_puts
+          << " puts and " << patient_failed << " patient gets failed meanwhile");
+  CHECK(failed_gets > 0);
+  CHECK(patient_failed > 0);
+  CHECK(*patient_served_at - *serving_at < 1s);
+  const completion first = get_sync(*idle, key_of(patient_key));
+  CHECK(first.status == store_status::hit);
+  CHECK(is_value(first, values[patient_key]));
+
+  // The promoted replica serves what reached it: every value stored before the cut, the damaged ones still
+  // refused; the three written after the cut are misses; of the puts that ran across the cut and the kill,
+  // each is whole or a miss.
+  for (redis_store* s : {store.get(), patient.get(), idle.get()}) {
+    for (std::uint64_t i = 0; i < written; ++i) {
+      const completion got = get_sync(*s, key_of(i));
+      CAPTURE(i);
+      CHECK(got.status == (damaged[i] ? *damaged[i] : store_status::hit));
+      if (got.status == store_status::hit) CHECK(is_value(got, values[i]));
+    }
+    for (const auto& [k, v] : unreplicated) CHECK(get_sync(*s, k).status == store_status::miss);
+  }
+  const std::vector<std::size_t> owners_now = cluster.slot_owners();
+  const std::size_t promoted = owners_now[slot_of(key_of(0))];
+  CHECK(promoted != victim);
+  std::size_t lost = 0, landed = 0;
+  for (std::uint64_t i = written; i < values.size(); ++i) {
+    const completion got = get_sync(*store, key_of(i));
+    CAPTURE(i);
+    CHECK((got.status == store_status::hit || got.status == store_status::miss));
+    if (got.status == store_status::hit) CHECK(is_value(got, values[i]));
+    const bool stored = put_status[i - written] == store_status::stored;
+    lost += stored && got.status == store_status::miss;
+    landed += !stored && got.status == store_status::hit;
+    // Only the victim's slots, now the promoted replica's, can have lost an acknowledged put (replication is
+    // asynchronous).
+    if (stored && got.status == store_status::miss) CHECK(owners_now[slot_of(key_of(i))] == promoted);
+  }
+  MESSAGE((values.size() - written) << " puts across the kill: " << lost << " acknowledged and lost, " << landed
+                                  << " failed and stored all the same");
+
+  // New puts are stored, on every primary, the promoted replica included, and read back by both clients.
+  std::size_t on_promoted = 0;
+  for (std::uint64_t i = 100'000; i < 100'030; ++i) {
+    values.push_back(value_of(i));
+    REQUIRE(put_sync(*store, key_of(i), values.back().header, values.back().payload) == store_status::stored);
+    for (redis_store* s : {store.get(), patient.get()}) {
+      const completion got = get_sync(*s, key_of(i));
+      REQUIRE(got.status == store_status::hit);
+      CHECK(is_value(got, values.back()));
+    }
+    on_promoted += owners_now[slot_of(key_of(i))] == promoted;
+  }
+  CHECK(on_promoted > 0);
 }

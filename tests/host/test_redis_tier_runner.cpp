@@ -1,7 +1,8 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
 // The remote tier on a real redis-server through tier_runner: a prefix one process computed (a forked child
 // with its own cache, host pools and store client) is restored by another, bitwise; a value corrupted in the
-// store by hand, or a server that is gone, costs a miss and never wrong state. Without redis-server on PATH
+// store by hand, or a server that is gone, costs a miss and never wrong state; on a Redis Cluster with a
+// replica per primary, so does a primary killed between a write and its read. Without redis-server on PATH
 // the cases exit 77, which CTest reports as skipped.
 #include "support/cache_testing.hpp"
 #include "support/content_keys.hpp"
@@ -22,6 +23,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -129,13 +131,15 @@ struct process {
   }
 
   /// Prefetches `prompt` from the store and waits for the fetches (an engine would poll once per step).
-  void prefetch(const std::vector<token_id>& prompt) {
+  /// Returns the fetches planned.
+  std::vector<remote_fetch> prefetch(const std::vector<token_id>& prompt) {
     auto plan = cache.prefetch(prompt);
     REQUIRE(plan.has_value());
-    const std::vector<remote_fetch> fetches(plan->fetches.begin(), plan->fetches.end());
+    std::vector<remote_fetch> fetches(plan->fetches.begin(), plan->fetches.end());
     runner.run_puts(cache.take_transfers());
     runner.start_fetches(cache, fetch_plan{fetches, plan->blocks});
     REQUIRE(runner.drain(cache, 5s));
+    return fetches;
   }
 
   /// As an engine that probes first: asks the store what it has of `prompt`, polls until the answer came,
@@ -168,31 +172,35 @@ struct process {
   std::vector<std::byte> restored;
 };
 
-redis_store_options options_for(const redis_server& server) {
+redis_store_options options_for(std::vector<std::string> endpoints, store_topology topology) {
   redis_store_options o;
-  o.endpoints = {server.endpoint()};
-  o.topology = store_topology::single_node;
+  o.endpoints = std::move(endpoints);
+  o.topology = topology;
   o.command_timeout = 400ms;
   o.connect_timeout = 200ms;
   o.queue_timeout = 400ms;
   return o;
 }
+redis_store_options options_for(const redis_server& server) {
+  return options_for({server.endpoint()}, store_topology::single_node);
+}
 
 const std::vector<token_id> prompt = iota_tokens(2 * A + 9); // a prefill-exact snapshot at 128
 
-/// In a forked child: its own store client and cache serve `prompt`, push it out of GPU and host memory
+/// In a forked child: its own store client and cache serve `served`, push it out of GPU and host memory
 /// with other prompts and write what the host tier evicts to the store. Exits 0 when all puts are stored.
-void write_in_child(const redis_server& server) {
+void write_in_child(const redis_store_options& options, const std::vector<token_id>& served = prompt) {
+  std::fflush(nullptr);
   const pid_t child = ::fork();
   REQUIRE(child >= 0);
   if (child == 0) {
     bool ok = false;
     try {
-      auto store = redis_store::create(options_for(server));
+      auto store = redis_store::create(options);
       const content_keyer keys = make_keyer();
       if (store) {
         process writer(keys, **store);
-        writer.serve(1, prompt);
+        writer.serve(1, served);
         for (seq_id s = 100; s < 110; ++s) writer.serve(s, iota_tokens(6 * B + 1, static_cast<token_id>(10000 * s)));
         ok = writer.runner.drain(writer.cache, 5s) && writer.runner.stats().puts_stored > 8 &&
              writer.runner.stats().puts_failed == 0;
@@ -207,6 +215,7 @@ void write_in_child(const redis_server& server) {
   REQUIRE(WIFEXITED(status));
   REQUIRE(WEXITSTATUS(status) == 0);
 }
+void write_in_child(const redis_server& server) { write_in_child(options_for(server)); }
 
 } // namespace
 
@@ -461,4 +470,127 @@ TEST_CASE("abandon reports fetches in flight as misses at once and ignores their
   const admit_plan p = engine.serve(1, next);
   CHECK(p.usable_tokens == 0);
   CHECK(engine.cache.check_invariants().has_value());
+}
+
+// The remote tier on a Redis Cluster of 3 primaries with a replica each. A prefix one process wrote is
+// restored bitwise by another. A second prefix is written while the link from the primary that holds its
+// first block to that primary's replica is cut, and that primary is SIGKILLed before anyone reads it: a
+// reader during the failover and one after it get misses for what the primary held (the cache's `fetched`
+// sees empty headers), hits for the rest, and use nothing wrong; once the prefix is served again and
+// written through to the promoted replica, a third reader restores it whole.
+TEST_CASE("a replicated Redis Cluster: a prefix is restored by another process, and a primary killed between "
+          "write and read costs misses only") {
+  require_redis_server();
+  redis_cluster cluster({.primaries = 3, .replicas = 1, .node_timeout = 1000ms});
+  const redis_store_options o = options_for(cluster.endpoints(), store_topology::cluster);
+  const content_keyer keys = make_keyer();
+  const auto check_nothing_wrong_used = [](const process& engine, const admit_plan& p,
+                                           const std::vector<token_id>& served) {
+    if (p.usable_tokens > 0) CHECK(engine.restored == content_of(served, p.usable_tokens, true));
+    for (std::uint32_t i = 0; i < p.shared_blocks; ++i) CHECK(engine.shared[i] == content_of(served, (i + 1) * B, false));
+    CHECK(engine.cache.metrics().remote_rejected == 0); // no value offered was refused by its header
+    CHECK(engine.cache.check_invariants().has_value());
+  };
+
+  write_in_child(o);
+  cluster.wait_for_replicas(5s);
+  const std::vector<token_id> next = concat(prompt, iota_tokens(20, 5000));
+  auto created = redis_store::create(o); // one client, across the kill, the failover and after
+  REQUIRE(created.has_value());
+  redis_store* store = created->get();
+  {
+    process reader(keys, *store);
+    reader.prefetch(next);
+    CHECK(reader.cache.metrics().remote_hits == 9); // blocks 0 .. 7 and the snapshot at 128
+    const admit_plan p = reader.serve(1, next);
+    CHECK(p.usable_tokens == 2 * A);
+    CHECK(p.shared_blocks == 8);
+    check_nothing_wrong_used(reader, p, next);
+  }
+
+  // The second prefix and the primary that dies: the one that holds its first block.
+  const std::vector<token_id> other = iota_tokens(2 * A + 9, 300);
+  const std::vector<token_id> other_next = concat(other, iota_tokens(20, 6000));
+  const std::vector<std::size_t> owners = cluster.slot_owners();
+  const auto owner_of = [&](const content_key& k) { return owners[cluster_slot(store->manifest_key(k))]; };
+  std::vector<content_key> listed; // what a prefetch of other_next may fetch, block 0 first
+  {
+    process lister(keys, *store);
+    auto plan = lister.cache.probe(other_next);
+    REQUIRE(plan.has_value());
+    for (const remote_probe& k : plan->keys) listed.push_back(k.key);
+    REQUIRE(!listed.empty());
+    REQUIRE(plan->keys[0].item == remote_item::block); // block keys in chain order first
+  }
+  const std::size_t victim = owner_of(listed[0]);
+  cluster.cut_replication(victim);
+  write_in_child(o, other);
+  // What the store has of it before the kill: after the failover, that less what the victim held.
+  std::vector<std::uint8_t> found(listed.size());
+  {
+    auto id = store->probe(listed, found);
+    REQUIRE(id.has_value());
+    completion c;
+    REQUIRE(store->wait(std::span(&c, 1), 5s) == 1);
+    REQUIRE(c.status == store_status::answered);
+  }
+  const auto survivors = [&](const std::vector<remote_fetch>& fetches) {
+    return static_cast<std::uint64_t>(std::count_if(fetches.begin(), fetches.end(), [&](const remote_fetch& f) {
+      const std::size_t at = static_cast<std::size_t>(std::find(listed.begin(), listed.end(), f.key) - listed.begin());
+      return at < listed.size() && found[at] != 0 && owner_of(f.key) != victim;
+    }));
+  };
+
+  cluster.nodes[victim]->kill();
+  {
+    // During the failover: what the victim held cannot be fetched; the rest can, until the cluster is down.
+    process during(keys, *store);
+    const std::vector<remote_fetch> fetches = during.prefetch(other_next);
+    const cache_metrics& m = during.cache.metrics();
+    MESSAGE("during the failover: " << fetches.size() << " fetches, " << survivors(fetches)
+                                    << " of values off the victim, " << m.remote_hits << " hits");
+    CHECK(m.remote_hits + m.remote_misses == fetches.size());
+    CHECK(m.remote_hits <= survivors(fetches));
+    const admit_plan p = during.serve(1, other_next);
+    CHECK(p.usable_tokens == 0); // its first block is missing
+    check_nothing_wrong_used(during, p, other_next);
+  }
+
+  cluster.wait_until_serving(15s);
+  {
+    // After it: the first prefix, written before the cut, is whole on the promoted replica.
+    process reader(keys, *store);
+    reader.prefetch(next);
+    CHECK(reader.cache.metrics().remote_hits == 9);
+    CHECK(reader.cache.metrics().remote_misses == 1); // block 8, which nobody wrote
+    const admit_plan p = reader.serve(1, next);
+    CHECK(p.usable_tokens == 2 * A);
+    check_nothing_wrong_used(reader, p, next);
+  }
+  {
+    // Of the second, what the victim held never reached its replica: misses; the rest, hits. Served again,
+    // it is written through, the promoted replica included.
+    process writer(keys, *store, /*write_through=*/true);
+    const std::vector<remote_fetch> fetches = writer.prefetch(other_next);
+    const cache_metrics& m = writer.cache.metrics();
+    CHECK(m.remote_hits == survivors(fetches));
+    CHECK(m.remote_misses == fetches.size() - survivors(fetches));
+    CHECK(m.remote_hits > 0);
+    CHECK(m.remote_misses > 1); // more than block 8, which nobody wrote
+    const admit_plan p = writer.serve(1, other_next);
+    CHECK(p.usable_tokens == 0);
+    check_nothing_wrong_used(writer, p, other_next);
+    writer.run_transfers();
+    REQUIRE(writer.runner.drain(writer.cache, 5s));
+    CHECK(writer.runner.stats().puts_failed == 0);
+    CHECK(writer.runner.stats().puts_stored >= 9);
+  }
+  {
+    process reader(keys, *store);
+    reader.prefetch(other_next);
+    const admit_plan p = reader.serve(1, other_next);
+    CHECK(p.usable_tokens == 2 * A);
+    CHECK(p.shared_blocks >= 8);
+    check_nothing_wrong_used(reader, p, other_next);
+  }
 }

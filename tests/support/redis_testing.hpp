@@ -1,8 +1,9 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Helpers of the tests that run against real redis-server processes: free loopback ports, a redis-server child
-// in a temporary directory of its own, raw hiredis connections (to corrupt stored values by hand), and the
-// skip rule (exit 77, which CTest reports as skipped) where redis-server is not installed.
+// in a temporary directory of its own, a Redis Cluster of such children (with replicas, to kill a primary and
+// watch its replica take over), raw hiredis connections (to corrupt stored values by hand), and the skip rule
+// (exit 77, which CTest reports as skipped) where redis-server is not installed.
 
 #include <hiredis/hiredis.h>
 
@@ -15,12 +16,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -170,6 +174,7 @@ public:
     ::waitpid(pid_, nullptr, 0);
     pid_ = -1;
   }
+  bool running() const { return pid_ > 0; }
   void pause() { ::kill(pid_, SIGSTOP); }
   void resume() { ::kill(pid_, SIGCONT); }
   raw_connection connect() const { return raw_connect(port_); }
@@ -179,6 +184,200 @@ private:
   std::string dir_;
   std::vector<std::string> extra_;
   pid_t pid_ = -1;
+};
+
+/// The value of `field` in an INFO reply ("field:value" lines), or "" when absent.
+inline std::string info_field(const std::string& info, const std::string& field) {
+  const std::string needle = field + ":";
+  std::size_t at = info.find(needle);
+  while (at != std::string::npos && at != 0 && info[at - 1] != '\n') at = info.find(needle, at + 1);
+  if (at == std::string::npos) return {};
+  at += needle.size();
+  return info.substr(at, info.find_first_of("\r\n", at) - at);
+}
+/// `info_field` as a number, or -1 when absent or not a number.
+inline long long info_number(const std::string& info, const std::string& field) {
+  const std::string text = info_field(info, field);
+  long long v = -1;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  return ec == std::errc{} && end == text.data() + text.size() ? v : -1;
+}
+
+/// How `redis_cluster` lays a cluster out.
+struct cluster_layout {
+  int primaries = 3;
+  int replicas = 0; ///< per primary
+  /// cluster-node-timeout: a node that does not answer for this long is flagged failing; with replicas, the
+  /// replica of a primary that died is promoted about one to two timeouts later.
+  std::chrono::milliseconds node_timeout{3000};
+};
+
+/// A Redis Cluster of redis_server children on loopback ports, created with `redis-cli --cluster create`.
+/// Ready once constructed: every node reports cluster_state:ok and every replica has caught up with its
+/// primary. Node i is `nodes[i]`; which nodes redis-cli made primaries is asked of the cluster (`owner`,
+/// `replica_of`), not assumed.
+class redis_cluster {
+public:
+  explicit redis_cluster(cluster_layout layout = {}) {
+    for (int i = 0; i < layout.primaries * (1 + layout.replicas); ++i) {
+      const int port = free_cluster_port();
+      nodes.push_back(std::make_unique<redis_server>(
+          std::vector<std::string>{"--cluster-enabled", "yes", "--cluster-config-file",
+                                   "nodes-" + std::to_string(port) + ".conf", "--cluster-node-timeout",
+                                   std::to_string(layout.node_timeout.count()),
+                                   // A replica's first sync starts at once (by default a primary waits 5 s
+                                   // for more replicas), and a replica is promoted however long its link
+                                   // to the dead primary has been down.
+                                   "--repl-diskless-sync-delay", "0", "--cluster-replica-validity-factor", "0"},
+          port));
+    }
+    std::string create = "redis-cli --cluster create";
+    for (auto& n : nodes) create.append(" ").append(n->endpoint());
+    create.append(" --cluster-replicas ").append(std::to_string(layout.replicas));
+    create += " --cluster-yes >/dev/null 2>&1";
+    REQUIRE(std::system(create.c_str()) == 0);
+    wait_until_serving(15s);
+    wait_for_replicas(15s);
+  }
+
+  /// The endpoints of the nodes still running.
+  std::vector<std::string> endpoints() const {
+    std::vector<std::string> out;
+    for (const auto& n : nodes)
+      if (n->running()) out.push_back(n->endpoint());
+    return out;
+  }
+
+  /// The primary that serves each slot, as a running node's CLUSTER SLOTS says (`nodes.size()` for none).
+  std::vector<std::size_t> slot_owners() const {
+    std::vector<std::size_t> owners(16384, nodes.size());
+    raw_connection c = any_running();
+    raw_reply r = raw(c.get(), {"CLUSTER", "SLOTS"});
+    REQUIRE(r);
+    REQUIRE(r->type == REDIS_REPLY_ARRAY);
+    for (std::size_t i = 0; i < r->elements; ++i) {
+      const redisReply* range = r->element[i];
+      const std::optional<std::size_t> n = by_port(static_cast<int>(range->element[2]->element[1]->integer));
+      for (long long slot = range->element[0]->integer; n && slot <= range->element[1]->integer; ++slot)
+        owners[static_cast<std::size_t>(slot)] = *n;
+    }
+    return owners;
+  }
+
+  /// The primary that serves `slot`.
+  std::size_t owner(std::uint16_t slot) const {
+    const std::size_t n = slot_owners()[slot];
+    REQUIRE_MESSAGE(n < nodes.size(), "no owner of slot " << slot);
+    return n;
+  }
+
+  /// The running replica of primary `primary`.
+  std::size_t replica_of(std::size_t primary) const {
+    for (std::size_t n = 0; n < nodes.size(); ++n) {
+      if (!nodes[n]->running()) continue;
+      const std::string info = raw_string(nodes[n]->connect().get(), {"INFO", "replication"});
+      if (info_field(info, "role") == "slave" && info_field(info, "master_port") == std::to_string(nodes[primary]->port()))
+        return n;
+    }
+    FAIL("no replica of node " << primary);
+    return 0;
+  }
+
+  std::string id(std::size_t n) const { return raw_string(nodes[n]->connect().get(), {"CLUSTER", "MYID"}); }
+
+  /// Cuts the replication link between primary `primary` and its replica for good, as a partition between
+  /// the two would: the primary goes on acknowledging writes that the replica never receives, and the
+  /// replica, still in the cluster, is promoted if the primary dies. (The replica is told to authenticate
+  /// as a user that does not exist, then its link is closed: it cannot reconnect.)
+  void cut_replication(std::size_t primary) {
+    const std::size_t replica = replica_of(primary);
+    raw_connection r = nodes[replica]->connect();
+    REQUIRE(raw_string(r.get(), {"CONFIG", "SET", "masteruser", "no-such-user"}) == "OK");
+    REQUIRE(raw_string(r.get(), {"CONFIG", "SET", "masterauth", "none"}) == "OK");
+    raw_reply killed = raw(nodes[primary]->connect().get(), {"CLIENT", "KILL", "TYPE", "replica"});
+    REQUIRE(killed);
+    REQUIRE(killed->integer == 1);
+    cut_off_.push_back(replica);
+    const auto deadline = steady::now() + 5s;
+    while (info_field(raw_string(r.get(), {"INFO", "replication"}), "master_link_status") != "down") {
+      REQUIRE(steady::now() < deadline);
+      std::this_thread::sleep_for(10ms);
+    }
+  }
+
+  /// Whether every running node reports cluster_state:ok and names running nodes only as the owners of all
+  /// 16384 slots: after a primary died, its replica was promoted and every node knows it.
+  bool serving() const {
+    for (const auto& n : nodes) {
+      if (!n->running()) continue;
+      raw_connection c = n->connect();
+      if (!c || info_field(raw_string(c.get(), {"CLUSTER", "INFO"}), "cluster_state") != "ok") return false;
+      raw_reply r = raw(c.get(), {"CLUSTER", "SLOTS"});
+      if (!r || r->type != REDIS_REPLY_ARRAY) return false;
+      long long covered = 0;
+      for (std::size_t i = 0; i < r->elements; ++i) {
+        const redisReply* range = r->element[i];
+        const std::optional<std::size_t> primary = by_port(static_cast<int>(range->element[2]->element[1]->integer));
+        if (!primary || !nodes[*primary]->running()) return false;
+        covered += range->element[1]->integer - range->element[0]->integer + 1;
+      }
+      if (covered != 16384) return false;
+    }
+    return true;
+  }
+
+  /// Whether every running replica of a running primary (but those cut off) is linked to it and has applied
+  /// everything the primary had written when asked.
+  bool replicas_in_sync() const {
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      const auto& n = nodes[i];
+      if (!n->running() || std::find(cut_off_.begin(), cut_off_.end(), i) != cut_off_.end()) continue;
+      const std::string info = raw_string(n->connect().get(), {"INFO", "replication"});
+      if (info_field(info, "role") != "slave") continue;
+      const std::optional<std::size_t> primary = by_port(static_cast<int>(info_number(info, "master_port")));
+      if (!primary || !nodes[*primary]->running()) continue; // awaits its promotion
+      const long long written =
+          info_number(raw_string(nodes[*primary]->connect().get(), {"INFO", "replication"}), "master_repl_offset");
+      const std::string now = raw_string(n->connect().get(), {"INFO", "replication"});
+      if (written < 0 || info_field(now, "master_link_status") != "up" ||
+          info_field(now, "master_sync_in_progress") != "0" || info_number(now, "slave_repl_offset") < written)
+        return false;
+    }
+    return true;
+  }
+
+  void wait_until_serving(std::chrono::milliseconds limit) const {
+    const auto deadline = steady::now() + limit;
+    while (!serving()) {
+      REQUIRE_MESSAGE(steady::now() < deadline, "the cluster did not serve every slot within the limit");
+      std::this_thread::sleep_for(20ms);
+    }
+  }
+  void wait_for_replicas(std::chrono::milliseconds limit) const {
+    const auto deadline = steady::now() + limit;
+    while (!replicas_in_sync()) {
+      REQUIRE_MESSAGE(steady::now() < deadline, "the replicas did not catch up within the limit");
+      std::this_thread::sleep_for(20ms);
+    }
+  }
+
+  std::vector<std::unique_ptr<redis_server>> nodes;
+
+private:
+  std::vector<std::size_t> cut_off_; ///< replicas whose link `cut_replication` cut
+
+  std::optional<std::size_t> by_port(int port) const {
+    for (std::size_t n = 0; n < nodes.size(); ++n)
+      if (nodes[n]->port() == port) return n;
+    return std::nullopt;
+  }
+  raw_connection any_running() const {
+    for (const auto& n : nodes)
+      if (n->running())
+        if (raw_connection c = n->connect()) return c;
+    FAIL("no cluster node answers");
+    return nullptr;
+  }
 };
 
 } // namespace reprise::testing
