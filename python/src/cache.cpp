@@ -151,10 +151,6 @@ std::string deprecated_policy_list() {
   return s;
 }
 
-const char* exactness_name(exactness e) {
-  return e == exactness::prefill_exact ? "prefill_exact" : "decode_continuation";
-}
-
 // ----- plans: plain values holding owned numpy arrays -----
 
 struct py_admit_plan {
@@ -219,20 +215,6 @@ remote_item item_of(const std::string& name) {
   throw nb::value_error(("unknown remote item '" + name + "' (block or snapshot)").c_str());
 }
 
-nb::bytes bytes_of(const content_key& k) { return nb::bytes(reinterpret_cast<const char*>(k.bytes.data()), k.bytes.size()); }
-
-content_key key_of(nb::handle b, const char* what) {
-  if (!nb::isinstance<nb::bytes>(b))
-    throw nb::type_error((std::string(what) + ": a content key is 32 bytes, not " +
-                          nb::type_name(b.type()).c_str()).c_str());
-  const nb::bytes bytes = nb::borrow<nb::bytes>(b);
-  if (bytes.size() != content_key{}.bytes.size())
-    throw nb::value_error((std::string(what) + ": a content key is 32 bytes").c_str());
-  content_key k;
-  std::memcpy(k.bytes.data(), bytes.c_str(), k.bytes.size());
-  return k;
-}
-
 /// int32 [n, 2] (src, dst) rows: the layout of `reprise.ops` pairs.
 nb::object move_array(std::span<const unit_move> moves) {
   std::vector<std::int32_t> flat;
@@ -268,36 +250,6 @@ nb::object capture_array(std::span<const capture_point> caps) {
     flat.push_back(c.slot);
   }
   return owned_array<std::int64_t>(flat, 2);
-}
-
-/// The extra keys of `admit`, owning the multimodal digest bytes.
-struct py_extra_keys {
-  std::uint64_t model_revision = 0, lora_id = 0, tenant_salt = 0;
-  nb::bytes multimodal_digest{};
-
-  extra_keys view() const noexcept {
-    return {model_revision, lora_id,
-            {reinterpret_cast<const std::byte*>(multimodal_digest.c_str()), multimodal_digest.size()}, tenant_salt};
-  }
-};
-
-/// The named policy `name`, or its catalog name when `name` is a deprecated one (with a DeprecationWarning).
-/// Raises ValueError listing the names for any other.
-catalog::policy_id find_policy(const std::string& name) {
-  if (const auto id = catalog::find_policy(name)) return *id;
-  for (const deprecated_name& d : deprecated_policies)
-    if (name == d.name) {
-      const std::string warning = "PrefixCache: policy '" + name + "' is deprecated, use '" + std::string(d.now) +
-                                  "' (the same policy; the names are reprise-sim's too)";
-      if (PyErr_WarnEx(PyExc_DeprecationWarning, warning.c_str(), 2) != 0) throw nb::python_error();
-      return *catalog::find_policy(d.now);
-    }
-  std::string names;
-  for (const catalog::policy_entry& p : catalog::policy_table)
-    names.append(names.empty() ? "" : ", ").append(p.name);
-  throw nb::value_error(("PrefixCache: unknown policy '" + name + "' (policies: " + names +
-                         "; deprecated names: " + deprecated_policy_list() + ")")
-                            .c_str());
 }
 
 /// A snapshot policy on a model with recurrent layers needs a snapshot budget of at least one snapshot: the
@@ -366,7 +318,7 @@ public:
       raise(errc::unsupported_config,
             "PrefixCache: the remote tier (remote_fleet_seed) sits below the host tier: values reach the store "
             "from host units and come back through them; set host_kv_budget_bytes");
-    const catalog::policy_id id = find_policy(policy);
+    const catalog::policy_id id = find_policy(policy, "PrefixCache");
     const catalog::policy_entry& p = catalog::entry(id);
     check_snapshot_budget(m, policy, p.restores_snapshots, snapshot_budget_bytes);
     if (host && !p.takes_host_tier) { // the C++ cache does not compile policy::tiers<policy::host_tier> with it
@@ -501,6 +453,23 @@ private:
 };
 
 } // namespace
+
+catalog::policy_id find_policy(const std::string& name, std::string_view where) {
+  if (const auto id = catalog::find_policy(name)) return *id;
+  for (const deprecated_name& d : deprecated_policies)
+    if (name == d.name) {
+      const std::string warning = std::string(where) + ": policy '" + name + "' is deprecated, use '" +
+                                  std::string(d.now) + "' (the same policy; the names are reprise-sim's too)";
+      if (PyErr_WarnEx(PyExc_DeprecationWarning, warning.c_str(), 2) != 0) throw nb::python_error();
+      return *catalog::find_policy(d.now);
+    }
+  std::string names;
+  for (const catalog::policy_entry& p : catalog::policy_table)
+    names.append(names.empty() ? "" : ", ").append(p.name);
+  throw nb::value_error((std::string(where) + ": unknown policy '" + name + "' (policies: " + names +
+                         "; deprecated names: " + deprecated_policy_list() + ")")
+                            .c_str());
+}
 
 void bind_cache(nb::module_& m) {
   nb::class_<py_extra_keys>(m, "ExtraKeys",
