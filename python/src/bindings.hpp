@@ -32,6 +32,7 @@ namespace nb = nanobind;
 void bind_errors(nb::module_& m);
 void bind_model(nb::module_& m);
 void bind_cache(nb::module_& m);
+void bind_routing(nb::module_& m);
 void bind_ops(nb::module_& m);
 
 /// Raises the Python exception class of `e` (`reprise.PoolExhausted`, ...) with "`where`: <errc name> (<what it
