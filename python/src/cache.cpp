@@ -315,6 +315,7 @@ public:
       keyer_ = std::make_unique<content_keyer>(std::move(*keyer));
       o.remote_keys = keyer_.get();
 #else
+      (void)remote_revision;
       raise(errc::unsupported_config,
             "PrefixCache: this module was built without OpenSSL (reprise::sha256), which the remote tier's content "
             "keys need");
