@@ -9,6 +9,11 @@ The package is a thin layer over the C++ library (the compiled module ``reprise.
   carry numpy ``int32`` block tables and ``int64`` capture lists. With host budgets it has a host tier: what
   the GPU pools evict goes to host pools the engine owns, and :meth:`PrefixCache.take_transfers` returns the
   moves (:class:`Transfers`) to run.
+- :class:`StateRouter` routes a fleet's requests by state (docs/routing.md): caches built with
+  ``state_events=FleetKeys(...)`` report what they hold (:meth:`PrefixCache.take_state_events`, a list of
+  :class:`StateEvent`), the router indexes those reports per engine (:meth:`StateRouter.apply`) and sends a prompt
+  to the engine that would skip the most prefill under a load cap (:meth:`StateRouter.route`, a
+  :class:`RouteChoice`).
 - :mod:`reprise.ops` holds the host implementations of the state kernels (state copy, transfers between pool
   sets, causal conv1d, Mamba2 SSD, gated delta rule) on numpy arrays: float32, or bfloat16 (uint16 bits,
   ``dtype='bfloat16'``) activations; float32, or bfloat16 / float16 state pools where the kernel takes them.
@@ -27,12 +32,16 @@ from ._reprise import (  # noqa: F401  (named explicitly for readers and linters
     ExtendPlan,
     ExtraKeys,
     FinishPlan,
+    FleetKeys,
     ForkPlan,
     GatedDeltaShape,
     KvShape,
     Mamba2Shape,
     ModelConfig,
     PrefixCache,
+    RouteChoice,
+    StateEvent,
+    StateRouter,
     Transfers,
     __version__,
 )

@@ -14,6 +14,7 @@
 /// content keys of the remote tier need OpenSSL (`reprise::sha256`); a module built without it refuses them.
 
 #include "bindings.hpp"
+#include "routing.hpp"
 
 #include <reprise/cache/prefix_cache.hpp>
 #include <reprise/catalog.hpp>
@@ -67,6 +68,7 @@ public:
   virtual result<fetch_plan> prefetch(std::span<const token_id> prompt, const extra_keys& keys,
                                       const std::span<const content_key>* in_store) = 0;
   virtual result<void> fetched(remote_item item, std::uint32_t unit, std::span<const std::byte> header) = 0;
+  virtual std::span<const state_event> take_state_events() = 0;
 };
 
 template <class Policy, class Tiers>
@@ -105,6 +107,7 @@ public:
   result<void> fetched(remote_item item, std::uint32_t unit, std::span<const std::byte> header) override {
     return c_.fetched(item, unit, header);
   }
+  std::span<const state_event> take_state_events() override { return c_.take_state_events(); }
 
 private:
   cache_type c_;
@@ -149,10 +152,6 @@ std::string deprecated_policy_list() {
   for (const deprecated_name& d : deprecated_policies)
     s.append(s.empty() ? "" : ", ").append(d.name).append(" (now ").append(d.now).append(")");
   return s;
-}
-
-const char* exactness_name(exactness e) {
-  return e == exactness::prefill_exact ? "prefill_exact" : "decode_continuation";
 }
 
 // ----- plans: plain values holding owned numpy arrays -----
@@ -219,20 +218,6 @@ remote_item item_of(const std::string& name) {
   throw nb::value_error(("unknown remote item '" + name + "' (block or snapshot)").c_str());
 }
 
-nb::bytes bytes_of(const content_key& k) { return nb::bytes(reinterpret_cast<const char*>(k.bytes.data()), k.bytes.size()); }
-
-content_key key_of(nb::handle b, const char* what) {
-  if (!nb::isinstance<nb::bytes>(b))
-    throw nb::type_error((std::string(what) + ": a content key is 32 bytes, not " +
-                          nb::type_name(b.type()).c_str()).c_str());
-  const nb::bytes bytes = nb::borrow<nb::bytes>(b);
-  if (bytes.size() != content_key{}.bytes.size())
-    throw nb::value_error((std::string(what) + ": a content key is 32 bytes").c_str());
-  content_key k;
-  std::memcpy(k.bytes.data(), bytes.c_str(), k.bytes.size());
-  return k;
-}
-
 /// int32 [n, 2] (src, dst) rows: the layout of `reprise.ops` pairs.
 nb::object move_array(std::span<const unit_move> moves) {
   std::vector<std::int32_t> flat;
@@ -270,36 +255,6 @@ nb::object capture_array(std::span<const capture_point> caps) {
   return owned_array<std::int64_t>(flat, 2);
 }
 
-/// The extra keys of `admit`, owning the multimodal digest bytes.
-struct py_extra_keys {
-  std::uint64_t model_revision = 0, lora_id = 0, tenant_salt = 0;
-  nb::bytes multimodal_digest{};
-
-  extra_keys view() const noexcept {
-    return {model_revision, lora_id,
-            {reinterpret_cast<const std::byte*>(multimodal_digest.c_str()), multimodal_digest.size()}, tenant_salt};
-  }
-};
-
-/// The named policy `name`, or its catalog name when `name` is a deprecated one (with a DeprecationWarning).
-/// Raises ValueError listing the names for any other.
-catalog::policy_id find_policy(const std::string& name) {
-  if (const auto id = catalog::find_policy(name)) return *id;
-  for (const deprecated_name& d : deprecated_policies)
-    if (name == d.name) {
-      const std::string warning = "PrefixCache: policy '" + name + "' is deprecated, use '" + std::string(d.now) +
-                                  "' (the same policy; the names are reprise-sim's too)";
-      if (PyErr_WarnEx(PyExc_DeprecationWarning, warning.c_str(), 2) != 0) throw nb::python_error();
-      return *catalog::find_policy(d.now);
-    }
-  std::string names;
-  for (const catalog::policy_entry& p : catalog::policy_table)
-    names.append(names.empty() ? "" : ", ").append(p.name);
-  throw nb::value_error(("PrefixCache: unknown policy '" + name + "' (policies: " + names +
-                         "; deprecated names: " + deprecated_policy_list() + ")")
-                            .c_str());
-}
-
 /// A snapshot policy on a model with recurrent layers needs a snapshot budget of at least one snapshot: the
 /// default (none) and a budget below one snapshot raise BudgetTooSmall saying how much one snapshot takes.
 void check_snapshot_budget(const model_config& m, const std::string& policy, bool restores,
@@ -329,7 +284,7 @@ public:
            std::uint32_t decode_checkpoint_interval, std::uint32_t decode_checkpoints_per_sequence,
            std::size_t host_kv_budget_bytes, std::size_t host_snapshot_budget_bytes,
            std::optional<std::uint64_t> remote_fleet_seed, const std::string& remote_revision,
-           bool remote_write_through, std::uint32_t remote_snapshot_candidates) {
+           bool remote_write_through, std::uint32_t remote_snapshot_candidates, const py_fleet_keys* state_events) {
     cache_options o{.kv_blocks = kv_blocks,
                           .max_sequences = max_sequences,
                           .snapshot_budget_bytes = snapshot_budget_bytes.value_or(0),
@@ -344,6 +299,12 @@ public:
                           .host_snapshot_budget_bytes = host_snapshot_budget_bytes,
                           .remote_snapshot_candidates = remote_snapshot_candidates,
                           .remote_write_through = remote_write_through};
+    if (state_events) {
+      state_events->check_model(m, "PrefixCache: state_events");
+      o.state_events = state_events->ref();
+      events_source_ = state_events->source();
+      state_keys_ = nb::find(state_events);
+    }
     const bool remote = remote_fleet_seed.has_value();
     if (remote) {
 #if REPRISE_PYTHON_HAS_CONTENT_KEYS
@@ -354,6 +315,7 @@ public:
       keyer_ = std::make_unique<content_keyer>(std::move(*keyer));
       o.remote_keys = keyer_.get();
 #else
+      (void)remote_revision;
       raise(errc::unsupported_config,
             "PrefixCache: this module was built without OpenSSL (reprise::sha256), which the remote tier's content "
             "keys need");
@@ -366,7 +328,7 @@ public:
       raise(errc::unsupported_config,
             "PrefixCache: the remote tier (remote_fleet_seed) sits below the host tier: values reach the store "
             "from host units and come back through them; set host_kv_budget_bytes");
-    const catalog::policy_id id = find_policy(policy);
+    const catalog::policy_id id = find_policy(policy, "PrefixCache");
     const catalog::policy_entry& p = catalog::entry(id);
     check_snapshot_budget(m, policy, p.restores_snapshots, snapshot_budget_bytes);
     if (host && !p.takes_host_tier) { // the C++ cache does not compile policy::tiers<policy::host_tier> with it
@@ -474,6 +436,15 @@ public:
     check(impl_->fetched(i, unit, h), "fetched");
   }
 
+  std::vector<py_state_event> take_state_events() {
+    const std::span<const state_event> events = impl_->take_state_events();
+    std::vector<py_state_event> out;
+    out.reserve(events.size());
+    for (const state_event& e : events) out.push_back({e, events_source_});
+    return out;
+  }
+  const nb::object& state_keys() const noexcept { return state_keys_; }
+
   bool remote() const noexcept { return remote_; }
   void check_invariants() const { check(impl_->check_invariants(), "check_invariants"); }
   nb::object block_table(seq_id s) const { return owned_array(impl_->block_table(s)); }
@@ -495,12 +466,31 @@ private:
 #if REPRISE_PYTHON_HAS_CONTENT_KEYS
   std::unique_ptr<content_keyer> keyer_; ///< the remote tier's keys; the cache points to it, so it outlives it
 #endif
+  nb::object state_keys_ = nb::none(); ///< the FleetKeys of the state events, kept alive as long as the cache
+  std::uint64_t events_source_ = 0;    ///< its FleetKeys.source
   std::unique_ptr<cache_base> impl_;
   std::string policy_;
   bool remote_ = false;
 };
 
 } // namespace
+
+catalog::policy_id find_policy(const std::string& name, std::string_view where) {
+  if (const auto id = catalog::find_policy(name)) return *id;
+  for (const deprecated_name& d : deprecated_policies)
+    if (name == d.name) {
+      const std::string warning = std::string(where) + ": policy '" + name + "' is deprecated, use '" +
+                                  std::string(d.now) + "' (the same policy; the names are reprise-sim's too)";
+      if (PyErr_WarnEx(PyExc_DeprecationWarning, warning.c_str(), 2) != 0) throw nb::python_error();
+      return *catalog::find_policy(d.now);
+    }
+  std::string names;
+  for (const catalog::policy_entry& p : catalog::policy_table)
+    names.append(names.empty() ? "" : ", ").append(p.name);
+  throw nb::value_error((std::string(where) + ": unknown policy '" + name + "' (policies: " + names +
+                         "; deprecated names: " + deprecated_policy_list() + ")")
+                            .c_str());
+}
 
 void bind_cache(nb::module_& m) {
   nb::class_<py_extra_keys>(m, "ExtraKeys",
@@ -713,7 +703,7 @@ void bind_cache(nb::module_& m) {
                     std::uint64_t,
                     std::uint32_t, std::uint32_t, std::optional<std::uint64_t>, bool, std::uint32_t,
                     std::uint32_t, std::size_t, std::size_t, std::optional<std::uint64_t>, const std::string&, bool,
-                    std::uint32_t>(),
+                    std::uint32_t, const py_fleet_keys*>(),
            nb::arg("config"), nb::arg("policy") = "snapshot_turns", nb::kw_only(), nb::arg("kv_blocks"),
            nb::arg("max_sequences") = 256, nb::arg("snapshot_budget_bytes") = nb::none(), nb::arg("snapshot_ttl_steps") = 0,
            nb::arg("max_snapshots_per_path") = 0, nb::arg("capture_interval") = 0,
@@ -722,6 +712,7 @@ void bind_cache(nb::module_& m) {
            nb::arg("host_kv_budget_bytes") = 0, nb::arg("host_snapshot_budget_bytes") = 0,
            nb::arg("remote_fleet_seed") = nb::none(), nb::arg("remote_revision") = "",
            nb::arg("remote_write_through") = false, nb::arg("remote_snapshot_candidates") = 2,
+           nb::arg("state_events").none() = nb::none(),
            "Allocates every pool. `share_in_step` ('block_sharing' only): a prompt also shares the full blocks that "
            "prompts admitted earlier in the same step compute, before their commit (cache_options::share_in_step "
            "states the engine's precondition). A non-zero `host_kv_budget_bytes` or `host_snapshot_budget_bytes` "
@@ -743,7 +734,10 @@ void bind_cache(nb::module_& m) {
            "computes alike; take_transfers() lists remote_puts for the store, probe() / prefetch() / fetched() "
            "bring values back through host units. `remote_write_through`: put every value once its step "
            "completed, from GPU memory; otherwise when the host tier evicts it. Raises UnsupportedConfig (no host "
-           "tier, 'memory_only', a module built without OpenSSL).")
+           "tier, 'memory_only', a module built without OpenSSL). `state_events` (a FleetKeys made from the same "
+           "config): the cache reports what its GPU pools hold for a fleet router (StateRouter), every full KV "
+           "block published or evicted and every snapshot published or dropped, named by those keys; "
+           "take_state_events() hands the reports out. Raises InvalidArgument (keys made for another model).")
       .def("admit", &py_cache::admit, nb::arg("seq_id"), nb::arg("tokens"), nb::arg("extra_keys") = nb::none(),
            nb::sig("def admit(self, seq_id: int, tokens: numpy.typing.ArrayLike, extra_keys: ExtraKeys | None = None) "
                    "-> AdmitPlan"),
@@ -804,6 +798,14 @@ void bind_cache(nb::module_& m) {
            "already written into the unit), None for a miss. The value is kept only if the header is, byte for "
            "byte, the one the prompt implies. Raises InvalidArgument (no fetch pending into that unit).")
       .def_prop_ro("remote_tier", &py_cache::remote, "Whether the cache has the remote tier.")
+      .def("take_state_events", &py_cache::take_state_events,
+           "With state_events: what this cache stored and removed in GPU memory since the previous call, as a list "
+           "of StateEvent (copies: they stay valid after later calls), in the order it happened; for "
+           "StateRouter.apply(engine, events). Call it once per step, after the step's cache calls. A block or "
+           "snapshot offloaded to the host tier is reported removed. Empty without state_events.")
+      .def_prop_ro("state_events", &py_cache::state_keys,
+                   nb::for_getter(nb::sig("def state_events(self) -> FleetKeys | None")),
+                   "The FleetKeys the cache reports its state events with, or None (no events).")
       .def("current_epoch", [](const py_cache& c) { return c.impl().current_epoch(); },
            "The step being scheduled now (starts at 0).")
       .def("metrics", &py_cache::metrics,

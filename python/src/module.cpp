@@ -83,6 +83,7 @@ NB_MODULE(_reprise, m) {
   bind_errors(m);
   bind_model(m);
   bind_cache(m);
+  bind_routing(m);
 #if defined(REPRISE_PYTHON_HAS_OPS)
   nb::module_ ops = m.def_submodule("ops", "Host implementations of the state kernels on numpy arrays (float32; "
                                           "bfloat16 and float16 where the kernels take them).");

@@ -320,6 +320,10 @@ public:
     return {};
   }
 
+  /// The error `apply(engine, event)` returns for an engine of the fleet, `errc{}` when it would apply `event`:
+  /// a front end that takes events in batches checks all of them before applying any. Complexity: O(1).
+  errc validate(const state_event& event) const noexcept { return check(event); }
+
   /// Forgets everything `engine` reported (it restarted, or lost its state): it scores 0 until it reports
   /// again. Errors: `out_of_range`. Complexity: linear in its entries.
   result<void> clear(engine_id engine) noexcept {
