@@ -17,11 +17,13 @@ CONFIGS = [
     ("on", "back", "affinity on, host 10x, store write-back"),
     ("on", "through", "affinity on, host 10x, store write-through"),
     ("on", "through-unprobed", "affinity on, host 10x, store write-through, no probe"),
+    ("on", "turn-ends", "affinity on, host 10x, store write-through + turn ends"),
     ("off", "unlimited", "round robin, unlimited memory, no store"),
     ("off", "none", "round robin, host 10x, no store"),
     ("off", "back", "round robin, host 10x, store write-back"),
     ("off", "through", "round robin, host 10x, store write-through"),
     ("off", "through-unprobed", "round robin, host 10x, store write-through, no probe"),
+    ("off", "turn-ends", "round robin, host 10x, store write-through + turn ends"),
 ]
 
 
@@ -56,9 +58,9 @@ def main():
                     cells.append(f"{computed / floor:.2f}x ({computed / ref:.2f})")
                 print(f"| {label} | " + " | ".join(cells) + " |")
             print(f"\n{trace}, {policy}, 4 engines: the store\n")
-            print("| configuration | puts | GiB put | keys probed / found | fetches | blocks / snapshots kept | GiB fetched "
-                  "| KV from store |")
-            print("|---|---|---|---|---|---|---|---|")
+            print("| configuration | puts | GiB put | keys probed / found | fetches | blocks / snapshots / turn ends kept "
+                  "| GiB fetched | KV from store | per request: puts, MiB put, keys probed, MiB fetched |")
+            print("|---|---|---|---|---|---|---|---|---|")
             for aff, remote, label in CONFIGS:
                 if remote in ("none", "unlimited"):
                     continue
@@ -67,9 +69,13 @@ def main():
                 from_store = int(r["remote_blocks_onboarded"]) * int(r["block_size"])
                 probed = (f"{int(r['remote_probed_keys']):,} / {int(r['remote_probed_found']):,}"
                           if r.get("remote_probe") == "on" else "-")
+                n = int(r["requests"])
+                per = (f"{int(r['remote_puts']) / n:.1f}, {int(r['remote_bytes_put']) / 2**20 / n:.0f}, "
+                       f"{int(r['remote_probed_keys']) / n:.0f}, {int(r['remote_bytes_fetched']) / 2**20 / n:.0f}")
                 print(f"| {label} | {int(r['remote_puts']):,} | {int(r['remote_bytes_put']) / 2**30:.1f} | {probed} | "
-                      f"{int(r['remote_fetches']):,} | {int(r['remote_block_hits']):,} / {int(r['remote_snapshot_hits']):,} | "
-                      f"{int(r['remote_bytes_fetched']) / 2**30:.1f} | {100 * from_store / kv if kv else 0:.1f} % |")
+                      f"{int(r['remote_fetches']):,} | {int(r['remote_block_hits']):,} / {int(r['remote_snapshot_hits']):,} / "
+                      f"{int(r.get('remote_turn_end_hits') or 0):,} | "
+                      f"{int(r['remote_bytes_fetched']) / 2**30:.1f} | {100 * from_store / kv if kv else 0:.1f} % | {per} |")
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 # Fleets of 1..16 engines on the chat workload, each engine with GPU budgets of about a tenth of the working
 # set and a host tier of 10x them, with no remote tier, a remote tier written back (what the host tiers evict)
 # and one written through (as soon as the step that computed a value completed), both probed before every
-# prefetch, and one written through without probes; affinity on and off; and the references: the same fleets
-# with unlimited memory and no remote tier.
+# prefetch, one written through without probes and one written through with turn ends (chat's turn ends in the
+# store too; strict keeps none); affinity on and off; and the references: the same fleets with unlimited memory
+# and no remote tier.
 #   bench/fleet_tiers.sh <reprise-sim> <out dir>
 # Writes <out dir>/<trace>-fleet-<affinity>-<remote>.csv (and charts) per configuration; bench/fleet_table.py
 # turns the CSVs into the tables of docs/tiers-fleet.md.
@@ -19,11 +20,12 @@ engines=1,2,4,8,16
 run() {
   local name=$1 trace=$2 kv=$3 snap=$4 host_kv=$5 host_snap=$6
   for affinity in on off; do
-    for remote in none back through through-unprobed; do
+    for remote in none back through through-unprobed turn-ends; do
       local extra=()
       case $remote in
         back | through) extra=(--remote-tier --remote-write "$remote") ;;
         through-unprobed) extra=(--remote-tier --remote-write through --remote-probe off) ;;
+        turn-ends) extra=(--remote-tier --remote-write through --remote-turn-ends on) ;;
       esac
       "$sim" sweep --trace "$trace" --model nemotron-h-8b --policy chat,strict --kv-budget "$kv" --snapshot-budget "$snap" \
         --host-kv-budget "$host_kv" --host-snapshot-budget "$host_snap" --affinity "$affinity" "${extra[@]}" \

@@ -53,6 +53,33 @@ TEST_CASE("a fleet on a live redis-server gets the results of the unlimited mode
   CHECK(live.prefill_tokens == modelled.prefill_tokens);
 }
 
+TEST_CASE("chat with turn ends in a live redis-server gets the counts of the modelled store") {
+  require_redis_server();
+  REQUIRE(has_redis_fleet_store());
+  redis_server server;
+  const trace t = generate({.kind = workload_kind::chat, .requests = 200, .seed = 9, .active_sessions = 12});
+  replay_config c = remote_fleet(policy_kind::chat, 3, /*affinity=*/false);
+  c.remote_write_through = true;
+  c.remote_turn_ends = true;
+  const replay_report modelled = simulate(t, c);
+  REQUIRE(modelled.error.empty());
+  REQUIRE(modelled.remote_turn_end_hits > 0);
+
+  c.remote_redis = server.endpoint();
+  c.remote_stand_in_bytes = 512;
+  const replay_report live = simulate(t, c);
+  REQUIRE(live.error.empty());
+  CHECK(live.remote_failures == 0);
+  CHECK(live.remote_wrong_payloads == 0);
+  CHECK(live.metrics.remote_puts == modelled.metrics.remote_puts);
+  CHECK(live.metrics.remote_turn_ends_put == modelled.metrics.remote_turn_ends_put);
+  CHECK(live.metrics.remote_fetches == modelled.metrics.remote_fetches);
+  CHECK(live.remote_turn_end_hits == modelled.remote_turn_end_hits);
+  CHECK(live.metrics.remote_misses == modelled.metrics.remote_misses);
+  CHECK(live.metrics.remote_rejected == modelled.metrics.remote_rejected);
+  CHECK(live.prefill_tokens == modelled.prefill_tokens);
+}
+
 TEST_CASE("a fleet whose redis-server is gone fetches nothing, and the replay completes") {
   require_redis_server();
   const trace t = generate({.kind = workload_kind::chat, .requests = 60, .seed = 9, .active_sessions = 6});

@@ -39,11 +39,15 @@ void check_remote_adds_up(const replay_report& r) {
   CAPTURE(r.policy);
   REQUIRE(r.error.empty());
   CHECK(r.remote_tier);
-  CHECK(r.remote_block_hits + r.remote_snapshot_hits + r.metrics.remote_misses + r.metrics.remote_rejected ==
+  CHECK(r.remote_block_hits + r.remote_snapshot_hits + r.remote_turn_end_hits + r.metrics.remote_misses +
+            r.metrics.remote_rejected ==
         r.metrics.remote_fetches);
-  CHECK(r.metrics.remote_bytes_fetched ==
-        r.remote_block_hits * r.bytes_per_kv_block + r.remote_snapshot_hits * r.bytes_per_snapshot);
-  CHECK(r.metrics.remote_rejected == 0); // the modelled store returns what was put
+  const std::uint64_t units = r.remote_block_hits * r.bytes_per_kv_block + r.remote_snapshot_hits * r.bytes_per_snapshot;
+  if (r.remote_turn_end_hits == 0) CHECK(r.metrics.remote_bytes_fetched == units);
+  else CHECK(r.metrics.remote_bytes_fetched >= units + r.remote_turn_end_hits * (r.bytes_per_kv_block + r.bytes_per_snapshot));
+  // The modelled store returns what was put; only a turn end may be refused (the reader's own blocks are
+  // another computation).
+  if (!r.remote_turn_ends) CHECK(r.metrics.remote_rejected == 0);
   CHECK(r.metrics.remote_bytes_put >= r.metrics.remote_puts * r.bytes_per_kv_block);
   CHECK(r.gpu_kv_hit_tokens() + r.host_kv_hit_tokens == r.kv_matched_tokens);
   // A fetched unit may be onboarded many times.
@@ -171,6 +175,38 @@ TEST_CASE("probing: a fleet fetches only what the store has, and a store with no
   CHECK(format_report(probed).find("keys probed / found") != std::string::npos);
 }
 
+TEST_CASE("turn ends in the store: chat continues a conversation on any engine of a round-robin fleet") {
+  const trace t = generate({.kind = workload_kind::chat, .requests = 800, .seed = 7, .active_sessions = 24});
+  replay_config c = fleet(policy_kind::chat, 4, /*affinity=*/false);
+  c.remote_write_through = true;
+  c.check_invariants = true;
+  const replay_report without = simulate(t, c);
+  c.remote_turn_ends = true;
+  const replay_report with = simulate(t, c);
+  check_remote_adds_up(without);
+  check_remote_adds_up(with);
+  CHECK(!without.remote_turn_ends);
+  CHECK(with.remote_turn_ends);
+  CHECK(without.metrics.remote_turn_ends_put == 0);
+  CHECK(with.metrics.remote_turn_ends_put > 0);
+  CHECK(with.remote_turn_end_hits > 0);
+  CHECK(with.remote_turn_end_hits == with.metrics.remote_turn_end_hits);
+  CHECK(with.prefill_tokens < without.prefill_tokens);
+  CHECK(with.floor_tokens == without.floor_tokens);
+  CHECK(format_report(with).find("turn ends put / lost / kept") != std::string::npos);
+
+  // Only a policy that keeps turn ends puts them: strict runs as without the option.
+  c = fleet(policy_kind::strict, 4, false);
+  c.remote_write_through = true;
+  const replay_report strict_without = simulate(t, c);
+  c.remote_turn_ends = true;
+  const replay_report strict_with = simulate(t, c);
+  REQUIRE(strict_with.error.empty());
+  CHECK(!strict_with.remote_turn_ends);
+  CHECK(strict_with.metrics.remote_turn_ends_put == 0);
+  CHECK(strict_with.prefill_tokens == strict_without.prefill_tokens);
+}
+
 TEST_CASE("remote tier misuses are clear errors") {
   const trace t = generate({.kind = workload_kind::chat, .requests = 50, .seed = 1, .active_sessions = 4});
   replay_config c = fleet(policy_kind::strict, 2, true);
@@ -217,6 +253,14 @@ TEST_CASE("remote tier misuses are clear errors") {
   CHECK(ok.options.cache.remote_write_through);
   CHECK(ok.options.cache.remote_budget_bytes == std::uint64_t{8} << 30);
   CHECK(ok.options.cache.remote_snapshot_candidates == 3);
+  const cli_parse turn_ends_unprobed = parse({"replay", "--workload", "chat", "--host-kv-budget", "1GiB", "--remote-tier",
+                                              "--remote-turn-ends", "on", "--remote-probe", "off"});
+  CHECK(!turn_ends_unprobed.run);
+  CHECK(turn_ends_unprobed.text.find("needs --remote-probe on") != std::string::npos);
+  const cli_parse turn_ends =
+      parse({"replay", "--workload", "chat", "--host-kv-budget", "1GiB", "--remote-tier", "--remote-turn-ends", "on"});
+  REQUIRE(turn_ends.run);
+  CHECK(turn_ends.options.cache.remote_turn_ends);
   // Along a host axis the remote tier may be asked for without a host budget: the 0 point has neither.
   const cli_parse axis = parse({"sweep", "--workload", "chat", "--remote-tier", "--axis", "host_scale"});
   CHECK(axis.run);

@@ -78,14 +78,14 @@ public:
       : store_(std::move(store)), endpoint_(std::move(endpoint)), payload_(stand_in_bytes), expected_(stand_in_bytes),
         received_(stand_in_bytes) {}
 
-  void put(const content_key& key, std::span<const std::byte> header, std::uint64_t) override {
+  void put(const content_key& key, std::span<const std::byte> header, std::uint64_t payload_bytes) override {
     ++stats_.puts;
-    fill(key, payload_);
+    fill(key, payload_bytes, payload_);
     auto id = store_->put(key, header, payload_);
     if (!id || !finished(*id)) ++stats_.failures;
   }
 
-  bool get(const content_key& key, std::uint64_t, std::vector<std::byte>& header) override {
+  bool get(const content_key& key, std::uint64_t payload_bytes, std::vector<std::byte>& header) override {
     ++stats_.gets;
     header.clear();
     auto id = store_->get(key, received_);
@@ -94,7 +94,10 @@ public:
       return false;
     }
     if (!finished(*id)) return false;
-    fill(key, expected_);
+    fill(key, payload_bytes, expected_);
+    // A value of another size than the fetch expects is a miss, as redis_store's get into a destination of
+    // that size reports it (and as the modelled store does).
+    if (!std::equal(expected_.begin(), expected_.begin() + size_bytes(), received_.begin())) return false;
     if (expected_ != received_) {
       ++stats_.wrong_payloads;
       return false;
@@ -134,10 +137,13 @@ private:
     return ok;
   }
 
-  /// The stand-in payload of `key`: its bytes repeated, so a value read under another key differs.
-  static void fill(const content_key& key, std::vector<std::byte>& out) {
+  /// The stand-in payload of `key`: the real payload's size in its first bytes (up to 8), then the key's bytes
+  /// repeated, so a value read under another key differs.
+  void fill(const content_key& key, std::uint64_t payload_bytes, std::vector<std::byte>& out) const {
     for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<std::byte>(key.bytes[i % key.bytes.size()] ^ (i >> 5));
+    for (std::size_t i = 0; i < size_bytes(); ++i) out[i] = static_cast<std::byte>(payload_bytes >> (8 * i));
   }
+  std::size_t size_bytes() const noexcept { return std::min<std::size_t>(8, payload_.size()); }
 
   std::unique_ptr<remote::redis_store> store_;
   std::string endpoint_;
