@@ -9,6 +9,11 @@ The package is a thin layer over the C++ library (the compiled module ``reprise.
   carry numpy ``int32`` block tables and ``int64`` capture lists. With host budgets it has a host tier: what
   the GPU pools evict goes to host pools the engine owns, and :meth:`PrefixCache.take_transfers` returns the
   moves (:class:`Transfers`) to run.
+- With a ``remote_fleet_seed`` it has a remote tier below the host tier, a store the fleet shares:
+  :meth:`PrefixCache.take_transfers` lists :class:`RemotePut` values for it, and :meth:`PrefixCache.probe`,
+  :meth:`PrefixCache.prefetch` (a :class:`FetchPlan` of :class:`RemoteFetch`) and :meth:`PrefixCache.fetched` bring
+  values back. With ``remote_turn_ends=True`` a conversation's turn end is one ``'turn_end'`` value of several
+  units (``kv_units``, where :data:`NO_UNIT` marks a part with no unit).
 - :class:`StateRouter` routes a fleet's requests by state (docs/routing.md): caches built with
   ``state_events=FleetKeys(...)`` report what they hold (:meth:`PrefixCache.take_state_events`, a list of
   :class:`StateEvent`), the router indexes those reports per engine (:meth:`StateRouter.apply`) and sends a prompt
@@ -26,11 +31,13 @@ from ._reprise import *  # noqa: F401,F403  (the compiled classes, exceptions an
 from ._reprise import (  # noqa: F401  (named explicitly for readers and linters)
     ERRORS,
     HAS_OPS,
+    NO_UNIT,
     POLICIES,
     AdmitPlan,
     Error,
     ExtendPlan,
     ExtraKeys,
+    FetchPlan,
     FinishPlan,
     FleetKeys,
     ForkPlan,
@@ -39,6 +46,8 @@ from ._reprise import (  # noqa: F401  (named explicitly for readers and linters
     Mamba2Shape,
     ModelConfig,
     PrefixCache,
+    RemoteFetch,
+    RemotePut,
     RouteChoice,
     StateEvent,
     StateRouter,

@@ -185,12 +185,13 @@ struct py_fork_plan {
   bool copy_recurrent_state;
 };
 
-/// A value for the fleet's store (remote tier), its key and header copied out.
+/// A value for the fleet's store (remote tier), its key, header and a turn end's KV blocks copied out.
 struct py_remote_put {
   std::string item;
   std::uint32_t unit;
   bool device;
   nb::bytes key, header;
+  std::vector<std::uint32_t> kv_units;
 };
 
 struct py_transfers {
@@ -198,11 +199,12 @@ struct py_transfers {
   std::vector<py_remote_put> remote_puts;
 };
 
-/// A fetch `prefetch` planned.
+/// A fetch `prefetch` planned, a turn end's host KV units copied out.
 struct py_remote_fetch {
   std::string item;
   std::uint32_t unit;
   nb::bytes key;
+  std::vector<std::uint32_t> kv_units;
 };
 
 struct py_fetch_plan {
@@ -210,12 +212,26 @@ struct py_fetch_plan {
   std::uint32_t blocks;
 };
 
-const char* item_name(remote_item i) { return i == remote_item::block ? "block" : "snapshot"; }
+/// The Python name of each `remote_item`, indexed by its value.
+constexpr std::array<std::string_view, 3> remote_item_names = {"block", "snapshot", "turn_end"};
+static_assert(remote_item_names.size() == static_cast<std::size_t>(remote_item::turn_end) + 1,
+              "a remote_item without a Python name");
+
+std::string item_name(remote_item i) { return std::string(remote_item_names[static_cast<std::size_t>(i)]); }
 
 remote_item item_of(const std::string& name) {
-  if (name == "block") return remote_item::block;
-  if (name == "snapshot") return remote_item::snapshot;
-  throw nb::value_error(("unknown remote item '" + name + "' (block or snapshot)").c_str());
+  for (std::size_t i = 0; i < remote_item_names.size(); ++i)
+    if (name == remote_item_names[i]) return static_cast<remote_item>(i);
+  throw nb::value_error(("unknown remote item '" + name + "' (block, snapshot or turn_end)").c_str());
+}
+
+/// ", kv_units=[3, 4, NO_UNIT]" for a turn end's units, nothing for a block or a snapshot.
+std::string kv_units_repr(const std::vector<std::uint32_t>& units) {
+  if (units.empty()) return {};
+  std::string s = ", kv_units=[";
+  for (std::size_t i = 0; i < units.size(); ++i)
+    s.append(i == 0 ? "" : ", ").append(units[i] == no_unit ? "NO_UNIT" : std::to_string(units[i]));
+  return s + "]";
 }
 
 /// int32 [n, 2] (src, dst) rows: the layout of `reprise.ops` pairs.
@@ -284,7 +300,8 @@ public:
            std::uint32_t decode_checkpoint_interval, std::uint32_t decode_checkpoints_per_sequence,
            std::size_t host_kv_budget_bytes, std::size_t host_snapshot_budget_bytes,
            std::optional<std::uint64_t> remote_fleet_seed, const std::string& remote_revision,
-           bool remote_write_through, std::uint32_t remote_snapshot_candidates, const py_fleet_keys* state_events) {
+           bool remote_write_through, std::uint32_t remote_snapshot_candidates, bool remote_turn_ends,
+           std::uint64_t remote_writer_id, const py_fleet_keys* state_events) {
     cache_options o{.kv_blocks = kv_blocks,
                           .max_sequences = max_sequences,
                           .snapshot_budget_bytes = snapshot_budget_bytes.value_or(0),
@@ -298,7 +315,9 @@ public:
                           .host_kv_budget_bytes = host_kv_budget_bytes,
                           .host_snapshot_budget_bytes = host_snapshot_budget_bytes,
                           .remote_snapshot_candidates = remote_snapshot_candidates,
-                          .remote_write_through = remote_write_through};
+                          .remote_write_through = remote_write_through,
+                          .remote_turn_ends = remote_turn_ends,
+                          .remote_writer_id = remote_writer_id};
     if (state_events) {
       state_events->check_model(m, "PrefixCache: state_events");
       o.state_events = state_events->ref();
@@ -402,7 +421,8 @@ public:
     puts.reserve(t.remote_puts.size());
     for (const remote_put& p : t.remote_puts)
       puts.push_back({item_name(p.item), p.unit, p.device, bytes_of(p.key),
-                      nb::bytes(reinterpret_cast<const char*>(p.header.data()), p.header.size())});
+                      nb::bytes(reinterpret_cast<const char*>(p.header.data()), p.header.size()),
+                      {p.kv_units.begin(), p.kv_units.end()}});
     return {move_array(t.kv_offload), move_array(t.snapshot_offload), move_array(t.kv_onboard), std::move(puts)};
   }
 
@@ -424,7 +444,8 @@ public:
         impl_->prefetch(span_of(t), keys ? keys->view() : extra_keys{}, in_store.is_none() ? nullptr : &found),
         "prefetch");
     py_fetch_plan out{{}, p.blocks};
-    for (const remote_fetch& f : p.fetches) out.fetches.push_back({item_name(f.item), f.unit, bytes_of(f.key)});
+    for (const remote_fetch& f : p.fetches)
+      out.fetches.push_back({item_name(f.item), f.unit, bytes_of(f.key), {f.kv_units.begin(), f.kv_units.end()}});
     return out;
   }
 
@@ -603,28 +624,46 @@ void bind_cache(nb::module_& m) {
                ", copy_recurrent_state=" + (p.copy_recurrent_state ? "True" : "False") + ")";
       });
 
+  m.attr("NO_UNIT") = no_unit;
+
   nb::class_<py_remote_put>(m, "RemotePut",
                             "A value for the fleet's store (remote tier): store `header` and the unit's bytes under "
-                            "`key`, reading the unit before the offloads that follow overwrite it.")
-      .def_ro("item", &py_remote_put::item, "'block' (a KV unit) or 'snapshot' (a snapshot unit).")
+                            "`key`, reading the unit before the offloads that follow overwrite it. A 'turn_end' "
+                            "(remote_turn_ends) is one value of several units: its payload is the GPU KV blocks "
+                            "`kv_units` in order (a NO_UNIT part: one block of zeros, the place of a partial block "
+                            "the turn end does not have) followed by GPU snapshot slot `unit`, len(kv_units) * "
+                            "bytes_per_kv_block + bytes_per_snapshot bytes.")
+      .def_ro("item", &py_remote_put::item,
+              "'block' (a KV unit), 'snapshot' (a snapshot unit) or 'turn_end' (KV blocks and a snapshot slot).")
       .def_ro("unit", &py_remote_put::unit,
-              "The unit to read: a host unit, or with `device` a GPU block / snapshot slot whose step completed.")
-      .def_ro("device", &py_remote_put::device, "Whether `unit` is in GPU memory (write-through).")
+              "The unit to read: a host unit, or with `device` a GPU block / snapshot slot whose step completed; "
+              "a turn end's snapshot slot.")
+      .def_ro("device", &py_remote_put::device, "Whether `unit` is in GPU memory (write-through; every turn end).")
       .def_ro("key", &py_remote_put::key, "The 32-byte content key to store it under.")
       .def_ro("header", &py_remote_put::header, "The header to store with it, returned to fetched() on a hit.")
+      .def_ro("kv_units", &py_remote_put::kv_units,
+              "A turn end's GPU KV blocks, in payload order (NO_UNIT: a block of zeros); empty for a block or a "
+              "snapshot.")
       .def("__repr__", [](const py_remote_put& p) {
         return "RemotePut(item='" + p.item + "', unit=" + std::to_string(p.unit) +
-               ", device=" + (p.device ? "True" : "False") + ")";
+               ", device=" + (p.device ? "True" : "False") + kv_units_repr(p.kv_units) + ")";
       });
 
   nb::class_<py_remote_fetch>(m, "RemoteFetch",
                               "A fetch prefetch() planned: get `key` from the store into host unit `unit`, then "
-                              "report fetched(item, unit, header).")
-      .def_ro("item", &py_remote_fetch::item, "'block' (host KV pools) or 'snapshot' (host snapshot pools).")
-      .def_ro("unit", &py_remote_fetch::unit, "The reserved host unit.")
+                              "report fetched(item, unit, header). A 'turn_end' is fetched only by a prefetch given "
+                              "in_store: its payload is len(kv_units) KV units, each written into host KV unit "
+                              "kv_units[i] (a NO_UNIT part is discarded: this engine holds that block already), "
+                              "then one snapshot unit, written into host snapshot unit `unit`.")
+      .def_ro("item", &py_remote_fetch::item,
+              "'block' (host KV pools), 'snapshot' (host snapshot pools) or 'turn_end' (both).")
+      .def_ro("unit", &py_remote_fetch::unit, "The reserved host unit (a turn end's: its snapshot unit).")
       .def_ro("key", &py_remote_fetch::key, "The 32-byte content key.")
+      .def_ro("kv_units", &py_remote_fetch::kv_units,
+              "A turn end's reserved host KV units, in payload order (NO_UNIT: discard that part); empty for a "
+              "block or a snapshot.")
       .def("__repr__", [](const py_remote_fetch& f) {
-        return "RemoteFetch(item='" + f.item + "', unit=" + std::to_string(f.unit) + ")";
+        return "RemoteFetch(item='" + f.item + "', unit=" + std::to_string(f.unit) + kv_units_repr(f.kv_units) + ")";
       });
 
   nb::class_<py_fetch_plan>(m, "FetchPlan", "What prefetch() planned.")
@@ -692,6 +731,46 @@ void bind_cache(nb::module_& m) {
       "The keys of PrefixCache.metrics(), in order: the fields of the C++ cache_metrics, from the one list that "
       "also names reprise-sim's metric columns (reprise::metric_table).");
 
+  // The policies that take remote_turn_ends, from the catalog: "'snapshot_turns', ..., 'chat'".
+  std::string turn_end_policies;
+  for (const catalog::policy_entry& p : catalog::policy_table)
+    if (p.takes_turn_ends) turn_end_policies.append(turn_end_policies.empty() ? "'" : ", '").append(p.name) += "'";
+  const std::string init_doc =
+      "Allocates every pool. `share_in_step` ('block_sharing' only): a prompt also shares the full blocks that "
+      "prompts admitted earlier in the same step compute, before their commit (cache_options::share_in_step "
+      "states the engine's precondition). A non-zero `host_kv_budget_bytes` or `host_snapshot_budget_bytes` "
+      "adds the host tier (policy::tiers<policy::host_tier>): what the GPU pools evict is offloaded into host "
+      "pools of host_kv_units KV units (floor(host_kv_budget_bytes / bytes_per_kv_block)) and "
+      "host_snapshot_units snapshot units, and onboarded on a later hit; take_transfers() lists the moves. "
+      "Raises InvalidArgument (kv_blocks or max_sequences is 0; decode_checkpoints_per_sequence 0 with "
+      "'chat'), OutOfRange (above 2^31 - 1), UnsupportedConfig (block size, a policy that does not fit the "
+      "model, share_in_step with a policy other than 'block_sharing' or with a host tier, a host tier with "
+      "'memory_only', host snapshots with a policy that restores none), BudgetTooSmall (a snapshot policy "
+      "on a model with recurrent layers without snapshot_budget_bytes, or with a budget below one snapshot: "
+      "the message gives the bytes of one snapshot; with a host tier, a host KV budget below one KV block or a "
+      "non-zero host snapshot budget below one snapshot), Misaligned (capture_interval 0 or off the alignment "
+      "unit with the policies that capture every interval; decode_checkpoint_interval off it with 'chat'), "
+      "ValueError (unknown policy name); each message names the C++ configuration rule broken and what to "
+      "change. "
+      "A `remote_fleet_seed` adds the remote tier below the host tier "
+      "(policy::tiers<policy::host_tier, policy::remote_tier>): prefill-exact blocks and snapshots named by "
+      "content keys that every process with the same seed, model and `remote_revision` (the weights' name) "
+      "computes alike; take_transfers() lists remote_puts for the store, probe() / prefetch() / fetched() "
+      "bring values back through host units. `remote_write_through`: put every value once its step "
+      "completed, from GPU memory; otherwise when the host tier evicts it. `remote_turn_ends` (a policy that "
+      "captures turn ends and accepts decode continuations: " + turn_end_policies + "): every turn end also goes "
+      "to the store, as one 'turn_end' value (its snapshot, the decode-filled blocks before it and its partial "
+      "block) put from GPU memory once its step completed, whatever the write mode; a prefetch given in_store "
+      "then fetches the deepest turn end under the prompt, and another engine continues the conversation from it "
+      "bitwise as the writer would have. `remote_writer_id` names this engine's computations in the turn ends "
+      "it writes (unique in the fleet; 0: drawn at random). Raises UnsupportedConfig (no host tier, "
+      "'memory_only', a module built without OpenSSL; remote_write_through or remote_turn_ends without the "
+      "remote tier, remote_turn_ends with another policy). "
+      "`state_events` (a FleetKeys made from the same config): the cache reports what its GPU pools hold for a "
+      "fleet router (StateRouter), every full KV block published or evicted and every snapshot published or "
+      "dropped, named by those keys; take_state_events() hands the reports out. Raises InvalidArgument (keys "
+      "made for another model).";
+
   const std::string class_doc =
       "A prefix cache over a runtime model (reprise::runtime_prefix_cache<Policy>). Drive it from one thread: "
       "admit -> (restore, prefill, captures) -> commit; extend for decode tokens; finish or release; "
@@ -703,7 +782,7 @@ void bind_cache(nb::module_& m) {
                     std::uint64_t,
                     std::uint32_t, std::uint32_t, std::optional<std::uint64_t>, bool, std::uint32_t,
                     std::uint32_t, std::size_t, std::size_t, std::optional<std::uint64_t>, const std::string&, bool,
-                    std::uint32_t, const py_fleet_keys*>(),
+                    std::uint32_t, bool, std::uint64_t, const py_fleet_keys*>(),
            nb::arg("config"), nb::arg("policy") = "snapshot_turns", nb::kw_only(), nb::arg("kv_blocks"),
            nb::arg("max_sequences") = 256, nb::arg("snapshot_budget_bytes") = nb::none(), nb::arg("snapshot_ttl_steps") = 0,
            nb::arg("max_snapshots_per_path") = 0, nb::arg("capture_interval") = 0,
@@ -712,32 +791,8 @@ void bind_cache(nb::module_& m) {
            nb::arg("host_kv_budget_bytes") = 0, nb::arg("host_snapshot_budget_bytes") = 0,
            nb::arg("remote_fleet_seed") = nb::none(), nb::arg("remote_revision") = "",
            nb::arg("remote_write_through") = false, nb::arg("remote_snapshot_candidates") = 2,
-           nb::arg("state_events").none() = nb::none(),
-           "Allocates every pool. `share_in_step` ('block_sharing' only): a prompt also shares the full blocks that "
-           "prompts admitted earlier in the same step compute, before their commit (cache_options::share_in_step "
-           "states the engine's precondition). A non-zero `host_kv_budget_bytes` or `host_snapshot_budget_bytes` "
-           "adds the host tier (policy::tiers<policy::host_tier>): what the GPU pools evict is offloaded into host "
-           "pools of host_kv_units KV units (floor(host_kv_budget_bytes / bytes_per_kv_block)) and "
-           "host_snapshot_units snapshot units, and onboarded on a later hit; take_transfers() lists the moves. "
-           "Raises InvalidArgument (kv_blocks or max_sequences is 0; decode_checkpoints_per_sequence 0 with "
-           "'chat'), OutOfRange (above 2^31 - 1), UnsupportedConfig (block size, a policy that does not fit the "
-           "model, share_in_step with a policy other than 'block_sharing' or with a host tier, a host tier with "
-           "'memory_only', host snapshots with a policy that restores none), BudgetTooSmall (a snapshot policy "
-           "on a model with recurrent layers without snapshot_budget_bytes, or with a budget below one snapshot: "
-           "the message gives the bytes of one snapshot; with a host tier, a host KV budget below one KV block or a non-zero "
-           "host snapshot budget below one snapshot), Misaligned (capture_interval 0 or off the alignment unit "
-           "with the policies that capture every interval; decode_checkpoint_interval off it with 'chat'), ValueError "
-           "(unknown policy name); each message names the C++ configuration rule broken and what to change. "
-           "A `remote_fleet_seed` adds the remote tier below the host tier "
-           "(policy::tiers<policy::host_tier, policy::remote_tier>): prefill-exact blocks and snapshots named by "
-           "content keys that every process with the same seed, model and `remote_revision` (the weights' name) "
-           "computes alike; take_transfers() lists remote_puts for the store, probe() / prefetch() / fetched() "
-           "bring values back through host units. `remote_write_through`: put every value once its step "
-           "completed, from GPU memory; otherwise when the host tier evicts it. Raises UnsupportedConfig (no host "
-           "tier, 'memory_only', a module built without OpenSSL). `state_events` (a FleetKeys made from the same "
-           "config): the cache reports what its GPU pools hold for a fleet router (StateRouter), every full KV "
-           "block published or evicted and every snapshot published or dropped, named by those keys; "
-           "take_state_events() hands the reports out. Raises InvalidArgument (keys made for another model).")
+           nb::arg("remote_turn_ends") = false, nb::arg("remote_writer_id") = 0,
+           nb::arg("state_events").none() = nb::none(), init_doc.c_str())
       .def("admit", &py_cache::admit, nb::arg("seq_id"), nb::arg("tokens"), nb::arg("extra_keys") = nb::none(),
            nb::sig("def admit(self, seq_id: int, tokens: numpy.typing.ArrayLike, extra_keys: ExtraKeys | None = None) "
                    "-> AdmitPlan"),
@@ -780,23 +835,26 @@ void bind_cache(nb::module_& m) {
            nb::sig("def probe(self, tokens: numpy.typing.ArrayLike, extra_keys: ExtraKeys | None = None) -> "
                    "list[tuple[str, bytes]]"),
            "Remote tier: the content keys a prefetch of `tokens` could fetch now, as (item, 32-byte key) pairs, "
-           "'block' keys in chain order then 'snapshot' keys deepest first. Reserves and changes nothing: ask the "
-           "store which it has, then prefetch(tokens, in_store=those). Empty without a remote tier. Raises "
-           "InvalidArgument, OutOfRange.")
+           "'block' keys in chain order, 'snapshot' keys deepest first, then (remote_turn_ends) 'turn_end' keys "
+           "deepest first. Reserves and changes nothing: ask the store which it has, then prefetch(tokens, "
+           "in_store=those). Empty without a remote tier. Raises InvalidArgument, OutOfRange.")
       .def("prefetch", &py_cache::prefetch, nb::arg("tokens"), nb::arg("extra_keys") = nb::none(),
            nb::arg("in_store") = nb::none(),
            nb::sig("def prefetch(self, tokens: numpy.typing.ArrayLike, extra_keys: ExtraKeys | None = None, "
                    "in_store: collections.abc.Iterable[bytes] | None = None) -> FetchPlan"),
            "Remote tier: plans fetches into reserved host units of what `tokens` would reuse and the GPU and host "
            "tiers lack. With `in_store` (the keys a probe found in the store), only those: blocks up to the first "
-           "absent, for a model with recurrent layers only up to the deepest snapshot found. Run the remote_puts "
+           "absent, for a model with recurrent layers only up to the deepest snapshot found; with remote_turn_ends, "
+           "the deepest turn end found instead when it is deeper (a 'turn_end' fetch). Run the remote_puts "
            "of the next take_transfers() (what the reservations evicted) before writing the units; report each "
            "fetch with fetched(). Raises InvalidArgument, OutOfRange, ValueError (a key not of 32 bytes).")
       .def("fetched", &py_cache::fetched, nb::arg("item"), nb::arg("unit"), nb::arg("header") = nb::none(),
            "Remote tier: the fetch into host unit `unit` ('block': of the host KV pools, 'snapshot': of the host "
-           "snapshot pools) finished; `header` is the header the store returned with the value (its payload "
-           "already written into the unit), None for a miss. The value is kept only if the header is, byte for "
-           "byte, the one the prompt implies. Raises InvalidArgument (no fetch pending into that unit).")
+           "snapshot pools, 'turn_end': the fetch's snapshot unit, its KV parts written into its kv_units) "
+           "finished; `header` is the header the store returned with the value (its payload already written into "
+           "the units), None for a miss. The value is kept only if the header is, byte for byte, the one the prompt "
+           "implies. Raises InvalidArgument (no fetch of that item pending into that unit), ValueError (an item "
+           "other than 'block', 'snapshot' or 'turn_end').")
       .def_prop_ro("remote_tier", &py_cache::remote, "Whether the cache has the remote tier.")
       .def("take_state_events", &py_cache::take_state_events,
            "With state_events: what this cache stored and removed in GPU memory since the previous call, as a list "

@@ -35,6 +35,8 @@ def test_type_stubs_are_shipped():
     assert "class PrefixCache" in text and "def admit(self, seq_id: int, tokens: numpy.typing.ArrayLike" in text
     assert "class Transfers" in text and "def take_transfers(self) -> Transfers" in text
     assert "class FetchPlan" in text and "def probe(self, tokens: numpy.typing.ArrayLike" in text
+    assert "NO_UNIT: int" in text and "def kv_units(self) -> list[int]" in text
+    assert "remote_turn_ends: bool = False, remote_writer_id: int = 0" in text
     assert "class StateRouter" in text and "def route(self, tokens: numpy.typing.ArrayLike" in text
     assert "def take_state_events(self) -> list[StateEvent]" in text and "state_events: FleetKeys | None" in text
     if reprise.HAS_OPS:

@@ -293,7 +293,7 @@ def test_geometry_and_metrics_keys():
     assert cache.bytes_per_snapshot == config.bytes_per_snapshot and cache.snapshot_slots == 8
     assert cache.hasher_seed == 1 and cache.host_kv_units == 0 and cache.host_snapshot_units == 0
     m = cache.metrics()
-    assert len(m) == 46 and all(v == 0 for k, v in m.items() if k != "blocks_free")  # 11 host, 8 remote tier
+    assert len(m) == 49 and all(v == 0 for k, v in m.items() if k != "blocks_free")  # 11 host, 11 remote tier
     assert m["blocks_free"] == 256
     assert repr(cache).startswith("PrefixCache(policy='snapshot_restore', kv_blocks=256")
     assert repr(cache.admit(1, range(40))) == (

@@ -19,6 +19,7 @@ def test_metrics_dict_is_the_metric_table():
     names = reprise.metric_names()
     assert list(cache.metrics()) == names  # every metric, in the C++ declaration order
     assert len(set(names)) == len(names) and "host_blocks_onboarded" in names and "remote_hits" in names
+    assert {"remote_turn_ends_put", "remote_turn_ends_lost", "remote_turn_end_hits"} <= set(names)
 
 
 def test_policy_and_preset_names_are_the_catalogs():

@@ -129,7 +129,7 @@ def test_remote_tier_options_are_checked():
     for bad in (["k" * 32], [None], [bytearray(32)], [32], 7):
         with pytest.raises(TypeError):
             cache.prefetch(tokens(A + 1), in_store=bad)
-    with pytest.raises(ValueError, match="block or snapshot"):
+    with pytest.raises(ValueError, match="block, snapshot or turn_end"):
         cache.fetched("page", 0, None)
     with pytest.raises(reprise.InvalidArgument):  # no fetch pending into that unit
         cache.fetched("block", 0, None)
