@@ -352,6 +352,11 @@ private:
     take_transfers();
     if (auto done = cache_.step_complete(cache_.current_epoch()); !done && f_.rep.error.empty())
       f_.rep.error = label_ + "step_complete failed with " + std::string(to_string(done.error()));
+    // An engine steps on (other sequences decode) and its next step's transfers go out at once: the puts the
+    // completed step allows (written through) reach the store now, not when this engine next gets a request.
+    if constexpr (remote) {
+      if (f_.c.remote_write_through) take_transfers();
+    }
     f_.in_cache += clock_type::now() - t0;
     const cache_metrics& mm = cache_.metrics();
     const double kv = static_cast<double>(f_.kv_blocks - mm.blocks_free) * static_cast<double>(f_.rep.bytes_per_kv_block);
