@@ -413,6 +413,7 @@ TEST_CASE("bad options, events and route arguments return errc and change nothin
   auto r = ok(state_router<fleet_keys>::make(good, f.keys));
   const auto t = tokens_from(40, 1);
   const auto event_refused = [&](engine_id e, state_event ev, errc expected) {
+    if (e < 2) CHECK(r.validate(ev) == expected); // what a batch is checked with before any of it applies
     CHECK(r.apply(e, ev).error() == expected);
     CHECK(r.entries(0) + r.entries(1) == 0);
   };
@@ -434,6 +435,8 @@ TEST_CASE("bad options, events and route arguments return errc and change nothin
   ev.change = static_cast<state_change>(2);
   event_refused(0, ev, errc::invalid_argument);
   event_refused(0, f.snap(t, 24, prefill), errc::misaligned); // prefill-exact off the alignment unit
+  CHECK(r.validate(f.snap(t, 24, decode)) == errc{});
+  CHECK(r.entries(0) == 0); // validating applies nothing
   CHECK(r.apply(0, f.snap(t, 24, decode)));                    // decode continuation: anywhere
   CHECK(r.entries(0) == 1);
 
