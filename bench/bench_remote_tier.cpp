@@ -9,6 +9,8 @@
 //                      scheduler-side sequence but the network
 //   BM_floor           the same blocks' content keys alone (`block_keys`: one SHA-256 per block), the least
 //                      any fleet-wide naming costs
+//   BM_probe_turn_ends BM_probe for `policy::chat` with turn ends in the store (`remote_turn_ends`): every block's
+//                      key up to the prompt's last full block, and a turn-end key at every block boundary
 //   BM_admit           admit + commit + release of the same prompt on a cache without tiers, for scale
 // At the end it prints each cost over the floor (CPU time; the machine may be shared).
 #include <reprise/keys/content_key.hpp>
@@ -28,6 +30,7 @@ using model_type = presets::nemotron_h_8b;
 using tiers = policy::tiers<policy::host_tier, policy::remote_tier>;
 using remote_cache = prefix_cache<model_type, policy::strict, xxh3_hasher, tiers>;
 using plain_cache = prefix_cache<model_type, policy::strict>;
+using chat_cache = prefix_cache<model_type, policy::chat, xxh3_hasher, tiers>;
 constexpr std::uint32_t B = model_type::block_size;
 
 std::vector<token_id> prompt_of(std::size_t n, std::uint64_t iteration) {
@@ -57,6 +60,19 @@ remote_cache make_remote(std::size_t tokens) {
   return std::move(*c);
 }
 
+chat_cache make_chat(std::size_t tokens) {
+  const auto blocks = static_cast<std::uint32_t>(tokens / B + 2);
+  auto c = chat_cache::create({.kv_blocks = blocks,
+                               .snapshot_budget_bytes = 2 * model_type::bytes_per_snapshot,
+                               .hasher_seed = 3,
+                               .host_kv_budget_bytes = std::size_t{blocks} * model_type::bytes_per_kv_block,
+                               .host_snapshot_budget_bytes = 4 * model_type::bytes_per_snapshot,
+                               .remote_keys = &keyer(),
+                               .remote_turn_ends = true,
+                               .remote_writer_id = 1});
+  return std::move(*c);
+}
+
 void set_rate(benchmark::State& state, std::size_t tokens) {
   state.counters["ns_per_token"] = benchmark::Counter(static_cast<double>(tokens), benchmark::Counter::kIsIterationInvariantRate |
                                                                                         benchmark::Counter::kInvert);
@@ -70,6 +86,20 @@ void BM_probe(benchmark::State& state) {
   std::uint64_t iteration = 0;
   for (auto _ : state) {
     prompt[0] = static_cast<token_id>(200000 + iteration++ % 1000000); // a new prompt: every key differs
+    keys += c.probe(prompt)->keys.size();
+  }
+  state.counters["keys"] = static_cast<double>(keys) / static_cast<double>(state.iterations());
+  set_rate(state, tokens);
+}
+
+void BM_probe_turn_ends(benchmark::State& state) {
+  const auto tokens = static_cast<std::size_t>(state.range(0));
+  chat_cache c = make_chat(tokens);
+  std::vector<token_id> prompt = prompt_of(tokens, 1);
+  std::size_t keys = 0;
+  std::uint64_t iteration = 0;
+  for (auto _ : state) {
+    prompt[0] = static_cast<token_id>(200000 + iteration++ % 1000000);
     keys += c.probe(prompt)->keys.size();
   }
   state.counters["keys"] = static_cast<double>(keys) / static_cast<double>(state.iterations());
@@ -135,25 +165,26 @@ void BM_admit(benchmark::State& state) {
 
 /// Each size's costs, and the probe's over the floor and over an admit.
 void print_ratios(const reprise::bench::cpu_time_reporter& reporter) {
-  std::printf("\n%-8s %10s %10s %10s %10s %16s %16s\n", "tokens", "floor us", "probe us", "+prefetch", "admit us",
-              "probe / floor", "probe / admit");
+  std::printf("\n%-8s %10s %10s %10s %10s %16s %16s %16s\n", "tokens", "floor us", "probe us", "+prefetch", "admit us",
+              "probe / floor", "probe / admit", "turn ends/probe");
   for (const auto& [name, t] : reporter.times()) {
     if (name.rfind("BM_floor/", 0) != 0) continue;
     const std::string arg = name.substr(9);
     const double probe = reporter.time("BM_probe/" + arg), both = reporter.time("BM_probe_prefetch/" + arg),
-                 admit = reporter.time("BM_admit/" + arg);
-    std::printf("%-8s %10.1f %10.1f %10.1f %10.1f %16.2f %16.2f\n", arg.c_str(), t, probe, both, admit, probe / t,
-                probe / admit);
+                 admit = reporter.time("BM_admit/" + arg), turn_ends = reporter.time("BM_probe_turn_ends/" + arg);
+    std::printf("%-8s %10.1f %10.1f %10.1f %10.1f %16.2f %16.2f %16.2f\n", arg.c_str(), t, probe, both, admit, probe / t,
+                probe / admit, turn_ends / probe);
   }
 }
 
 } // namespace
 
 int main(int argc, char** argv) {
-  // Each size's four runs back to back: a ratio of runs seconds apart is less exposed to a shared machine.
+  // Each size's five runs back to back: a ratio of runs seconds apart is less exposed to a shared machine.
   for (std::int64_t tokens : {1024, 8192, 32768, 131072}) {
     benchmark::RegisterBenchmark("BM_floor", BM_floor)->Arg(tokens)->Unit(benchmark::kMicrosecond);
     benchmark::RegisterBenchmark("BM_probe", BM_probe)->Arg(tokens)->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark("BM_probe_turn_ends", BM_probe_turn_ends)->Arg(tokens)->Unit(benchmark::kMicrosecond);
     benchmark::RegisterBenchmark("BM_probe_prefetch", BM_probe_prefetch)->Arg(tokens)->Unit(benchmark::kMicrosecond);
     benchmark::RegisterBenchmark("BM_admit", BM_admit)->Arg(tokens)->Unit(benchmark::kMicrosecond);
   }
