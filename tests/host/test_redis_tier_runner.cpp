@@ -2,8 +2,9 @@
 // The remote tier on a real redis-server through tier_runner: a prefix one process computed (a forked child
 // with its own cache, host pools and store client) is restored by another, bitwise; a value corrupted in the
 // store by hand, or a server that is gone, costs a miss and never wrong state; on a Redis Cluster with a
-// replica per primary, so does a primary killed between a write and its read. Without redis-server on PATH
-// the cases exit 77, which CTest reports as skipped.
+// replica per primary, so does a primary killed between a write and its read. A chat conversation's turn end
+// (remote_turn_ends) goes the same way: continued bitwise by another process, single node and cluster, and
+// never used damaged or lost. Without redis-server on PATH the cases exit 77, which CTest reports as skipped.
 #include "support/cache_testing.hpp"
 #include "support/content_keys.hpp"
 #include "support/redis_testing.hpp"
@@ -593,4 +594,466 @@ TEST_CASE("a replicated Redis Cluster: a prefix is restored by another process, 
     CHECK(p.shared_blocks >= 8);
     check_nothing_wrong_used(reader, p, other_next);
   }
+}
+
+// Turn ends (cache_options::remote_turn_ends) through the runner: a chat conversation's turn end, one value of
+// several units (its decode-filled blocks, its partial block, its snapshot), written by one process and
+// continued by another at that turn end, bitwise. The pools' bytes are a function of how they were computed
+// (the state restored, the tokens since, and whether a prefill, a decode step or the turn-end capture wrote
+// them), as in test_remote_turn_ends.cpp, so a reader that used other bytes or recomputed shows it.
+namespace {
+
+using chat_cache = prefix_cache<small_hybrid, policy::chat, xxh3_hasher, tiers>;
+using bytes = std::vector<std::byte>;
+
+bytes computed(std::uint64_t base, std::span<const token_id> tokens, std::uint32_t from, std::uint32_t end, char who) {
+  std::uint64_t h = (base ^ 0x9e3779b97f4a7c15ULL) * 0x100000001b3ULL + static_cast<std::uint64_t>(who);
+  for (std::uint32_t i = from; i < end; ++i) h = (h ^ static_cast<std::uint64_t>(tokens[i])) * 0x100000001b3ULL;
+  h ^= end;
+  bytes v(unit_bytes);
+  for (std::size_t k = 0; k < v.size(); ++k) v[k] = static_cast<std::byte>((h >> (8 * (k % 8))) + k);
+  return v;
+}
+
+std::uint64_t hash_of(const bytes& b) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (std::byte x : b) h = (h ^ static_cast<std::uint64_t>(x)) * 0x100000001b3ULL;
+  return h;
+}
+
+/// What a turn left in its engine's GPU pools: every KV block of the conversation (the full ones, then the
+/// partial one) and the turn-end snapshot.
+struct turn_bytes {
+  std::vector<bytes> kv;
+  bytes turn_end;
+};
+
+/// The store's name of a turn end at a position in [boundary, boundary + B) of `tokens`.
+content_key turn_end_key_of(const content_keyer& keys, std::span<const token_id> tokens, std::uint32_t boundary) {
+  content_key k = keys.root({});
+  for (std::uint32_t i = 0; i < boundary / B; ++i) k = keys.chain(k, tokens.subspan(std::size_t{i} * B, B));
+  return keys.turn_end(k, boundary);
+}
+
+/// One chat engine process: a cache writing through with turn ends, its GPU pools, two-layer host pools and a
+/// tier runner with a device reader.
+struct chat_engine {
+  chat_engine(const content_keyer& keys, redis_store& store)
+      : cache(make(keys)), gpu_kv(48, bytes(unit_bytes)), gpu_slots(cache.snapshot_slots(), bytes(unit_bytes)),
+        host_kv(cache.host_kv_units() * unit_bytes), host_slots(cache.host_snapshot_units() * unit_bytes),
+        runner(store, process::layers(host_kv), process::layers(host_slots),
+               [this](remote_item item, std::uint32_t u, std::span<std::byte> out) {
+                 const bytes& v = (item == remote_item::block ? gpu_kv : gpu_slots)[u];
+                 REQUIRE(out.size() == v.size());
+                 std::memcpy(out.data(), v.data(), v.size());
+               }) {}
+  chat_engine(const chat_engine&) = delete; // the device reader holds its address
+
+  static chat_cache make(const content_keyer& keys) {
+    auto c = chat_cache::create({.kv_blocks = 48,
+                                 .snapshot_budget_bytes = 4 * small_hybrid::bytes_per_snapshot,
+                                 .hasher_seed = 5,
+                                 .host_kv_budget_bytes = 40 * small_hybrid::bytes_per_kv_block,
+                                 .host_snapshot_budget_bytes = 4 * small_hybrid::bytes_per_snapshot,
+                                 .remote_keys = &keys,
+                                 .remote_write_through = true,
+                                 .remote_turn_ends = true});
+    REQUIRE(c.has_value());
+    return std::move(*c);
+  }
+
+  void run_transfers() {
+    const transfer_plan t = cache.take_transfers();
+    runner.run_puts(t);
+    for (const unit_move& m : t.kv_offload) process::set_unit(host_kv, m.dst, gpu_kv[m.src]);
+    for (const unit_move& m : t.snapshot_offload) process::set_unit(host_slots, m.dst, gpu_slots[m.src]);
+    for (const unit_move& m : t.kv_onboard) gpu_kv[m.dst] = process::unit(host_kv, m.src);
+  }
+
+  /// One turn as the writer runs it: admit `tokens` (restoring what the plan says, computing the rest),
+  /// commit, decode `reply` (all but its last token fed), finish with the turn-end capture and complete the
+  /// step, whose puts (the turn end's among them) then go out. `tokens` becomes prompt + reply.
+  turn_bytes turn(seq_id s, std::vector<token_id>& tokens, const std::vector<token_id>& reply) {
+    auto plan = cache.admit(s, tokens);
+    REQUIRE(plan.has_value());
+    const admit_plan p = *plan;
+    run_transfers();
+    std::vector<block_id> table(p.block_table.begin(), p.block_table.end());
+    const auto slot = static_cast<std::uint32_t>(p.restore_slot);
+    const std::uint64_t base = p.restore_slot == no_slot ? 0
+                               : p.restore_from_host     ? hash_of(process::unit(host_slots, slot))
+                                                         : hash_of(gpu_slots[slot]);
+    const std::uint32_t from = p.usable_tokens;
+    if (p.copy_src != no_block) gpu_kv[static_cast<std::size_t>(p.copy_dst)] = gpu_kv[static_cast<std::size_t>(p.copy_src)];
+    const auto n = static_cast<std::uint32_t>(tokens.size());
+    for (std::uint32_t i = p.shared_blocks; i < table.size(); ++i)
+      gpu_kv[static_cast<std::size_t>(table[i])] = computed(base, tokens, from, std::min((i + 1) * B, n), 'P');
+    std::vector<std::uint32_t> written;
+    for (const capture_point& c : p.captures) {
+      gpu_slots[static_cast<std::size_t>(c.slot)] = computed(base, tokens, from, static_cast<std::uint32_t>(c.position), 'S');
+      written.push_back(static_cast<std::uint32_t>(c.position));
+    }
+    REQUIRE(cache.commit(s, n, written).has_value());
+    REQUIRE(cache.step_complete(cache.current_epoch()).has_value());
+    run_transfers();
+    std::uint32_t at = n;
+    for (std::size_t k = 0; k + 1 < reply.size(); ++k) { // each decode step writes its token's KV into its block
+      tokens.push_back(reply[k]);
+      auto e = cache.extend(s, std::vector<token_id>{reply[k]});
+      REQUIRE(e.has_value());
+      table.insert(table.end(), e->new_blocks.begin(), e->new_blocks.end());
+      ++at;
+      gpu_kv[static_cast<std::size_t>(table[(at - 1) / B])] = computed(base, tokens, from, at, 'D');
+      REQUIRE(cache.commit(s, at).has_value());
+      REQUIRE(cache.step_complete(cache.current_epoch()).has_value());
+      run_transfers();
+    }
+    tokens.push_back(reply.back());
+    auto finished = cache.finish(s);
+    REQUIRE(finished.has_value());
+    REQUIRE(finished->capture.slot != no_slot);
+    REQUIRE(finished->capture.position == at);
+    turn_bytes out;
+    out.turn_end = computed(base, std::span<const token_id>(tokens.data(), at), from, at, 'E');
+    gpu_slots[static_cast<std::size_t>(finished->capture.slot)] = out.turn_end;
+    for (std::uint32_t i = 0; i * B < at; ++i) out.kv.push_back(gpu_kv[static_cast<std::size_t>(table[i])]);
+    REQUIRE(cache.step_complete(cache.current_epoch()).has_value());
+    run_transfers(); // the turn end's put, now that its step completed
+    return out;
+  }
+
+  /// Asks the store which of the values a prefetch of `prompt` could fetch it has, and polls until answered.
+  std::vector<content_key> probe(const std::vector<token_id>& prompt) {
+    auto listed = cache.probe(prompt);
+    REQUIRE(listed.has_value());
+    const request_id ticket = runner.start_probe(*listed);
+    std::optional<std::vector<content_key>> found;
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (!(found = runner.take_probe(ticket)) && std::chrono::steady_clock::now() < deadline) {
+      runner.poll(cache);
+      std::this_thread::sleep_for(1ms);
+    }
+    REQUIRE(found.has_value());
+    return *found;
+  }
+
+  struct planned {
+    std::size_t fetches = 0, turn_ends = 0;
+  };
+  /// Prefetches `prompt` given what a probe `found`, and waits for the fetches.
+  planned fetch(const std::vector<token_id>& prompt, const std::vector<content_key>& found) {
+    auto plan = cache.prefetch(prompt, {}, found);
+    REQUIRE(plan.has_value());
+    planned out{plan->fetches.size(), 0};
+    for (const remote_fetch& f : plan->fetches) out.turn_ends += f.item == remote_item::turn_end;
+    runner.run_puts(cache.take_transfers());
+    runner.start_fetches(cache, *plan); // its spans (a turn end's kv_units) are valid until the next prefetch
+    REQUIRE(runner.drain(cache, 5s));
+    return out;
+  }
+
+  /// Admits `prompt` as a reader and applies the step's transfers and the plan's copy; records the snapshot
+  /// restored, the shared blocks and the block holding the partial block the sequence continues in.
+  admit_plan admit(seq_id s, const std::vector<token_id>& prompt) {
+    auto plan = cache.admit(s, prompt);
+    REQUIRE(plan.has_value());
+    const admit_plan p = *plan;
+    run_transfers();
+    if (p.copy_src != no_block) gpu_kv[static_cast<std::size_t>(p.copy_dst)] = gpu_kv[static_cast<std::size_t>(p.copy_src)];
+    restored = p.restore_slot == no_slot ? bytes{}
+               : p.restore_from_host      ? process::unit(host_slots, static_cast<std::uint32_t>(p.restore_slot))
+                                          : gpu_slots[static_cast<std::size_t>(p.restore_slot)];
+    shared.clear();
+    for (std::uint32_t i = 0; i < p.shared_blocks; ++i) shared.push_back(gpu_kv[static_cast<std::size_t>(p.block_table[i])]);
+    partial = p.kv_matched_tokens % B != 0 ? gpu_kv[static_cast<std::size_t>(p.block_table[p.shared_blocks])] : bytes{};
+    return p;
+  }
+
+  chat_cache cache;
+  std::vector<bytes> gpu_kv, gpu_slots;
+  bytes host_kv, host_slots;
+  tier_runner<chat_cache> runner;
+  std::vector<bytes> shared;
+  bytes restored, partial;
+};
+
+/// A conversation's first turn (a 200-token prompt, a reply of `reply_tokens`) and the next prompt (20 more
+/// tokens). With the default reply its turn end sits at 236 (blocks 0 .. 11 prefill-exact, 12 and 13
+/// decode-filled, a partial block of 12 tokens): one value of 3 KV units and a snapshot, under the key of
+/// boundary 224.
+struct conversation {
+  explicit conversation(token_id from, std::uint32_t reply_tokens = 37)
+      : first(iota_tokens(200, from)), reply(iota_tokens(reply_tokens, from + 70000)),
+        next(concat(concat(first, reply), iota_tokens(20, from + 90000))), turn_end_at(200 + reply_tokens - 1) {}
+  content_key turn_end(const content_keyer& keys) const { return turn_end_key_of(keys, next, turn_end_at / B * B); }
+
+  std::vector<token_id> first, reply, next;
+  std::uint32_t turn_end_at; ///< the last reply token is not fed
+};
+
+/// In a forked child: its own store client and chat engine serve `c`'s first turn, writing through, the turn
+/// end included. Returns the bytes the child's pools held at the turn's end, sent back through a pipe.
+turn_bytes write_turn_in_child(const redis_store_options& options, const conversation& c) {
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  std::fflush(nullptr);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::close(fds[0]);
+    bool ok = false;
+    try {
+      auto store = redis_store::create(options);
+      const content_keyer keys = make_keyer();
+      if (store) {
+        chat_engine writer(keys, **store);
+        std::vector<token_id> tokens = c.first;
+        const turn_bytes t = writer.turn(1, tokens, c.reply);
+        ok = writer.runner.drain(writer.cache, 5s) && writer.runner.stats().puts_failed == 0 &&
+             writer.runner.stats().puts_dropped == 0 && writer.cache.metrics().remote_turn_ends_put == 1 &&
+             writer.cache.metrics().remote_turn_ends_lost == 0;
+        std::string out;
+        for (const bytes& b : t.kv) out.append(reinterpret_cast<const char*>(b.data()), b.size());
+        out.append(reinterpret_cast<const char*>(t.turn_end.data()), t.turn_end.size());
+        for (std::size_t at = 0; ok && at < out.size();) {
+          const ssize_t n = ::write(fds[1], out.data() + at, out.size() - at);
+          ok = n > 0;
+          at += n > 0 ? static_cast<std::size_t>(n) : 0;
+        }
+      }
+    } catch (...) { // a failed check in the child must not run the rest of the suite there
+      ok = false;
+    }
+    std::_Exit(ok ? 0 : 1);
+  }
+  ::close(fds[1]);
+  std::string in;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof buffer)) > 0;) in.append(buffer, static_cast<std::size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  REQUIRE(in.size() % unit_bytes == 0);
+  REQUIRE(in.size() / unit_bytes == (c.turn_end_at + B - 1) / B + 1); // every block (a partial one last), the snapshot
+  turn_bytes t;
+  for (std::size_t at = 0; at < in.size(); at += unit_bytes) {
+    const auto* p = reinterpret_cast<const std::byte*>(in.data() + at);
+    (at + unit_bytes < in.size() ? t.kv.emplace_back() : t.turn_end).assign(p, p + unit_bytes);
+  }
+  return t;
+}
+
+/// `reader` restored the conversation at the writer's turn end: its snapshot, every full block before it
+/// and the partial block, each bitwise the writer's.
+void check_continued(const chat_engine& reader, const admit_plan& p, const conversation& c, const turn_bytes& w) {
+  const std::uint32_t at = c.turn_end_at;
+  CHECK(p.usable_tokens == at);
+  CHECK(p.kv_matched_tokens == at);
+  CHECK(p.restore_from_host);
+  CHECK(p.restore_exactness == exactness::decode_continuation);
+  CHECK(reader.restored == w.turn_end);
+  REQUIRE(p.shared_blocks == at / B);
+  for (std::uint32_t i = 0; i < at / B; ++i) CHECK(reader.shared[i] == w.kv[i]);
+  if (at % B != 0) CHECK(reader.partial == w.kv[at / B]);
+  CHECK(reader.cache.check_invariants().has_value());
+}
+
+/// `reader` restored nothing from a turn end: no snapshot, and each block it shares is a prefill-exact one,
+/// the writer's bytes (any cold prefill computes the same).
+void check_restored_nothing(const chat_engine& reader, const admit_plan& p, const turn_bytes& w) {
+  CHECK(p.usable_tokens == 0);
+  CHECK(p.restore_slot == no_slot);
+  CHECK(p.restore_exactness == exactness::prefill_exact);
+  REQUIRE(p.shared_blocks <= 12);
+  for (std::uint32_t i = 0; i < p.shared_blocks; ++i) CHECK(reader.shared[i] == w.kv[i]);
+  CHECK(reader.cache.check_invariants().has_value());
+}
+
+} // namespace
+
+TEST_CASE("turn ends through redis: another process continues a conversation at its writer's turn end, bitwise "
+          "(at a block boundary too), and a damaged or abandoned turn end is never used") {
+  require_redis_server();
+  redis_server server;
+  const redis_store_options o = options_for(server);
+  const conversation conv(1);
+  const turn_bytes w = write_turn_in_child(o, conv);
+  auto created = redis_store::create(o);
+  REQUIRE(created.has_value());
+  redis_store& store = **created;
+  const content_keyer keys = make_keyer();
+  const content_key turn_end = conv.turn_end(keys);
+  raw_connection c = server.connect();
+  REQUIRE(c);
+  const std::string name = store.manifest_key(turn_end);
+  const std::string value = raw_string(c.get(), {"GET", name}); // one inline value: 3 KV units and a snapshot
+  REQUIRE(value.size() > 4 * unit_bytes);
+
+  // Reads turn 2's prompt through a fresh engine: probe, fetch what was found, admit. `rejected`: whether
+  // the turn end's header is expected to be refused (else it is a miss).
+  const auto read = [&](auto&& check, bool rejected = false) {
+    chat_engine reader(keys, store);
+    const std::vector<content_key> found = reader.probe(conv.next);
+    CHECK(std::count(found.begin(), found.end(), turn_end) == 1);
+    CHECK(found.size() == 12 + 1); // the prefill-exact blocks written through, and the turn end
+    const chat_engine::planned f = reader.fetch(conv.next, found);
+    CHECK(f.turn_ends == 1);
+    const cache_metrics& m = reader.cache.metrics();
+    CHECK(m.remote_hits + m.remote_misses + m.remote_rejected == f.fetches);
+    CHECK(m.remote_rejected == (rejected ? 1u : 0u));
+    check(reader, m);
+    CHECK(reader.cache.check_invariants().has_value());
+  };
+  const auto continued = [&](chat_engine& reader, const cache_metrics& m) {
+    CHECK(m.remote_turn_end_hits == 1);
+    CHECK(m.remote_hits == 12 + 1);
+    CHECK(reader.runner.stats().bytes_fetched == 12 * unit_bytes + 4 * unit_bytes);
+    check_continued(reader, reader.admit(2, conv.next), conv, w);
+  };
+  const auto not_used = [&](chat_engine& reader, const cache_metrics& m) {
+    CHECK(m.remote_turn_end_hits == 0);
+    CHECK(m.remote_hits == 12);
+    check_restored_nothing(reader, reader.admit(2, conv.next), w);
+  };
+  const auto put_sync = [&](std::span<const std::byte> header, std::span<const std::byte> payload) {
+    REQUIRE(store.put(turn_end, header, payload).has_value());
+    completion done;
+    REQUIRE(store.wait(std::span(&done, 1), 5s) == 1);
+    REQUIRE(done.status == store_status::stored);
+  };
+
+  read(continued);
+  // Its stored header and payload, as a get returns them.
+  REQUIRE(store.get(turn_end).has_value());
+  completion got;
+  REQUIRE(store.wait(std::span(&got, 1), 5s) == 1);
+  REQUIRE(got.status == store_status::hit);
+  REQUIRE(got.payload.size() == 4 * unit_bytes);
+
+  // Three damages in turn, then the value as it was. A payload byte flipped in redis: the store's digest
+  // refuses it, a miss.
+  std::string flipped = value;
+  flipped[flipped.size() - 1] = static_cast<char>(flipped[flipped.size() - 1] ^ 0x5a); // the snapshot's last byte
+  raw(c.get(), {"SET", name, flipped});
+  read(not_used);
+  // A header token changed, the value's digest made whole again: the cache refuses the header.
+  std::vector<std::byte> header = got.header;
+  header[84] ^= std::byte{1}; // the first token past the chain's start
+  put_sync(header, got.payload);
+  read(not_used, /*rejected=*/true);
+  // A whole, valid value one KV unit short: the runner's staging buffer is of another size, a miss.
+  put_sync(got.header, std::span(got.payload).first(3 * unit_bytes));
+  read(not_used);
+  raw(c.get(), {"SET", name, value});
+  read(continued);
+
+  // Abandoned before their completions are polled, the fetches (the turn end's among them) are misses, and
+  // their host units are never written.
+  {
+    chat_engine reader(keys, store);
+    auto plan = reader.cache.prefetch(conv.next, {}, reader.probe(conv.next));
+    REQUIRE(plan.has_value());
+    const std::size_t fetches = plan->fetches.size();
+    reader.runner.run_puts(reader.cache.take_transfers());
+    reader.runner.start_fetches(reader.cache, *plan);
+    const bytes host_kv = reader.host_kv, host_slots = reader.host_slots;
+    reader.runner.abandon(reader.cache);
+    CHECK(reader.runner.in_flight() == 0);
+    CHECK(reader.runner.stats().fetches_dropped == fetches);
+    CHECK(reader.cache.metrics().remote_misses == fetches);
+    CHECK(reader.cache.metrics().remote_turn_end_hits == 0);
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (store.in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
+      reader.runner.poll(reader.cache); // completions of abandoned requests: ignored
+      std::this_thread::sleep_for(1ms);
+    }
+    CHECK(store.in_flight() == 0);
+    CHECK(reader.host_kv == host_kv);
+    CHECK(reader.host_slots == host_slots);
+    CHECK(reader.cache.metrics().remote_hits == 0);
+    check_restored_nothing(reader, reader.admit(2, conv.next), w);
+  }
+
+  // A turn end at a block boundary (224) travels with zeros in place of a partial block, and is continued.
+  const conversation boundary(40001, 25);
+  const turn_bytes wb = write_turn_in_child(o, boundary);
+  REQUIRE(store.get(boundary.turn_end(keys)).has_value());
+  REQUIRE(store.wait(std::span(&got, 1), 5s) == 1);
+  REQUIRE(got.status == store_status::hit);
+  REQUIRE(got.payload.size() == 4 * unit_bytes);
+  const std::span<const std::byte> payload(got.payload);
+  CHECK(std::ranges::equal(payload.first(unit_bytes), wb.kv[12]));
+  CHECK(std::ranges::equal(payload.subspan(unit_bytes, unit_bytes), wb.kv[13]));
+  CHECK(std::ranges::all_of(payload.subspan(2 * unit_bytes, unit_bytes), [](std::byte x) { return x == std::byte{0}; }));
+  CHECK(std::ranges::equal(payload.last(unit_bytes), wb.turn_end));
+  chat_engine reader(keys, store);
+  const std::vector<content_key> found = reader.probe(boundary.next);
+  CHECK(reader.fetch(boundary.next, found).turn_ends == 1);
+  CHECK(reader.cache.metrics().remote_turn_end_hits == 1);
+  const admit_plan p = reader.admit(2, boundary.next);
+  CHECK(p.copy_src == no_block);
+  check_continued(reader, p, boundary, wb);
+}
+
+// A Redis Cluster of 3 primaries with a replica each. A turn end one process wrote is continued bitwise by
+// another. A second conversation's turn end is written while the link from the primary that holds its key to
+// that primary's replica is cut, a reader probes it (found), and the primary is SIGKILLed before the reader
+// fetches: the fetch is a miss (an empty header), nothing is rejected, and the reader's admit restores
+// nothing from it; after the failover the turn end is gone and the first conversation is still whole.
+TEST_CASE("turn ends on a replicated Redis Cluster: continued bitwise across processes, and one lost with its "
+          "primary is a miss, never wrong state") {
+  require_redis_server();
+  redis_cluster cluster({.primaries = 3, .replicas = 1, .node_timeout = 1000ms});
+  const redis_store_options o = options_for(cluster.endpoints(), store_topology::cluster);
+  const content_keyer keys = make_keyer();
+  auto created = redis_store::create(o); // one client, across the kill, the failover and after
+  REQUIRE(created.has_value());
+  redis_store& store = **created;
+
+  const conversation kept(1), lost(20001);
+  const turn_bytes wk = write_turn_in_child(o, kept);
+  cluster.wait_for_replicas(5s);
+  const auto continue_kept = [&] {
+    chat_engine reader(keys, store);
+    const std::vector<content_key> found = reader.probe(kept.next);
+    CHECK(std::count(found.begin(), found.end(), kept.turn_end(keys)) == 1);
+    const chat_engine::planned f = reader.fetch(kept.next, found);
+    CHECK(f.turn_ends == 1);
+    CHECK(reader.cache.metrics().remote_turn_end_hits == 1);
+    CHECK(reader.cache.metrics().remote_rejected == 0);
+    check_continued(reader, reader.admit(2, kept.next), kept, wk);
+  };
+  continue_kept();
+
+  const std::size_t victim = cluster.slot_owners()[cluster_slot(store.manifest_key(lost.turn_end(keys)))];
+  cluster.cut_replication(victim);
+  const turn_bytes wl = write_turn_in_child(o, lost);
+  {
+    chat_engine reader(keys, store);
+    const std::vector<content_key> found = reader.probe(lost.next);
+    REQUIRE(std::count(found.begin(), found.end(), lost.turn_end(keys)) == 1); // on the victim alone
+    cluster.nodes[victim]->kill();
+    const chat_engine::planned f = reader.fetch(lost.next, found);
+    CHECK(f.turn_ends == 1);
+    const cache_metrics& m = reader.cache.metrics();
+    CHECK(m.remote_turn_end_hits == 0);
+    CHECK(m.remote_rejected == 0);
+    CHECK(m.remote_hits + m.remote_misses == f.fetches); // the turn end among the misses: an empty header
+    CHECK(m.remote_misses >= 1);
+    check_restored_nothing(reader, reader.admit(2, lost.next), wl);
+  }
+
+  cluster.wait_until_serving(15s);
+  {
+    // The turn end never reached the promoted replica: not found, not fetched, nothing restored from it.
+    chat_engine reader(keys, store);
+    const std::vector<content_key> found = reader.probe(lost.next);
+    CHECK(std::count(found.begin(), found.end(), lost.turn_end(keys)) == 0);
+    CHECK(reader.fetch(lost.next, found).turn_ends == 0);
+    CHECK(reader.cache.metrics().remote_rejected == 0);
+    check_restored_nothing(reader, reader.admit(2, lost.next), wl);
+  }
+  continue_kept(); // written before the cut: whole on every primary, the promoted replica included
 }

@@ -43,6 +43,13 @@
 /// lay a payload out (a `cudaMemcpy` from each layer's pool; the bytes are complete, their step completed).
 /// Without one, such puts are dropped and counted in `puts_dropped`.
 ///
+/// Turn ends (`cache_options::remote_turn_ends`, `remote_item::turn_end`) are one value of several units:
+/// a put, always from GPU memory, reads its KV blocks `kv_units` in order as block units (zeros for a
+/// `no_unit` part) and then its snapshot slot `unit`; a fetch stages `kv_units.size()` KV units and one
+/// snapshot unit, and a hit is scattered into host KV units `kv_units` (skipping `no_unit` parts) and host
+/// snapshot unit `unit` before `fetched(turn_end, unit, header)`. A turn end is fetched only by a prefetch
+/// given a probe's answer (`take_probe`). Blocks and snapshots keep one unit per value.
+///
 /// Opt-in, with `reprise::redis`.
 
 #include <reprise/cache/types.hpp>
@@ -76,7 +83,8 @@ struct tier_runner_stats {
 };
 
 /// Copies GPU unit `unit` (a KV block, or a snapshot slot) into `out`, which is `unit_bytes(item)` long, in
-/// the order of the host pools' layers. Called by `run_puts`, before the step's other work.
+/// the order of the host pools' layers. Called by `run_puts`, before the step's other work; `item` is
+/// `block` or `snapshot` (a turn end is read as its blocks, then its snapshot slot).
 using device_reader = std::function<void(remote_item item, std::uint32_t unit, std::span<std::byte> out)>;
 
 template <class Cache>
@@ -88,33 +96,43 @@ public:
               device_reader read_device = {})
       : store_(&store), pools_{std::move(kv_pools), std::move(snapshot_pools)}, read_device_(std::move(read_device)) {}
 
-  /// Bytes of one unit's payload.
+  /// Bytes of one unit's payload: a KV block's (`block`) or a snapshot's (`snapshot`, `turn_end`).
   std::size_t unit_bytes(remote_item item) const noexcept {
     std::size_t n = 0;
     for (const host_pool_view& p : pools(item)) n += p.unit_bytes;
     return n;
   }
 
-  /// Copies each put's unit (a host unit, or a GPU unit through the `device_reader`) and header now (the
-  /// transfers that follow overwrite the unit) and hands them to the store. A put the store's full queue
-  /// refuses is dropped: the value is simply not shared.
+  /// Bytes of a value's payload: one unit for a block or a snapshot; `kv_units` KV units and one snapshot
+  /// unit for a turn end (`remote_payload_bytes`).
+  std::size_t payload_bytes(remote_item item, std::size_t kv_units = 0) const noexcept {
+    return static_cast<std::size_t>(
+        remote_payload_bytes(item, kv_units, unit_bytes(remote_item::block), unit_bytes(remote_item::snapshot)));
+  }
+
+  /// Copies each put's unit (a host unit, or a GPU unit through the `device_reader`; a turn end's GPU blocks
+  /// and slot) and header now (the transfers that follow overwrite the units) and hands them to the store. A
+  /// put the store's full queue refuses is dropped: the value is simply not shared.
   void run_puts(const transfer_plan& t) {
     for (const remote_put& p : t.remote_puts) {
-      if (p.device && !read_device_) {
+      const bool turn_end = p.item == remote_item::turn_end; // always from GPU memory
+      if ((p.device || turn_end) && !read_device_) {
         ++stats_.puts_dropped;
         continue;
       }
       auto put = std::make_shared<pending_put>();
       put->header.assign(p.header.begin(), p.header.end());
-      put->payload.resize(unit_bytes(p.item));
-      if (p.device) {
+      put->payload.resize(payload_bytes(p.item, p.kv_units.size()));
+      if (turn_end) {
+        const std::span<std::byte> out(put->payload);
+        const std::size_t kv = unit_bytes(remote_item::block);
+        for (std::size_t j = 0; j < p.kv_units.size(); ++j) // a `no_unit` part stays zero
+          if (p.kv_units[j] != no_unit) read_device_(remote_item::block, p.kv_units[j], out.subspan(j * kv, kv));
+        read_device_(remote_item::snapshot, p.unit, out.subspan(p.kv_units.size() * kv));
+      } else if (p.device) {
         read_device_(p.item, p.unit, put->payload);
       } else {
-        std::size_t at = 0;
-        for (const host_pool_view& v : pools(p.item)) {
-          std::memcpy(put->payload.data() + at, v.base + std::size_t{p.unit} * v.unit_bytes, v.unit_bytes);
-          at += v.unit_bytes;
-        }
+        gather(pools(p.item), p.unit, put->payload.data());
       }
       auto id = store_->put(p.key, put->header, put->payload, put);
       if (!id) {
@@ -127,11 +145,13 @@ public:
     }
   }
 
-  /// Starts a get per fetch into a staging buffer; a fetch the store refuses is reported a miss at once.
+  /// Starts a get per fetch into a staging buffer of its payload's size (a turn end's `kv_units` are copied
+  /// with it); a fetch the store refuses is reported a miss at once.
   void start_fetches(Cache& cache, const fetch_plan& plan) {
     for (const remote_fetch& f : plan.fetches) {
       auto fetch = std::make_shared<pending_fetch>(
-          pending_fetch{f.item, f.unit, std::vector<std::byte>(unit_bytes(f.item))});
+          pending_fetch{f.item, f.unit, std::vector<std::byte>(payload_bytes(f.item, f.kv_units.size())),
+                        std::vector<std::uint32_t>(f.kv_units.begin(), f.kv_units.end())});
       auto id = store_->get(f.key, fetch->staging, fetch);
       if (!id) {
         ++stats_.fetches_dropped;
@@ -173,9 +193,10 @@ public:
     return found;
   }
 
-  /// Collects finished requests without waiting: a fetched hit is scattered into its host unit and reported
-  /// with the store's header, anything else reported as a miss; a finished put frees its buffers. Returns
-  /// the requests finished.
+  /// Collects finished requests without waiting: a fetched hit is scattered into its host unit (a turn end's
+  /// into its KV units and snapshot unit) and reported with the store's header, anything else (a failure, a
+  /// payload of another size) reported as a miss, with an empty header; a finished put frees its buffers.
+  /// Returns the requests finished.
   std::size_t poll(Cache& cache) {
     completion done[32];
     std::size_t total = 0;
@@ -199,10 +220,11 @@ public:
     return true;
   }
 
-  /// Gives up every request in flight without waiting: each fetch is reported to `cache` as a miss (its
-  /// host unit is never written: the store writes only the staging buffer it keeps alive), puts and probes
-  /// are forgotten (an unanswered probe's ticket is answered with nothing found). Their completions, polled
-  /// later, are ignored. For a shutdown or a store that stopped answering; `drain` first to keep results.
+  /// Gives up every request in flight without waiting: each fetch (turn ends included) is reported to
+  /// `cache` as a miss (its host units are never written: the store writes only the staging buffer it keeps
+  /// alive), puts and probes are forgotten (an unanswered probe's ticket is answered with nothing found).
+  /// Their completions, polled later, are ignored. For a shutdown or a store that stopped answering; `drain`
+  /// first to keep results.
   void abandon(Cache& cache) {
     for (auto& [id, f] : fetches_) {
       ++stats_.fetches_dropped;
@@ -225,6 +247,7 @@ private:
     remote_item item;
     std::uint32_t unit;
     std::vector<std::byte> staging;
+    std::vector<std::uint32_t> kv_units; ///< a turn end's host KV units, in payload order
   };
   struct pending_probe {
     request_id ticket = 0;
@@ -232,8 +255,23 @@ private:
     std::vector<std::uint8_t> found;
   };
 
+  /// The KV pools for a block, the snapshot pools for a snapshot or a turn end's snapshot.
   std::span<const host_pool_view> pools(remote_item item) const noexcept {
     return pools_[item == remote_item::block ? 0 : 1];
+  }
+
+  /// Unit `unit` of every pool of `p`, layer after layer, into `out`, and back.
+  static void gather(std::span<const host_pool_view> p, std::uint32_t unit, std::byte* out) noexcept {
+    for (const host_pool_view& v : p) {
+      std::memcpy(out, v.base + std::size_t{unit} * v.unit_bytes, v.unit_bytes);
+      out += v.unit_bytes;
+    }
+  }
+  static void scatter(std::span<const host_pool_view> p, std::uint32_t unit, const std::byte* in) noexcept {
+    for (const host_pool_view& v : p) {
+      std::memcpy(v.base + std::size_t{unit} * v.unit_bytes, in, v.unit_bytes);
+      in += v.unit_bytes;
+    }
   }
 
   void finish(Cache& cache, const completion& c) {
@@ -263,10 +301,13 @@ private:
     if (it == fetches_.end()) return;
     const pending_fetch& f = *it->second;
     if (c.status == store_status::hit && c.payload_bytes == f.staging.size()) {
-      std::size_t at = 0;
-      for (const host_pool_view& v : pools(f.item)) {
-        std::memcpy(v.base + std::size_t{f.unit} * v.unit_bytes, f.staging.data() + at, v.unit_bytes);
-        at += v.unit_bytes;
+      if (f.item == remote_item::turn_end) {
+        const std::size_t kv = unit_bytes(remote_item::block);
+        for (std::size_t j = 0; j < f.kv_units.size(); ++j) // a `no_unit` part: blocks this engine holds
+          if (f.kv_units[j] != no_unit) scatter(pools(remote_item::block), f.kv_units[j], f.staging.data() + j * kv);
+        scatter(pools(remote_item::snapshot), f.unit, f.staging.data() + f.kv_units.size() * kv);
+      } else {
+        scatter(pools(f.item), f.unit, f.staging.data());
       }
       ++stats_.fetch_hits;
       stats_.bytes_fetched += f.staging.size();
