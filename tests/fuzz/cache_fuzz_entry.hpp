@@ -5,11 +5,14 @@
 #include "fuzz/cache_op_driver.hpp"
 #include "support/cache_testing.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace reprise::testing {
 
@@ -30,11 +33,36 @@ Cache make_cache(const cache_options& o, const model_config& config) {
   return std::move(*c);
 }
 
+/// Runs the stream against one cache, or against `caches` caches (writer ids 1, 2, ...) sharing one store
+/// and the conversations that ended, each operation going to the one the stream's next byte picks; the
+/// metrics and stats are their sums.
 template <class Cache>
-stream_outcome run_driver(byte_source& in, const cache_options& o, const model_config& config) {
-  cache_op_driver<Cache> d(make_cache<Cache>(o, config), o);
-  d.run(in, 4096);
-  return {d.failure, d.cache().metrics(), d.stats};
+stream_outcome run_driver(byte_source& in, cache_options o, const model_config& config, std::uint32_t caches = 1) {
+  if (caches == 1) {
+    cache_op_driver<Cache> d(make_cache<Cache>(o, config), o);
+    d.run(in, 4096);
+    return {d.failure, d.cache().metrics(), d.stats};
+  }
+  const auto fleet = std::make_shared<shared_fleet>();
+  std::vector<std::unique_ptr<cache_op_driver<Cache>>> engines;
+  for (std::uint32_t k = 0; k < caches; ++k) {
+    o.remote_writer_id = k + 1;
+    engines.push_back(std::make_unique<cache_op_driver<Cache>>(make_cache<Cache>(o, config), o, fleet));
+  }
+  auto failed = [&] {
+    return std::any_of(engines.begin(), engines.end(), [](const auto& e) { return !e->failure.empty(); });
+  };
+  for (std::size_t op = 0; op < 4096 && !in.empty() && !failed(); ++op) engines[in.below(caches)]->step(in);
+  stream_outcome out;
+  for (std::uint32_t k = 0; k < caches; ++k) {
+    const cache_op_driver<Cache>& e = *engines[k];
+    if (out.failure.empty() && !e.failure.empty()) out.failure = "cache " + std::to_string(k + 1) + ": " + e.failure;
+#define REPRISE_SUM_METRIC(name, kind, type, doc) out.metrics.name += e.cache().metrics().name;
+    REPRISE_CACHE_METRICS(REPRISE_SUM_METRIC)
+#undef REPRISE_SUM_METRIC
+    out.stats += e.stats;
+  }
+  return out;
 }
 
 /// The runtime-configured models the streams also run on: block sizes other than the typed ones' 16.
@@ -50,13 +78,14 @@ inline const model_config& runtime_hybrid_b8() {
 }
 
 /// The number of policies the first byte chooses from.
-inline constexpr std::uint8_t stream_policies = 9;
+inline constexpr std::uint8_t stream_policies = 11;
 
-/// Runs the stream against the cache configuration its first byte selects: byte % 9 picks the policy
+/// Runs the stream against the cache configuration its first byte selects: byte % 11 picks the policy
 /// (0 block_sharing, 1 block_sharing with a colliding hasher, 2 memory_only, 3 snapshot_restore with every
 /// placement, 4 prefill-exact snapshots with a TTL, 5 policy::chat with decode checkpoints, 6 block_sharing
 /// with a host tier, 7 policy::chat with a host tier for blocks and snapshots and a colliding hasher, 8
-/// policy::strict with host and remote tiers), (byte / 9) % 2 picks the
+/// policy::strict with host and remote tiers, 9 and 10 policy::chat with host and remote tiers and turn ends
+/// in the store, two caches sharing it, with write-through and without), (byte / 11) % 2 picks the
 /// typed cache over the test models (B = 16) or a runtime-configured cache (`dynamic_model`) over a model
 /// of another block size. First bytes 0..5 select what they did when there were 6 policies.
 inline stream_outcome run_cache_operation_stream(const std::uint8_t* data, std::size_t size) {
@@ -75,9 +104,9 @@ inline stream_outcome run_cache_operation_stream(const std::uint8_t* data, std::
   using exact_only = policy::snapshot_restore<policy::capture<policy::last_aligned, policy::end_of_turn>,
                                               policy::accept_prefill_exact>;
   auto run = [&]<class Model, class Policy, class Hasher = xxh3_hasher, class Tiers = policy::tiers<>>(
-                 const cache_options& o, const model_config& config) {
-    if (runtime) return run_driver<prefix_cache<dynamic_model, Policy, Hasher, Tiers>>(in, o, config);
-    return run_driver<prefix_cache<Model, Policy, Hasher, Tiers>>(in, o, config);
+                 const cache_options& o, const model_config& config, std::uint32_t caches = 1) {
+    if (runtime) return run_driver<prefix_cache<dynamic_model, Policy, Hasher, Tiers>>(in, o, config, caches);
+    return run_driver<prefix_cache<Model, Policy, Hasher, Tiers>>(in, o, config, caches);
   };
   using host_tiers = policy::tiers<policy::host_tier>;
   switch (data[0] % stream_policies) {
@@ -124,6 +153,25 @@ inline stream_outcome run_cache_operation_stream(const std::uint8_t* data, std::
     o.remote_keys = &keys;
     return run.template operator()<small_hybrid, policy::strict, xxh3_hasher,
                                    policy::tiers<policy::host_tier, policy::remote_tier>>(o, hybrid);
+  }
+  case 9:
+  case 10: {
+    // chat with host and remote tiers and turn ends in the store, prefill-exact blocks and snapshots written
+    // through (9) or written back as the host tier evicts them (10); turn ends are put from GPU memory
+    // either way. Two caches share the store and the conversations that ended: a next turn goes to either,
+    // which probes the store and fetches the turn end its last writer left (or its own).
+    static const test_content_keyer keys;
+    cache_options o = small;
+    o.snapshot_budget_bytes = 3 * hybrid.bytes_per_snapshot();
+    o.decode_checkpoint_interval = hybrid.alignment();
+    o.decode_checkpoints_per_sequence = 1 + in.below(2);
+    o.host_kv_budget_bytes = 256 / block_size * hybrid.bytes_per_kv_block();
+    o.host_snapshot_budget_bytes = 4 * hybrid.bytes_per_snapshot();
+    o.remote_keys = &keys;
+    o.remote_write_through = data[0] % stream_policies == 9;
+    o.remote_turn_ends = true;
+    return run.template operator()<small_hybrid, policy::chat, xxh3_hasher,
+                                   policy::tiers<policy::host_tier, policy::remote_tier>>(o, hybrid, 2);
   }
   default: {
     // chat as in case 5 with 3 GPU slots, and a host tier of 256 tokens' blocks and 4 snapshots.

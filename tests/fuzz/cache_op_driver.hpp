@@ -21,10 +21,16 @@
 //     partial block copied from the host or a snapshot restored from it holds the prompt's own prefix, an
 //     offloaded snapshot was a published one, and no host unit is overwritten while a sequence still holds
 //     it or before the step that last read it completed;
-//   - with policy::remote_tier, the driver keeps a store (content key -> header, contents): every put is a
-//     prefill-exact block or snapshot, each admit is preceded by a prefetch whose fetches it answers from
+//   - with policy::remote_tier, the driver keeps a store (content key -> header, contents): every block or
+//     snapshot put is a prefill-exact one, each admit is preceded by a prefetch whose fetches it answers from
 //     the store, sometimes as a miss, sometimes with a corrupted header and another prefix's contents (which
-//     must never be used).
+//     must never be used);
+//   - with cache_options::remote_turn_ends the store holds turn ends too, shared by two caches (shared_fleet),
+//     and every write of a unit carries a stamp that copies keep (equal stamps, equal bytes): each turn end's
+//     payload is gathered from GPU units whose writing step completed and must be one prefix under an item-2,
+//     class-1 header, every prefetch is probed, turn-end fetches are answered (some after later operations) as
+//     stored, as a miss or with a corrupted header that must be rejected, and a restore from a fetched turn end
+//     must use exactly its writer's bytes (the snapshot and the stamps of every block past the writer's lead).
 // The same driver serves the randomized model-based test, the libFuzzer target and its corpus replay.
 
 #include <reprise/reprise.hpp>
@@ -34,9 +40,11 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace reprise::testing {
@@ -69,10 +77,62 @@ struct driver_stats {
   std::uint64_t host_offloads = 0;             ///< KV blocks moved to the host tier
   std::uint64_t host_onboards = 0;             ///< KV blocks (full or partial) moved back
   std::uint64_t remote_puts = 0;               ///< values written to the store
-  std::uint64_t remote_puts_through = 0;       ///< of them, written through from GPU memory
+  std::uint64_t remote_puts_through = 0;       ///< of them, blocks and snapshots written through from GPU memory
   std::uint64_t remote_hits = 0;               ///< fetched values the cache kept
   std::uint64_t remote_probed = 0;             ///< prefetches given what a probe found in the store
   std::uint64_t remote_rejected = 0;           ///< fetched values with a corrupted header, dropped
+  std::uint64_t remote_turn_ends_put = 0;      ///< turn ends written to the store (`remote_turn_ends`)
+  std::uint64_t remote_turn_end_hits = 0;      ///< fetched turn ends the cache kept
+  std::uint64_t remote_turn_ends_corrupted = 0; ///< fetched turn ends given a corrupted header (all rejected)
+  /// fetched turn ends rejected as stored: another prefill-exact lead than the reader's, tokens past or off
+  /// the prompt's, blocks of another computation than those the reader holds
+  std::uint64_t remote_turn_ends_refused = 0;
+  std::uint64_t restores_fetched_turn_end = 0; ///< restores of a fetched turn end, checked against its writer's bytes
+
+  driver_stats& operator+=(const driver_stats& o) noexcept {
+    constexpr std::uint64_t driver_stats::*counts[] = {
+        &driver_stats::off_grid_captures_written, &driver_stats::checkpoints_planned,
+        &driver_stats::checkpoints_written, &driver_stats::checkpoints_published, &driver_stats::checkpoints_dropped,
+        &driver_stats::restores_off_grid, &driver_stats::restores_checkpoint, &driver_stats::restores_turn_end,
+        &driver_stats::restores_from_host, &driver_stats::host_offloads, &driver_stats::host_onboards,
+        &driver_stats::remote_puts, &driver_stats::remote_puts_through, &driver_stats::remote_hits,
+        &driver_stats::remote_probed, &driver_stats::remote_rejected, &driver_stats::remote_turn_ends_put,
+        &driver_stats::remote_turn_end_hits, &driver_stats::remote_turn_ends_corrupted,
+        &driver_stats::remote_turn_ends_refused, &driver_stats::restores_fetched_turn_end,
+    };
+    static_assert(sizeof(counts) / sizeof(counts[0]) * sizeof(std::uint64_t) == sizeof(driver_stats),
+                  "every counter is summed");
+    for (const auto count : counts) this->*count += o.*count;
+    return *this;
+  }
+};
+
+/// What the caches of one stream share: the remote store, the conversations that ended on any of them (a
+/// next turn may go to another cache, as a fleet's router sends it) and the stamps that name the bytes of
+/// each write. A unit's bytes are a function of the computation that wrote them, not of its tokens alone
+/// (after a decode continuation): the driver gives each write a fresh stamp and every copy keeps it, so
+/// units of equal stamps hold equal bytes.
+struct shared_fleet {
+  /// What one unit of a value holds: the tenant then the token prefix (empty: zeros), and its stamp.
+  struct part {
+    std::vector<token_id> contents;
+    std::uint64_t stamp = 0;
+  };
+  struct value {
+    std::vector<std::byte> header;
+    part unit;            ///< a block's or a snapshot's unit; a turn end's snapshot
+    std::vector<part> kv; ///< a turn end's KV blocks, in payload order (its partial block last)
+  };
+  struct conversation {
+    token_id tenant = 0;
+    std::vector<token_id> tokens;
+  };
+  std::map<content_key, value> store;
+  std::vector<conversation> history; ///< recently ended sequences, whose tokens later prompts may continue
+  std::uint64_t stamps = 0;          ///< stamps drawn
+  /// The stamp of the block each origin (writer, serial) in a turn end's header named: one origin must
+  /// never name two writes, or a reader would take another computation's block for its own.
+  std::map<std::pair<std::uint64_t, std::uint64_t>, std::uint64_t> origins;
 };
 
 template <class Cache>
@@ -139,15 +199,24 @@ public:
   driver_stats stats;
 
   /// Drives `cache`, typed or runtime-configured (the block size and alignment are read from it), created
-  /// with `options` (share_in_step, the decode checkpoint interval and per-sequence bound, and the TTL are
-  /// read from it).
-  explicit cache_op_driver(Cache cache, const cache_options& options = {})
+  /// with `options` (share_in_step, the decode checkpoint interval and per-sequence bound, the TTL and
+  /// remote_turn_ends are read from it), alone or in `fleet` with the other caches a stream drives.
+  explicit cache_op_driver(Cache cache, const cache_options& options = {}, std::shared_ptr<shared_fleet> fleet = {})
       : cache_(std::move(cache)), B(cache_.block_size()), A(cache_.alignment()),
-        share_in_step_(options.share_in_step), interval_(at_decode ? options.decode_checkpoint_interval : 0),
+        share_in_step_(options.share_in_step), turn_ends_(options.remote_turn_ends),
+        interval_(at_decode ? options.decode_checkpoint_interval : 0),
         per_sequence_(options.decode_checkpoints_per_sequence),
         // A TTL can drop a checkpoint unseen: then the oracle does not model the per-sequence bound.
-        model_checkpoint_bound_(options.snapshot_ttl_steps == 0) {
+        model_checkpoint_bound_(options.snapshot_ttl_steps == 0),
+        fleet_(fleet ? std::move(fleet) : std::make_shared<shared_fleet>()) {
     blocks_.resize(cache_.kv_blocks());
+    block_stamp_.assign(cache_.kv_blocks(), 0);
+    slot_stamp_.assign(cache_.snapshot_slots(), 0);
+    host_block_stamp_.assign(cache_.host_kv_units(), 0);
+    host_slot_stamp_.assign(cache_.host_snapshot_units(), 0);
+    host_turn_end_.resize(cache_.host_snapshot_units());
+    filling_kv_.assign(cache_.host_kv_units(), 0);
+    filling_snapshot_.assign(cache_.host_snapshot_units(), 0);
     planned_.resize(cache_.kv_blocks());
     pending_.assign(cache_.kv_blocks(), 0);
     written_in_step_.assign(cache_.kv_blocks(), 0);
@@ -185,6 +254,9 @@ public:
   }
 
   void step(byte_source& in) {
+    // With turn ends, fetches still in flight complete now, one time in three (before the operation).
+    if (turn_ends_ && !deferred_.empty() && in.below(3) == 0) answer_deferred(in);
+    if (!failure.empty()) return;
     switch (in.below(9)) {
     case 0: case 1: admit(in); break;
     case 2: case 3: commit(in); break;
@@ -220,6 +292,7 @@ private:
   void expect(bool ok, const char* what) {
     if (!ok) fail(what);
   }
+  std::uint64_t stamp() { return ++fleet_->stamps; }
 
   content prefix(const oracle_seq& s, std::uint32_t n) const {
     content c{s.tenant};
@@ -292,9 +365,10 @@ private:
   void admit(byte_source& in) {
     oracle_seq s;
     s.tenant = static_cast<token_id>(in.below(2));
-    if (!history_.empty() && in.below(3) == 0) {
+    const auto& history = fleet_->history;
+    if (!history.empty() && in.below(3) == 0) {
       // A next turn: an earlier sequence's prompt and decoded tokens, then a new message.
-      const oracle_seq& earlier = history_[in.below(static_cast<std::uint32_t>(history_.size()))];
+      const shared_fleet::conversation& earlier = history[in.below(static_cast<std::uint32_t>(history.size()))];
       s.tenant = earlier.tenant;
       s.tokens = earlier.tokens;
       // With decode checkpoints, sometimes a prompt that departs from the reply (an edited or regenerated
@@ -386,12 +460,14 @@ private:
         if (u < host_slots_.size()) {
           expect(holds(host_slots_[u], s, plan->usable_tokens), "admit: RESTORE from a host unit holding another prefix");
           expect(host_slot_valid_[u] != 0, "admit: RESTORE from a host unit no published snapshot was offloaded into");
+          expect(!filling_snapshot_[u], "admit: RESTORE from a host unit a fetch still fills");
           if (host_slot_continuation_[u]) {
             expect(accepts_continuation, "admit: a decode_continuation snapshot restored under a prefill-exact policy");
             s.exact_until = std::min(s.exact_until, plan->usable_tokens);
           }
           if (plan->restore_exactness == exactness::prefill_exact)
             expect(plan->usable_tokens % A == 0, "admit: prefill-exact restore off the alignment grid");
+          if (host_turn_end_[u].valid) check_fetched_turn_end(*plan, u, host_copy);
           s.host_restore = u;
           host_slot_read_[u] = static_cast<std::int64_t>(cache_.current_epoch());
           ++stats.restores_from_host;
@@ -456,6 +532,7 @@ private:
     }
     if (copies && host_copy == no_unit) { // the engine's copy kernel, before the prefill
       blocks_[plan->copy_dst] = blocks_[plan->copy_src];
+      block_stamp_[plan->copy_dst] = block_stamp_[plan->copy_src];
       block_written_[plan->copy_dst] = static_cast<std::int64_t>(cache_.current_epoch());
       block_continuation_[plan->copy_dst] = block_continuation_[plan->copy_src];
       if (block_continuation_[plan->copy_src]) s.exact_until = std::min(s.exact_until, plan->shared_blocks * B);
@@ -517,6 +594,7 @@ private:
     }
     s.own_pending.clear();
     for (std::uint32_t i = s.own_from; i < table.size() && i * B < n; ++i) {
+      if ((i + 1) * B > s.computed) block_stamp_[table[i]] = stamp(); // written now: [computed, n) meets it
       blocks_[table[i]] = prefix(s, std::min(n, (i + 1) * B));
       block_written_[table[i]] = static_cast<std::int64_t>(cache_.current_epoch());
       block_continuation_[table[i]] = std::min(n, (i + 1) * B) > s.exact_until;
@@ -538,6 +616,7 @@ private:
         continue;
       }
       slots_[c.slot] = prefix(s, p);
+      slot_stamp_[c.slot] = stamp();
       slot_written_[c.slot] = static_cast<std::int64_t>(cache_.current_epoch());
       // Off the alignment grid the prefill was split there; a checkpoint holds decoded tokens.
       slot_continuation_[c.slot] = pc.checkpoint || p % A != 0 || p > s.exact_until;
@@ -677,6 +756,7 @@ private:
         const slot_id slot = plan->capture.slot;
         hand_out(slot);
         slots_[slot] = prefix(s, plan->capture.position); // the engine copies its live state
+        slot_stamp_[slot] = stamp();
         slot_written_[slot] = static_cast<std::int64_t>(cache_.current_epoch());
         slot_continuation_[slot] = 1;
         slot_origin_[slot] = origin::turn_end;
@@ -695,8 +775,9 @@ private:
     for (block_id b : s.own_pending) pending_[b] = 0; // its window closes with nothing written
     s.own_pending.clear();
     if (s.tokens.size() < 400) {
-      history_.push_back(s);
-      if (history_.size() > 8) history_.erase(history_.begin());
+      auto& history = fleet_->history;
+      history.push_back({s.tenant, s.tokens});
+      if (history.size() > 8) history.erase(history.begin());
     }
     seqs_.erase(id);
     for (block_id b : table) block_touched_[b] = static_cast<std::int64_t>(now);
@@ -729,6 +810,7 @@ private:
     if (plan->copy_dst != no_block) {
       expect(reusable(block_touched_[plan->copy_dst]), "fork: copy block reused before its step completed");
       blocks_[plan->copy_dst] = blocks_[plan->copy_src]; // the engine's copy kernel
+      block_stamp_[plan->copy_dst] = block_stamp_[plan->copy_src];
       block_written_[plan->copy_dst] = static_cast<std::int64_t>(cache_.current_epoch());
       block_continuation_[plan->copy_dst] = block_continuation_[plan->copy_src];
     }
@@ -756,9 +838,17 @@ private:
   }
 
   /// policy::remote_tier: writes each put's unit (a host unit, or with write-through a GPU unit whose
-  /// writing step completed) into the store, checking that it holds a prefill-exact value.
+  /// writing step completed) into the store, checking that it holds a prefill-exact value; a turn end's
+  /// payload is gathered from GPU memory (`put_turn_end`).
   void run_puts(std::span<const remote_put> puts) {
     for (const remote_put& p : puts) {
+      if (p.item == remote_item::turn_end) {
+        put_turn_end(p);
+        if (!failure.empty()) return;
+        continue;
+      }
+      expect(p.item == remote_item::block || p.item == remote_item::snapshot, "put: an item of no kind");
+      expect(p.kv_units.empty(), "put: a block or snapshot put lists KV units");
       const bool block = p.item == remote_item::block;
       if (p.device) { // write-through, from GPU memory: written in a step that completed
         expect(p.unit < (block ? blocks_.size() : slots_.size()), "put: GPU unit out of range");
@@ -767,13 +857,13 @@ private:
           expect(reusable(block_written_[p.unit]), "put: a GPU block whose writing step has not completed");
           expect(blocks_[p.unit].size() > 1 && (blocks_[p.unit].size() - 1) % B == 0 && !block_continuation_[p.unit],
                  "put: a GPU block that is not a prefill-exact full block");
-          store_[p.key] = {{p.header.begin(), p.header.end()}, blocks_[p.unit]};
+          fleet_->store[p.key] = {{p.header.begin(), p.header.end()}, {blocks_[p.unit], block_stamp_[p.unit]}, {}};
         } else {
           expect(slot_published_[p.unit] != 0 && reusable(slot_written_[p.unit]),
                  "put: a GPU slot that holds no published snapshot whose step completed");
           expect(!slot_continuation_[p.unit] && (slots_[p.unit].size() - 1) % A == 0,
                  "put: a GPU snapshot that is not a prefill-exact one on the grid");
-          store_[p.key] = {{p.header.begin(), p.header.end()}, slots_[p.unit]};
+          fleet_->store[p.key] = {{p.header.begin(), p.header.end()}, {slots_[p.unit], slot_stamp_[p.unit]}, {}};
         }
         ++stats.remote_puts;
         ++stats.remote_puts_through;
@@ -785,14 +875,84 @@ private:
         expect(host_blocks_[p.unit].size() > 1 && (host_blocks_[p.unit].size() - 1) % B == 0 &&
                    !host_block_continuation_[p.unit],
                "put: a host block that is not a prefill-exact full block");
-        store_[p.key] = {{p.header.begin(), p.header.end()}, host_blocks_[p.unit]};
+        fleet_->store[p.key] = {{p.header.begin(), p.header.end()}, {host_blocks_[p.unit], host_block_stamp_[p.unit]}, {}};
       } else {
         expect(host_slot_valid_[p.unit] && !host_slot_continuation_[p.unit] && (host_slots_[p.unit].size() - 1) % A == 0,
                "put: a host snapshot that is not a prefill-exact one on the grid");
-        store_[p.key] = {{p.header.begin(), p.header.end()}, host_slots_[p.unit]};
+        fleet_->store[p.key] = {{p.header.begin(), p.header.end()}, {host_slots_[p.unit], host_slot_stamp_[p.unit]}, {}};
       }
       ++stats.remote_puts;
     }
+  }
+
+  /// The remote header's layout (docs/tiers.md): magic [8] | item u8 | class u8 | 0 u16 | position u32 |
+  /// tokens u32 | key [32] | parent [32] | tokens i32..., little-endian; a turn end's then has 16 bytes of
+  /// origin per KV part.
+  static constexpr std::size_t header_fixed = 84, origin_bytes = 16;
+  static std::uint32_t header_u32(std::span<const std::byte> h, std::size_t at) {
+    std::uint32_t v = 0;
+    for (std::size_t i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(h[at + i]) << (8 * i);
+    return v;
+  }
+  static std::uint64_t header_u64(std::span<const std::byte> h, std::size_t at) {
+    return header_u32(h, at) | std::uint64_t{header_u32(h, at + 4)} << 32;
+  }
+
+  /// `remote_turn_ends`: gathers turn end `p`'s payload from GPU memory as the engine does (its KV blocks
+  /// `kv_units` in order, zeros for `no_unit`, then slot `unit`) into the store, checking that every unit
+  /// was written in a step that completed, that the slot holds a published decode-continuation snapshot at
+  /// the position the header (item 2, class 1) names, and that the header's tokens and every block hold
+  /// the prefix of that snapshot's tokens: parts d .. floor(p/B) - 1 full, then the partial block.
+  void put_turn_end(const remote_put& p) {
+    expect(p.device, "put: a turn end from a host unit (turn ends are put from GPU memory)");
+    expect(p.header.size() >= header_fixed && p.header[8] == std::byte{2} && p.header[9] == std::byte{1},
+           "put: a turn end's header is not item 2, class 1");
+    expect(p.unit < slots_.size(), "put: turn end slot out of range");
+    if (!failure.empty()) return;
+    const std::uint32_t position = header_u32(p.header, 12), tokens = header_u32(p.header, 16);
+    const content& snapshot = slots_[p.unit];
+    expect(slot_published_[p.unit] != 0 && slot_continuation_[p.unit] != 0 && reusable(slot_written_[p.unit]),
+           "put: a turn end's slot holds no published decode-continuation snapshot whose step completed");
+    expect(snapshot.size() == std::size_t{position} + 1, "put: a turn end's snapshot is not at its header's position");
+    expect(position != 0 && tokens <= position && (position - tokens) % B == 0,
+           "put: a turn end's tokens do not start on a block boundary");
+    if (!failure.empty()) return;
+    const std::uint32_t first = (position - tokens) / B, parts = position / B - first + 1;
+    expect(p.kv_units.size() == parts &&
+               p.header.size() == header_fixed + 4 * std::size_t{tokens} + origin_bytes * std::size_t{parts},
+           "put: a turn end's KV parts disagree with its header");
+    for (std::uint32_t k = 0; k < tokens && failure.empty(); ++k)
+      expect(static_cast<token_id>(header_u32(p.header, header_fixed + 4 * std::size_t{k})) ==
+                 snapshot[1 + std::size_t{first} * B + k],
+             "put: a turn end's header tokens are not its snapshot's");
+    if (!failure.empty()) return;
+    shared_fleet::value v{{p.header.begin(), p.header.end()}, {snapshot, slot_stamp_[p.unit]}, {}};
+    for (std::uint32_t j = 0; j < parts; ++j) {
+      const std::uint32_t u = p.kv_units[j];
+      const bool partial = j + 1 == parts;
+      if (u == no_unit) {
+        expect(partial && position % B == 0, "put: a turn end without one of its blocks (no_unit stands for no partial block)");
+        v.kv.push_back({}); // zeros
+        continue;
+      }
+      expect(!partial || position % B != 0, "put: a turn end at a block boundary with a partial block");
+      expect(u < blocks_.size(), "put: turn end block out of range");
+      if (!failure.empty()) return;
+      expect(reusable(block_written_[u]), "put: a turn end's GPU block whose writing step has not completed");
+      const std::size_t holds_tokens = std::min((first + j + 1) * B, position);
+      expect(blocks_[u].size() == holds_tokens + 1 && std::equal(blocks_[u].begin(), blocks_[u].end(), snapshot.begin()),
+             "put: a turn end's block holds another prefix than its snapshot");
+      const std::size_t at = header_fixed + 4 * std::size_t{tokens} + origin_bytes * j;
+      const std::pair origin{header_u64(p.header, at), header_u64(p.header, at + 8)};
+      expect(origin.first != 0, "put: a turn end's block without an origin");
+      const auto [named, fresh] = fleet_->origins.emplace(origin, block_stamp_[u]);
+      expect(fresh || named->second == block_stamp_[u], "put: one origin names blocks of two computations");
+      if (!failure.empty()) return;
+      v.kv.push_back({blocks_[u], block_stamp_[u]});
+    }
+    fleet_->store[p.key] = std::move(v);
+    ++stats.remote_puts;
+    ++stats.remote_turn_ends_put;
   }
 
   /// policy::host_tier: runs the transfers the last call planned as the engine does, offloads first, checking
@@ -816,9 +976,11 @@ private:
       expect(m.src < blocks_.size() && m.dst < host_blocks_.size(), "offload: unit out of range");
       if (!failure.empty()) return no_unit;
       expect(!host_held(m.dst, false), "offload: OVERWRITES a host unit a sequence still holds");
+      expect(!filling_kv_[m.dst], "offload: OVERWRITES a host unit a fetch still fills");
       expect(reusable(host_block_read_[m.dst]), "offload: OVERWRITES a host unit before the step that read it completed");
       expect(blocks_[m.src].size() > 1, "offload: a block that holds nothing");
       host_blocks_[m.dst] = blocks_[m.src];
+      host_block_stamp_[m.dst] = block_stamp_[m.src];
       host_block_continuation_[m.dst] = block_continuation_[m.src];
       ++stats.host_offloads;
     }
@@ -828,8 +990,11 @@ private:
       expect(slot_published_[m.src] != 0 && reusable(slot_ready_[m.src]),
              "offload: a slot that holds no published, restorable snapshot");
       expect(!host_held(m.dst, true), "offload: OVERWRITES a host snapshot a sequence still holds");
+      expect(!filling_snapshot_[m.dst], "offload: OVERWRITES a host snapshot unit a fetch still fills");
       expect(reusable(host_slot_read_[m.dst]), "offload: OVERWRITES a host snapshot before the step that read it completed");
       host_slots_[m.dst] = slots_[m.src];
+      host_slot_stamp_[m.dst] = slot_stamp_[m.src];
+      host_turn_end_[m.dst].valid = false;
       host_slot_continuation_[m.dst] = slot_continuation_[m.src];
       host_slot_valid_[m.dst] = 1;
     }
@@ -839,7 +1004,9 @@ private:
       if (!failure.empty()) return no_unit;
       const auto b = static_cast<block_id>(m.dst);
       expect(reusable(block_touched_[b]), "onboard: into a block reused before its step completed");
+      expect(!filling_kv_[m.src], "onboard: from a host unit a fetch still fills");
       blocks_[b] = host_blocks_[m.src];
+      block_stamp_[b] = host_block_stamp_[m.src];
       block_written_[b] = now;
       block_continuation_[b] = host_block_continuation_[m.src];
       host_block_read_[m.src] = now;
@@ -850,17 +1017,16 @@ private:
   }
 
   /// policy::remote_tier: prefetches `s`'s prompt, runs the puts the reservations caused, and answers every
-  /// fetch from the store: usually as stored, one in eight as a miss, one in eight with a corrupted header
-  /// and another prefix's contents written into the unit (the cache must drop it unused).
+  /// fetch from the store (`answer`; with turn ends, some later).
   ///
-  /// Half the time it probes first: the probe must change nothing, and the prefetch then fetches only keys
-  /// the store had.
+  /// Half the time (always with `remote_turn_ends`: a turn end is fetched only given what a probe found) it
+  /// probes first: the probe must change nothing, and the prefetch then fetches only keys the store had.
   void prefetch(byte_source& in, const oracle_seq& s) {
     const extra_keys keys{.tenant_salt = static_cast<std::uint64_t>(s.tenant)};
     if (++prefetches_ % 8 == 0) long_prompt(s, keys); // reads no byte and changes nothing
     const cache_metrics before = cache_.metrics();
     std::vector<content_key> present;
-    const bool probed = in.below(2) == 0;
+    const bool probed = turn_ends_ || in.below(2) == 0;
     if (probed) {
       const observed unprobed = observe();
       auto listed = cache_.probe(s.tokens, keys);
@@ -868,37 +1034,97 @@ private:
       if (!listed.has_value()) return;
       expect(observe() == unprobed && cache_.metrics() == before, "probe changed the cache");
       for (const remote_probe& k : listed->keys)
-        if (store_.contains(k.key)) present.push_back(k.key);
+        if (fleet_->store.contains(k.key)) present.push_back(k.key);
       ++stats.remote_probed;
     }
     auto plan = probed ? cache_.prefetch(s.tokens, keys, present) : cache_.prefetch(s.tokens, keys);
     expect(plan.has_value(), "prefetch failed");
     if (!plan.has_value()) return;
     const std::vector<remote_fetch> fetches(plan->fetches.begin(), plan->fetches.end());
+    std::vector<std::vector<std::uint32_t>> fetch_units; // turn ends' KV units
+    for (const remote_fetch& f : fetches) fetch_units.emplace_back(f.kv_units.begin(), f.kv_units.end());
     if (probed)
       for (const remote_fetch& f : fetches)
         expect(std::find(present.begin(), present.end(), f.key) != present.end(),
                "prefetch: a key the probe did not find in the store is fetched");
     apply_transfers();
-    const auto now = static_cast<std::int64_t>(cache_.current_epoch());
-    for (const remote_fetch& f : fetches) {
+    for (std::size_t i = 0; i < fetches.size(); ++i) {
+      const remote_fetch& f = fetches[i];
+      expect(f.item != remote_item::turn_end || (turn_ends_ && probed),
+             "prefetch: a turn end fetched unprobed, or with turn ends off");
+      expect(f.item == remote_item::turn_end || f.kv_units.empty(), "prefetch: a block or snapshot fetch lists KV units");
       const bool block = f.item == remote_item::block;
-      auto& units = block ? host_blocks_ : host_slots_;
-      expect(f.unit < units.size(), "prefetch: unit out of range");
+      expect(f.unit < (block ? host_blocks_.size() : host_slots_.size()), "prefetch: unit out of range");
       if (!failure.empty()) return;
       expect(reusable(block ? host_block_read_[f.unit] : host_slot_read_[f.unit]),
              "prefetch: a unit read in a step not yet complete is written by a fetch");
-      auto it = store_.find(f.key);
-      const std::uint32_t roll = in.below(8);
-      if (it == store_.end() || roll == 0) {
-        expect(cache_.fetched(f.item, f.unit, {}).has_value(), "fetched (miss) failed");
+      expect(!(block ? filling_kv_ : filling_snapshot_)[f.unit], "prefetch: a unit a fetch still fills is fetched into");
+      for (const std::uint32_t u : fetch_units[i])
+        expect(u == no_unit || (u < filling_kv_.size() && !filling_kv_[u]), "prefetch: a unit a fetch still fills is fetched into");
+      if (!failure.empty()) return;
+      // With turn ends, one fetch in four completes later, after other operations (a store's reply comes in a
+      // later step): the units stay reserved, and nothing may read or overwrite them meanwhile.
+      if (turn_ends_ && in.below(4) == 0) {
+        oracle_seq prompt;
+        prompt.tenant = s.tenant;
+        prompt.tokens = s.tokens;
+        (block ? filling_kv_ : filling_snapshot_)[f.unit] = 1;
+        for (const std::uint32_t u : fetch_units[i])
+          if (u != no_unit) filling_kv_[u] = 1;
+        deferred_.push_back({{f.item, f.unit, f.key, f.header_bytes, {}}, fetch_units[i], std::move(prompt)});
         continue;
       }
+      answer(in, s, f, fetch_units[i]);
+      if (!failure.empty()) return;
+    }
+  }
+
+  /// A fetch answered later (`remote_turn_ends`): its KV units, and the prompt it was planned for.
+  struct deferred_fetch {
+    remote_fetch fetch;
+    std::vector<std::uint32_t> kv;
+    oracle_seq prompt;
+  };
+
+  /// Answers the fetches deferred so far, in the order they were planned.
+  void answer_deferred(byte_source& in) {
+    std::vector<deferred_fetch> due;
+    due.swap(deferred_);
+    for (const deferred_fetch& d : due) {
+      (d.fetch.item == remote_item::block ? filling_kv_ : filling_snapshot_)[d.fetch.unit] = 0;
+      for (const std::uint32_t u : d.kv)
+        if (u != no_unit) filling_kv_[u] = 0;
+    }
+    for (const deferred_fetch& d : due) {
+      answer(in, d.prompt, d.fetch, d.kv);
+      if (!failure.empty()) return;
+    }
+  }
+
+  /// Answers fetch `f` (`kv`: a turn end's KV units), planned for `s`'s prompt, from the store as it is now:
+  /// usually as stored, one in eight as a miss, one in eight with a corrupted header and another prefix's
+  /// contents written into the unit (the cache must drop it unused).
+  void answer(byte_source& in, const oracle_seq& s, const remote_fetch& f, const std::vector<std::uint32_t>& kv) {
+    const auto now = static_cast<std::int64_t>(cache_.current_epoch());
+    const cache_metrics before = cache_.metrics();
+    const bool block = f.item == remote_item::block;
+    auto& units = block ? host_blocks_ : host_slots_;
+    auto it = fleet_->store.find(f.key);
+    const std::uint32_t roll = in.below(8);
+    if (f.item == remote_item::turn_end) {
+      fetch_turn_end(in, s, f, kv, it == fleet_->store.end() ? nullptr : &it->second, roll);
+    } else if (it == fleet_->store.end() || roll == 0) {
+      if (!block) host_turn_end_[f.unit].valid = false;
+      expect(cache_.fetched(f.item, f.unit, {}).has_value(), "fetched (miss) failed");
+    } else {
+      if (!block) host_turn_end_[f.unit].valid = false;
       std::vector<std::byte> header = it->second.header;
-      units[f.unit] = it->second.contents;
+      units[f.unit] = it->second.unit.contents;
+      (block ? host_block_stamp_ : host_slot_stamp_)[f.unit] = it->second.unit.stamp;
       if (roll == 1) {
         header[header.size() / 2] ^= std::byte{0x40};
         units[f.unit] = content{s.tenant == 0 ? 1 : 0}; // contents that hold no prompt's prefix
+        (block ? host_block_stamp_ : host_slot_stamp_)[f.unit] = stamp();
       }
       if (block) {
         host_block_continuation_[f.unit] = 0;
@@ -913,6 +1139,115 @@ private:
     const cache_metrics& after = cache_.metrics();
     stats.remote_hits += after.remote_hits - before.remote_hits;
     stats.remote_rejected += after.remote_rejected - before.remote_rejected;
+  }
+
+  /// `remote_turn_ends`: answers turn-end fetch `f` (`kv`: its host KV units) from `stored` (null: absent),
+  /// scattering the payload as the engine does (the KV parts into `kv` in order, skipping `no_unit`, then
+  /// the snapshot into `f.unit`): as a miss when `roll` is 0; when it is 1, with a header corrupted where
+  /// the reader can check it (not the origins of blocks it fetches) and contents that hold no prompt's
+  /// prefix, which the cache must reject; otherwise as stored. A value of another number of parts than the
+  /// fetch's (a writer whose prefill-exact lead differs) cannot be scattered: the units get contents that
+  /// hold no prefix, and the cache must reject its header. A turn end kept must be the prompt's own prefix
+  /// up to a position below its length; the host snapshot unit then remembers the writer's stamps, which a
+  /// restore from it must meet (`check_fetched_turn_end`).
+  void fetch_turn_end(byte_source& in, const oracle_seq& s, const remote_fetch& f, const std::vector<std::uint32_t>& kv,
+                      const shared_fleet::value* stored, std::uint32_t roll) {
+    const auto now = static_cast<std::int64_t>(cache_.current_epoch());
+    for (const std::uint32_t u : kv) {
+      if (u == no_unit) continue;
+      expect(u < host_blocks_.size(), "prefetch: turn end KV unit out of range");
+      if (!failure.empty()) return;
+      expect(reusable(host_block_read_[u]), "prefetch: a KV unit read in a step not yet complete is written by a turn-end fetch");
+    }
+    expect(!kv.empty() && kv.back() != no_unit, "prefetch: a turn end's partial block gets no unit");
+    if (!failure.empty()) return;
+    host_turn_end_[f.unit].valid = false;
+    if (stored == nullptr || roll == 0) {
+      expect(cache_.fetched(remote_item::turn_end, f.unit, {}).has_value(), "fetched (turn end miss) failed");
+      return;
+    }
+    const bool corrupt = roll == 1, fits = stored->kv.size() == kv.size();
+    const content elsewhere{s.tenant == 0 ? 1 : 0}; // contents that hold no prompt's prefix
+    const bool scattered = fits && !corrupt;
+    for (std::size_t j = 0; j < kv.size(); ++j) {
+      if (kv[j] == no_unit) continue; // a block the reader holds: its bytes are discarded
+      host_blocks_[kv[j]] = scattered ? stored->kv[j].contents : elsewhere;
+      host_block_stamp_[kv[j]] = scattered ? stored->kv[j].stamp : stamp();
+      host_block_continuation_[kv[j]] = 1;
+      host_block_read_[kv[j]] = now;
+    }
+    host_slots_[f.unit] = scattered ? stored->unit.contents : elsewhere;
+    host_slot_stamp_[f.unit] = scattered ? stored->unit.stamp : stamp();
+    host_slot_continuation_[f.unit] = 1;
+    host_slot_valid_[f.unit] = 1;
+    host_slot_read_[f.unit] = now;
+    std::vector<std::byte> header = stored->header;
+    if (corrupt) {
+      // A byte of the fixed fields or the tokens, or of the writer id in the origin of a block the reader
+      // holds (`no_unit` parts lead the fetch): no cache of the fleet has the id it becomes. (A serial could
+      // become that of another block of the same writer, which the reader might hold: the header would
+      // then be one the reader cannot tell from a true one.)
+      const auto own = static_cast<std::size_t>(
+          std::find_if(kv.begin(), kv.end(), [](std::uint32_t u) { return u != no_unit; }) - kv.begin());
+      const std::size_t origins = header.size() - origin_bytes * stored->kv.size();
+      const std::size_t at = 8 + in.below(static_cast<std::uint32_t>(origins - 8 + 8 * std::min(own, stored->kv.size())));
+      header[at < origins ? at : origins + (at - origins) / 8 * origin_bytes + (at - origins) % 8] ^= std::byte{0x40};
+    }
+    const cache_metrics before = cache_.metrics();
+    expect(cache_.fetched(remote_item::turn_end, f.unit, header).has_value(), "fetched (turn end) failed");
+    const cache_metrics& after = cache_.metrics();
+    const bool kept = after.remote_turn_end_hits != before.remote_turn_end_hits;
+    expect(kept || after.remote_rejected == before.remote_rejected + 1, "fetched: a turn end neither kept nor rejected");
+    if (corrupt) {
+      expect(!kept, "fetched: KEPT a turn end whose header was corrupted");
+      ++stats.remote_turn_ends_corrupted;
+      return;
+    }
+    expect(fits || !kept, "fetched: KEPT a turn end of another number of KV parts than the fetch planned");
+    stats.remote_turn_ends_refused += !kept;
+    if (!kept || !failure.empty()) return;
+    ++stats.remote_turn_end_hits;
+    const std::uint32_t position = header_u32(header, 12), first = (position - header_u32(header, 16)) / B;
+    expect(position < s.tokens.size() && holds(stored->unit.contents, s, position),
+           "fetched: KEPT a turn end that is not the prompt's own prefix below its length");
+    fetched_turn_end& t = host_turn_end_[f.unit];
+    t.valid = true;
+    t.first = first;
+    t.position = position;
+    t.kv.clear();
+    for (const shared_fleet::part& part : stored->kv) t.kv.push_back(part.stamp);
+    t.snapshot = stored->unit.stamp;
+  }
+
+  /// A restore from host snapshot unit `u`, which a fetched turn end filled: exactly the bytes its writer
+  /// had. It restores at the turn end's position, over KV blocks that before the writer's prefill-exact lead
+  /// d are prefill-exact, and from d on (matched here, or fetched with it) and in the partial block (copied
+  /// on the GPU, or onboarded from `host_copy`) hold the writes the writer's blocks held: their stamps, not
+  /// another computation of the same tokens.
+  void check_fetched_turn_end(const admit_plan& plan, std::uint32_t u, std::uint32_t host_copy) {
+    const fetched_turn_end& t = host_turn_end_[u];
+    const std::uint32_t full = t.position / B;
+    expect(host_slot_stamp_[u] == t.snapshot, "admit: a fetched turn end's snapshot unit was overwritten unseen");
+    expect(plan.usable_tokens == t.position && plan.shared_blocks >= full && t.kv.size() == full - t.first + 1,
+           "admit: a fetched turn end restored at another position than its own");
+    if (!failure.empty()) return;
+    const auto table = plan.block_table;
+    for (std::uint32_t i = 0; i < full && failure.empty(); ++i) {
+      if (i < t.first)
+        expect(!block_continuation_[table[i]],
+               "admit: RESTORE of a fetched turn end over a decode-filled block before its writer's prefill-exact lead");
+      else
+        expect(block_stamp_[table[i]] == t.kv[i - t.first],
+               "admit: RESTORE of a fetched turn end over a KV block of another computation than its writer's");
+    }
+    if (t.position % B != 0) {
+      const std::uint64_t partial = host_copy != no_unit          ? block_stamp_[table[plan.shared_blocks]]
+                                    : plan.copy_src != no_block ? block_stamp_[plan.copy_src]
+                                                                : 0;
+      expect(partial != 0 && partial == t.kv.back(),
+             "admit: RESTORE of a fetched turn end with a partial block of another computation than its writer's");
+    }
+    ++stats.restores_fetched_turn_end;
   }
 
   /// `s`'s prompt followed by 2^18 more tokens: a probe lists no more blocks than the host tier has units,
@@ -959,6 +1294,7 @@ private:
   const std::uint32_t B; // block size
   const std::uint32_t A; // alignment unit
   const bool share_in_step_;
+  const bool turn_ends_; // cache_options::remote_turn_ends
   std::uint64_t prefetches_ = 0;
   const std::uint32_t interval_;     // decode checkpoint interval (0: none)
   const std::uint32_t per_sequence_; // decode checkpoints a sequence keeps
@@ -985,15 +1321,24 @@ private:
   std::vector<content> host_blocks_, host_slots_;
   std::vector<std::uint8_t> host_block_continuation_, host_slot_continuation_, host_slot_valid_;
   std::vector<std::int64_t> host_block_read_, host_slot_read_;
-  // policy::remote_tier: the store the fleet shares, by content key.
-  struct stored_value {
-    std::vector<std::byte> header;
-    content contents;
+  // The stamp of what each GPU block and slot and each host unit holds (shared_fleet).
+  std::vector<std::uint64_t> block_stamp_, slot_stamp_, host_block_stamp_, host_slot_stamp_;
+  // `remote_turn_ends`, by host snapshot unit: the turn end a fetch filled it with, while it holds that.
+  struct fetched_turn_end {
+    bool valid = false;
+    std::uint32_t first = 0;             // the writer's prefill-exact lead, in blocks (d)
+    std::uint32_t position = 0;          // p
+    std::vector<std::uint64_t> kv;       // the stamps of blocks d .. floor(p/B) - 1, then the partial block's
+    std::uint64_t snapshot = 0;          // the snapshot's stamp
   };
-  std::map<content_key, stored_value> store_;
+  std::vector<fetched_turn_end> host_turn_end_;
+  // `remote_turn_ends`: fetches answered later, and the host units they fill meanwhile.
+  std::vector<deferred_fetch> deferred_;
+  std::vector<std::uint8_t> filling_kv_, filling_snapshot_;
+  // The store, the conversations that ended and the stamps, shared with the stream's other caches.
+  std::shared_ptr<shared_fleet> fleet_;
   std::map<seq_id, oracle_seq> seqs_;
   std::vector<std::vector<token_id>> bases_;
-  std::vector<oracle_seq> history_; // recently ended sequences, whose tokens later prompts may continue
   seq_id next_id_ = 1;
   epoch_t safe_before_ = 0;
 };

@@ -1,7 +1,8 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
 // Randomized model-based test: thousands of random admit / commit / extend / release / finish / fork /
 // step_complete operations (evictions follow from the small pools), each checked against the oracle in
-// fuzz/cache_op_driver.hpp and check_invariants(), for six policies (policy::chat with decode checkpoints
+// fuzz/cache_op_driver.hpp and check_invariants(), for every configuration of fuzz/cache_fuzz_entry.hpp
+// (policy::chat with decode checkpoints, host and remote tiers, and two caches sharing a store of turn ends
 // among them), each on a typed and a runtime-configured cache.
 #include "fuzz/cache_fuzz_entry.hpp"
 
@@ -20,9 +21,11 @@ TEST_CASE("random operation streams keep every oracle check and invariant") {
                          "snapshot_restore<last_aligned, end_of_turn; accept_prefill_exact>, TTL",
                          "chat (branch_block, end_of_turn, decode_checkpoints; accept_any)",
                          "block_sharing, host tier", "chat, host tier, constant hasher",
-                         "strict, host and remote tiers"};
+                         "strict, host and remote tiers",
+                         "chat, host and remote tiers, turn ends in the store, write-through, two caches",
+                         "chat, host and remote tiers, turn ends in the store, two caches"};
   static_assert(std::size(names) == stream_policies);
-  // 0..5: the typed caches (B = 16); 6..11: the same policies on runtime-configured caches (B = 32 / B = 8).
+  // 0..10: the typed caches (B = 16); 11..21: the same policies on runtime-configured caches (B = 32 / B = 8).
   for (std::uint8_t config = 0; config < 2 * stream_policies; ++config) {
     const std::uint8_t policy = config % stream_policies;
     const bool runtime = config >= stream_policies;
@@ -54,22 +57,7 @@ TEST_CASE("random operation streams keep every oracle check and invariant") {
       total.snapshot_evictions_invalidated += out.metrics.snapshot_evictions_invalidated;
       total.snapshot_evictions_ttl += out.metrics.snapshot_evictions_ttl;
       total.duplicate_blocks += out.metrics.duplicate_blocks;
-      stats.off_grid_captures_written += out.stats.off_grid_captures_written;
-      stats.checkpoints_planned += out.stats.checkpoints_planned;
-      stats.checkpoints_written += out.stats.checkpoints_written;
-      stats.checkpoints_published += out.stats.checkpoints_published;
-      stats.checkpoints_dropped += out.stats.checkpoints_dropped;
-      stats.restores_off_grid += out.stats.restores_off_grid;
-      stats.restores_checkpoint += out.stats.restores_checkpoint;
-      stats.restores_turn_end += out.stats.restores_turn_end;
-      stats.restores_from_host += out.stats.restores_from_host;
-      stats.host_offloads += out.stats.host_offloads;
-      stats.host_onboards += out.stats.host_onboards;
-      stats.remote_puts += out.stats.remote_puts;
-      stats.remote_puts_through += out.stats.remote_puts_through;
-      stats.remote_hits += out.stats.remote_hits;
-      stats.remote_probed += out.stats.remote_probed;
-      stats.remote_rejected += out.stats.remote_rejected;
+      stats += out.stats;
     }
     const std::string label = std::string(names[policy]) + (runtime ? " (runtime)" : " (typed)");
     MESSAGE(label, ": lookups ", total.lookups, ", blocks shared ", total.blocks_shared, ", KV evictions ",
@@ -84,7 +72,9 @@ TEST_CASE("random operation streams keep every oracle check and invariant") {
             stats.restores_checkpoint, "/", stats.restores_turn_end, "; host tier: blocks offloaded/onboarded ",
             stats.host_offloads, "/", stats.host_onboards, ", restores from the host ", stats.restores_from_host,
             "; remote tier: puts ", stats.remote_puts, " (written through ", stats.remote_puts_through, "), hits ", stats.remote_hits, ", rejected ", stats.remote_rejected, ", probed prefetches ",
-            stats.remote_probed);
+            stats.remote_probed, "; turn ends put/kept/corrupted ", stats.remote_turn_ends_put, "/",
+            stats.remote_turn_end_hits, "/", stats.remote_turn_ends_corrupted, ", restores of fetched turn ends ",
+            stats.restores_fetched_turn_end);
     // The streams must exercise what they claim to test.
     CHECK(total.lookups > 500);
     CHECK(total.blocks_shared > 100);
@@ -96,8 +86,10 @@ TEST_CASE("random operation streams keep every oracle check and invariant") {
       CHECK(total.snapshot_evictions_invalidated + total.snapshot_evictions_lru > 0);
     }
     if (policy == 4) CHECK(total.snapshot_evictions_ttl > 0);
-    if (policy == 3 || policy == 5 || policy == 7) CHECK(total.partial_blocks_copied > 10); // turn ends off block boundaries, restored
-    const bool chat = policy == 5 || policy == 7;
+    // turn ends in the store (9 with write-through, 10 without), two caches sharing it
+    const bool turn_ends = policy == 9 || policy == 10;
+    const bool chat = policy == 5 || policy == 7 || turn_ends;
+    if (policy == 3 || chat) CHECK(total.partial_blocks_copied > 10); // turn ends off block boundaries, restored
     if (policy >= 6) {
       CHECK(stats.host_offloads > 100);
       CHECK(stats.host_onboards > (policy == 8 ? 10u : 50u));
@@ -110,6 +102,21 @@ TEST_CASE("random operation streams keep every oracle check and invariant") {
         CHECK(stats.remote_rejected > 5);
         CHECK(stats.remote_probed > 50);
       }
+      if (turn_ends) {
+        CHECK(stats.remote_turn_ends_put > 100);
+        CHECK(stats.remote_turn_end_hits > 50);
+        CHECK(stats.remote_turn_ends_corrupted > 10); // each one rejected
+        CHECK(stats.restores_fetched_turn_end > 50);  // each one its writer's bytes
+        CHECK(stats.remote_probed > 500);
+        if (policy == 9) {
+          CHECK(stats.remote_puts_through > 50);
+        } else {
+          CHECK(stats.remote_puts_through == 0);
+          CHECK(stats.remote_puts > stats.remote_turn_ends_put + 50); // written back as the host tier evicts
+        }
+      } else {
+        CHECK(stats.remote_turn_ends_put + stats.remote_turn_end_hits + stats.restores_fetched_turn_end == 0);
+      }
     } else {
       CHECK(stats.host_offloads + stats.host_onboards + stats.restores_from_host == 0);
     }
@@ -117,9 +124,9 @@ TEST_CASE("random operation streams keep every oracle check and invariant") {
       CHECK(stats.off_grid_captures_written > 10); // branch_block
       CHECK(stats.restores_off_grid > 10);
       CHECK(stats.checkpoints_written > 10);
-      CHECK(stats.checkpoints_dropped > 0); // the per-sequence bound, modelled
+      if (!turn_ends) CHECK(stats.checkpoints_dropped > 0); // the per-sequence bound, modelled
       CHECK(stats.restores_checkpoint > 0);
-      CHECK(stats.restores_turn_end > 10);
+      CHECK(stats.restores_turn_end > (turn_ends ? 0u : 10u)); // (the fleet's are mostly fetched ones)
     } else {
       CHECK(stats.off_grid_captures_written == 0);
       CHECK(stats.checkpoints_planned == 0);
