@@ -149,7 +149,9 @@ struct process {
   /// One turn as an engine runs it: admit `tokens` (restoring what the plan says, computing the rest),
   /// commit, decode `reply` (all but its last token fed), finish with the turn-end capture, and complete the
   /// step. `tokens` becomes prompt + reply.
-  turn_bytes turn(seq_id s, std::vector<token_id>& tokens, const std::vector<token_id>& reply, store_map& store) {
+  /// `end_step`: complete the step that captured the turn end (and run its put); without, the caller does.
+  turn_bytes turn(seq_id s, std::vector<token_id>& tokens, const std::vector<token_id>& reply, store_map& store,
+                  bool end_step = true) {
     auto plan = cache.admit(s, tokens);
     REQUIRE(plan.has_value());
     const admit_plan p = *plan;
@@ -196,6 +198,7 @@ struct process {
       out.turn_end = gpu_slots[static_cast<std::size_t>(finished->capture.slot)];
     }
     for (std::uint32_t i = 0; i * B < at; ++i) out.kv.push_back(gpu_kv[static_cast<std::size_t>(table[i])]);
+    if (!end_step) return out;
     REQUIRE(cache.step_complete(cache.current_epoch()).has_value());
     run_transfers(store); // the turn end's put, now that its step completed
     return out;
@@ -409,4 +412,25 @@ TEST_CASE("a turn end whose blocks are another computation than those the reader
   CHECK(p->usable_tokens == 160); // its own turn end
   CHECK(p->restore_exactness == exactness::decode_continuation);
   CHECK(a.cache.check_invariants().has_value());
+}
+
+TEST_CASE("a turn end whose blocks are reused before its step completed is not put, and is counted lost") {
+  const content_keyer keys = make_keyer();
+  store_map store;
+  process writer(keys, /*turn_ends=*/true, /*kv_blocks=*/24);
+  std::vector<token_id> tokens = turn_tokens(200, 1);
+  // The turn end at 224, a block boundary: its blocks were all written in steps that completed, and only its
+  // snapshot in this one.
+  writer.turn(1, tokens, turn_tokens(25, 70000), store, /*end_step=*/false);
+  // The step completes, and before the engine takes its transfers (which would put the turn end) another
+  // prompt takes 20 of the 24 GPU blocks: the conversation's blocks are evicted (offloaded to the host tier,
+  // the snapshot with the block it ends) and handed out again.
+  REQUIRE(writer.cache.step_complete(writer.cache.current_epoch()).has_value());
+  auto other = writer.cache.admit(2, turn_tokens(20 * B, 500000));
+  REQUIRE(other.has_value());
+  writer.run_transfers(store);
+  CHECK(writer.turn_end_puts == 0);
+  CHECK(writer.cache.metrics().remote_turn_ends_put == 0);
+  CHECK(writer.cache.metrics().remote_turn_ends_lost == 1);
+  CHECK(writer.cache.check_invariants().has_value());
 }
