@@ -146,6 +146,11 @@ TEST_CASE("host and remote tiers under nvcc: offload, prefetch and onboard plan 
       k.bytes[0] = static_cast<std::uint8_t>(position >> 8);
       return k;
     }
+    content_key turn_end(const content_key& b, std::uint32_t boundary) const noexcept {
+      content_key k = b;
+      k.bytes[1] = static_cast<std::uint8_t>(boundary >> 8);
+      return k;
+    }
     static content_key key(std::uint8_t v) {
       content_key k;
       k.bytes[0] = v;

@@ -197,6 +197,15 @@ private:
                        std::span<const std::uint32_t>(turn_end_units)});
   }
 
+  /// A host KV unit a fetched turn end filled: no content key (its block is not prefill-exact), the origin
+  /// its writer gave it, from the store.
+  template <class Entry>
+  static void mark_from_store(Entry& e, const block_origin& origin) noexcept {
+    e = Entry{};
+    e.keys.origin = origin;
+    e.from_store = true;
+  }
+
   /// Reports turn-end fetch `t` into snapshot unit `unit`: kept when `header` is the one the prompt implies
   /// for the position it names (its blocks, its partial block's tokens, its chain's key and class), each unit
   /// then a host-tier block, partial block or decode-continuation snapshot under the prompt's chain; freed
@@ -212,7 +221,7 @@ private:
     // The position it names: in [boundary, boundary + B), within the prompt's tokens, past the chain's start.
     auto read_u32 = [&](std::size_t at) {
       std::uint32_t v = 0;
-      for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(header[at + i]) << (8 * i);
+      for (std::size_t i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(header[at + i]) << (8 * i);
       return v;
     };
     bool ok = header.size() >= remote_header_fixed_bytes;
@@ -224,14 +233,16 @@ private:
     }
     const std::uint32_t parts = t.boundary / B - t.first + 1; // blocks first .. k - 1, and the partial block
     if (ok) {
-      expected.clear();
-      append_remote_header(expected, remote_item::turn_end, exactness::decode_continuation, position, t.key, t.anchor,
+      expected_header.clear();
+      append_remote_header(expected_header, remote_item::turn_end, exactness::decode_continuation, position, t.key, t.anchor,
                            std::span<const token_id>(t.tokens).first(position - std::size_t{t.first} * B));
-      ok = header.size() == expected.size() + block_origin_bytes * parts &&
-           std::memcmp(header.data(), expected.data(), expected.size()) == 0;
+      ok = header.size() == expected_header.size() + block_origin_bytes * parts &&
+           std::memcmp(header.data(), expected_header.data(), expected_header.size()) == 0;
     }
     // The blocks this engine matched must be the turn end's own computation.
-    auto origin = [&](std::uint32_t j) { return read_origin(header.subspan(expected.size() + block_origin_bytes * j)); };
+    auto origin = [&](std::uint32_t j) {
+      return read_origin(header.subspan(expected_header.size() + block_origin_bytes * j));
+    };
     for (std::uint32_t j = 0; ok && j < t.own; ++j) ok = origin(j) == t.origins[j];
     if (!ok) {
       ++(header.empty() ? c.metrics.remote_misses : c.metrics.remote_rejected);
@@ -254,7 +265,7 @@ private:
                                        .kind = exactness::decode_continuation,
                                        .tokens = tokens,
                                        .extras = &t.extras});
-      remote.host_block(u) = {{.origin = origin(j)}, true};
+      mark_from_store(remote.host_block(u), origin(j));
       key = next;
       parent = t.serials[j - t.own];
     }
@@ -268,7 +279,7 @@ private:
                                              .kind = exactness::decode_continuation,
                                              .tokens = std::span<const token_id>(t.tokens).subspan(std::size_t{blocks} * B, fill),
                                              .extras = &t.extras});
-      remote.host_block(partial) = {{.origin = origin(parts - 1)}, true};
+      mark_from_store(remote.host_block(partial), origin(parts - 1));
       parent = t.serials.back();
     } else {
       ledger.release_reserved_block(partial);
@@ -404,7 +415,6 @@ private:
         std::uint32_t lead = matched; // the prefill-exact lead among the matched blocks
         if (!chain_ok)
           for (lead = 0; lead < matched && c.matched_kind(r, lead) == exactness::prefill_exact;) ++lead;
-        const auto on_gpu = static_cast<std::uint32_t>(r.blocks.size());
         const bool usable = chain_ok || (lead < matched && tiers.matched_serial(r, matched - 1) != 0);
         // The chain keys of blocks [lead, limit), from key_{lead-1}: the walked ones, then the prompt's tokens.
         const content_key anchor = chain_ok ? parent_of_walk : lead == 0 ? remote.keyer->root(keys) : matched_key(lead - 1);
@@ -423,14 +433,14 @@ private:
         for (std::uint32_t k = top + 1; !chained.empty() && k-- > lowest;) {
           if (std::uint64_t{k} * B + B - 1 <= local_usable) break; // no deeper than the local restore
           const content_key& parent = k == lead ? anchor : chained[k - 1 - lead];
-          const content_key key = remote.keyer->turn_end(parent, k * B);
-          if (is_zero(key)) continue;
+          const content_key named = remote.keyer->turn_end(parent, k * B);
+          if (is_zero(named)) continue;
           if (probing) {
-            turn_end_keys.push_back(key);
-          } else if (in_store(key)) {
+            turn_end_keys.push_back(named);
+          } else if (in_store(named)) {
             turn_end_chosen = true;
             turn_end_boundary = k;
-            turn_end_key = key;
+            turn_end_key = named;
             break;
           }
         }
@@ -566,7 +576,7 @@ private:
   std::vector<block_origin> turn_end_own; ///< the origins of the decode-filled blocks the prompt matched here
   turn_end_start turn_end_lead;           ///< ... and where the fetched ones hang
 
-  std::vector<std::byte> expected;
+  std::vector<std::byte> expected_header;
 };
 
 /// A cache without a remote tier plans no fetch.

@@ -87,8 +87,8 @@ inline void append_origin(std::vector<std::byte>& out, const block_origin& o) {
 }
 inline block_origin read_origin(std::span<const std::byte> in) noexcept {
   block_origin o;
-  for (int i = 0; i < 8; ++i) o.writer |= static_cast<std::uint64_t>(in[i]) << (8 * i);
-  for (int i = 0; i < 8; ++i) o.serial |= static_cast<std::uint64_t>(in[8 + i]) << (8 * i);
+  for (std::size_t i = 0; i < 8; ++i) o.writer |= static_cast<std::uint64_t>(in[i]) << (8 * i);
+  for (std::size_t i = 0; i < 8; ++i) o.serial |= static_cast<std::uint64_t>(in[8 + i]) << (8 * i);
   return o;
 }
 
