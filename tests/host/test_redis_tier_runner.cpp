@@ -6,6 +6,7 @@
 // (remote_turn_ends) goes the same way: continued bitwise by another process, single node and cluster, and
 // never used damaged or lost. Without redis-server on PATH the cases exit 77, which CTest reports as skipped.
 #include "support/cache_testing.hpp"
+#include "support/computed_bytes.hpp"
 #include "support/content_keys.hpp"
 #include "support/redis_testing.hpp"
 
@@ -607,18 +608,7 @@ using chat_cache = prefix_cache<small_hybrid, policy::chat, xxh3_hasher, tiers>;
 using bytes = std::vector<std::byte>;
 
 bytes computed(std::uint64_t base, std::span<const token_id> tokens, std::uint32_t from, std::uint32_t end, char who) {
-  std::uint64_t h = (base ^ 0x9e3779b97f4a7c15ULL) * 0x100000001b3ULL + static_cast<std::uint64_t>(who);
-  for (std::uint32_t i = from; i < end; ++i) h = (h ^ static_cast<std::uint64_t>(tokens[i])) * 0x100000001b3ULL;
-  h ^= end;
-  bytes v(unit_bytes);
-  for (std::size_t k = 0; k < v.size(); ++k) v[k] = static_cast<std::byte>((h >> (8 * (k % 8))) + k);
-  return v;
-}
-
-std::uint64_t hash_of(const bytes& b) {
-  std::uint64_t h = 0xcbf29ce484222325ULL;
-  for (std::byte x : b) h = (h ^ static_cast<std::uint64_t>(x)) * 0x100000001b3ULL;
-  return h;
+  return testing::computed(base, tokens, from, end, who, unit_bytes);
 }
 
 /// What a turn left in its engine's GPU pools: every KV block of the conversation (the full ones, then the

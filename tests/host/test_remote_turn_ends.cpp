@@ -9,6 +9,7 @@
 // prefill, a decode step or a turn-end capture wrote them. So "the same computation" is checkable bitwise,
 // and a reader that mixed two computations, or recomputed, shows different bytes.
 #include "support/cache_testing.hpp"
+#include "support/computed_bytes.hpp"
 #include "support/content_keys.hpp"
 
 #include <reprise/keys/content_key.hpp>
@@ -33,21 +34,8 @@ constexpr std::uint32_t B = small_hybrid::block_size;
 constexpr std::size_t unit_bytes = 32; // the test's stand-in for a block's or a snapshot's bytes
 using bytes = std::vector<std::byte>;
 
-/// What a computation writes: a function of the state it started from (`base`: the restored bytes' hash, 0
-/// for a cold start at position 0), the tokens it folded in since `from`, the end position and who wrote it.
 bytes computed(std::uint64_t base, std::span<const token_id> tokens, std::uint32_t from, std::uint32_t end, char who) {
-  std::uint64_t h = (base ^ 0x9e3779b97f4a7c15ULL) * 0x100000001b3ULL + static_cast<std::uint64_t>(who);
-  for (std::uint32_t i = from; i < end; ++i) h = (h ^ static_cast<std::uint64_t>(tokens[i])) * 0x100000001b3ULL;
-  h ^= end;
-  bytes v(unit_bytes);
-  for (std::size_t k = 0; k < v.size(); ++k) v[k] = static_cast<std::byte>((h >> (8 * (k % 8))) + k);
-  return v;
-}
-
-std::uint64_t hash_of(const bytes& b) {
-  std::uint64_t h = 0xcbf29ce484222325ULL;
-  for (std::byte x : b) h = (h ^ static_cast<std::uint64_t>(x)) * 0x100000001b3ULL;
-  return h;
+  return testing::computed(base, tokens, from, end, who, unit_bytes);
 }
 
 struct stored_value {
