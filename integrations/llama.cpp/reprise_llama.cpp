@@ -142,6 +142,12 @@ class cache_impl final : public server_cache {
     std::uint32_t committed = 0;
     std::uint32_t tagged = 0; ///< blocks [0, tagged) of the table have their cells kept
     std::vector<reprise::capture_point> pending;
+    /// The order of the sequence's KV cells, checked for positions [0, order_checked): the first position
+    /// whose cell lies below an earlier position's (`ordered_until`, unbounded while none), and the highest
+    /// cell seen. Cells never move while the request runs, so what was checked stays true.
+    std::uint32_t order_checked = 0;
+    std::uint32_t ordered_until = std::numeric_limits<std::uint32_t>::max();
+    std::uint32_t top_cell = 0;
   };
 
 public:
@@ -239,24 +245,33 @@ public:
 
   bool before_feed(int slot, std::uint32_t n_fed, std::string& error) override {
     slot_state& s = slots_[static_cast<std::size_t>(slot)];
-    // An attention-only model (`block_sharing`) publishes only what its prompts prefilled: llama.cpp's CPU
-    // kernels give a decoded token's KV other bits than a prefilled one's (docs/llama.cpp.md), and
-    // block_sharing has no exactness class to tell them apart. Decoded tokens are extended, never committed.
-    if (!restores) n_fed = std::min(n_fed, s.prompt_len);
-    if (!s.live || n_fed <= s.committed) return true;
+    if (!s.live) return true;
+    // What may be published: an attention-only model (`block_sharing`) publishes only what its prompts
+    // prefilled: llama.cpp's CPU kernels give a decoded token's KV other bits than a prefilled one's
+    // (docs/llama.cpp.md), and block_sharing has no exactness class to tell them apart. Decoded tokens are
+    // extended, never committed.
+    std::uint32_t publish = restores ? n_fed : std::min(n_fed, s.prompt_len);
+    // Nor is anything computed once the sequence's cells left position order: the flash-attention kernel
+    // folds cells in cell order, so those tokens' KV and every state after them carry other bits than a cold
+    // prefill's (`strict`) or the never-ending session's (`chat`). They stay uncommitted: no block or snapshot
+    // of them is published, and the request ends with `release` (no turn-end snapshot).
+    publish = std::min(publish, in_order_until(slot, publish));
+    if (publish <= s.committed) return true;
     std::vector<std::uint32_t> written;
     for (const reprise::capture_point& c : s.pending) {
-      if (c.position == static_cast<std::int64_t>(n_fed)) {
+      // the live state has folded n_fed tokens: a capture is due only there
+      if (c.position == static_cast<std::int64_t>(n_fed) && n_fed == publish) {
         capture(slot, c.slot);
         written.push_back(n_fed);
       }
     }
     std::erase_if(s.pending, [&](const reprise::capture_point& c) { return c.position <= static_cast<std::int64_t>(n_fed); });
-    auto r = cache_.commit(s.seq, n_fed, written);
+    auto r = cache_.commit(s.seq, publish, written);
     if (!r) {
       error = "Reprise: commit failed: " + errc_text(r.error());
       return false;
     }
+    n_fed = publish;
     s.committed = n_fed;
     // Keep the cells of every block that became full (one scan of the cells for all of them).
     const std::uint32_t b = opts_.block_size;
@@ -295,7 +310,15 @@ public:
       drop(slot);
       return;
     }
-    note_order(slot, n_fed);
+    const bool ordered = in_order_until(slot, n_fed) >= n_fed;
+    stats_.last_in_order = ordered;
+    if (!ordered) {
+      ++stats_.requests_out_of_order;
+      // the state at n_fed was computed out of cell order: nothing of it is kept
+      (void)cache_.release(s.seq);
+      s.live = false;
+      return;
+    }
     auto fin = cache_.finish(s.seq, {.last_turn = last_turn});
     if (fin && fin->capture.slot != reprise::no_slot) {
       capture(slot, fin->capture.slot);
@@ -333,17 +356,29 @@ public:
   std::string describe() const override { return text_; }
 
 private:
-  /// Whether the slot's cells for [0, n) sit in position order (cell index increasing with position).
-  void note_order(int slot, std::uint32_t n) {
-    if (!has_attention_) return;
-    std::vector<std::uint32_t> cells(n);
-    const int32_t got = llama_reprise_kv_cells(ctx_, static_cast<llama_seq_id>(slot), 0, static_cast<llama_pos>(n),
-                                               cells.data(), static_cast<int32_t>(n));
-    bool ordered = got >= 0;
-    for (std::size_t j = 1; ordered && j < cells.size() && j < static_cast<std::size_t>(got); ++j)
-      ordered = cells[j] > cells[j - 1];
-    stats_.last_in_order = ordered;
-    if (!ordered) ++stats_.requests_out_of_order;
+  /// The first position below `n` whose KV cell lies below the cell of an earlier position of the slot's
+  /// sequence (its cells, shared ones included, are then out of position order from there on), or
+  /// `std::numeric_limits<std::uint32_t>::max()` when [0, n) is in order. Checks only what is new since the
+  /// last call; a model without attention layers has no cells and is always in order.
+  std::uint32_t in_order_until(int slot, std::uint32_t n) {
+    slot_state& s = slots_[static_cast<std::size_t>(slot)];
+    if (!has_attention_ || n <= s.order_checked || s.ordered_until != std::numeric_limits<std::uint32_t>::max())
+      return s.ordered_until;
+    std::vector<std::uint32_t> cells(n - s.order_checked);
+    const int32_t got = llama_reprise_kv_cells(ctx_, static_cast<llama_seq_id>(slot), static_cast<llama_pos>(s.order_checked),
+                                               static_cast<llama_pos>(n), cells.data(), static_cast<int32_t>(cells.size()));
+    // (a position without a cell, which only a deliberately wrong restore leaves, is not an order question)
+    cells.resize(std::min(cells.size(), static_cast<std::size_t>(std::max(got, 0))));
+    for (std::size_t j = 0; j < cells.size(); ++j) {
+      const auto pos = static_cast<std::uint32_t>(s.order_checked + j);
+      if (pos > 0 && cells[j] < s.top_cell) {
+        s.ordered_until = pos;
+        break;
+      }
+      s.top_cell = cells[j];
+    }
+    s.order_checked = n;
+    return s.ordered_until;
   }
 
   void capture(int slot, reprise::slot_id dst) {
