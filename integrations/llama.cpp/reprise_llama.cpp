@@ -5,14 +5,12 @@
 #include <reprise/reprise.hpp>
 
 #include <algorithm>
-#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <new>
 #include <optional>
 #include <span>
-#include <string_view>
 #include <utility>
 #include <vector>
 

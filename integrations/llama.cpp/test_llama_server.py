@@ -29,7 +29,8 @@ import zlib
 # Mamba2 + attention, gated delta + attention, attention and Mamba2 side by side in each layer, Mamba2 only,
 # attention only
 MODELS = ["nemotron_h", "qwen35", "falcon-h1", "mamba2", "llama"]
-HYBRID = {"nemotron_h", "qwen35", "falcon-h1", "mamba2"}  # models with recurrent layers
+# models with recurrent layers (the last four run with --models only: CI's time goes to the five above)
+HYBRID = {"nemotron_h", "qwen35", "falcon-h1", "mamba2", "granitehybrid", "nemotron_h_moe", "qwen3next", "qwen35moe"}
 ATTENTION_FREE = {"mamba2"}
 # What every server of a comparison shares (docs/llama.cpp.md, "Which equalities hold"): one unified KV cache,
 # flash attention, ubatches of 32 tokens (never the tiled kernel), one thread (one KV chunk in decode).
