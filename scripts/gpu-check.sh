@@ -492,7 +492,7 @@ if [ "$dry" = 0 ]; then
   if [ -n "${OUT:-}" ] && [ -d "$OUT" ] && [ "$results" != "$OUT/gpu-results" ]; then
     mkdir -p "$OUT/gpu-results" && find "$results" -maxdepth 1 -type f -exec cp {} "$OUT/gpu-results/" \;
   fi
-  [ -f "$results/summary.md" ] && sed -n '/^- device:/p; /^## Stages/,/^## /{/^|/p}' "$results/summary.md"
+  [ -f "$results/summary.md" ] && sed -n '/^- device:/p; /^- prebuilt from/p; /^## Stages/,/^## /{/^|/p}' "$results/summary.md"
   echo "gpu-check: results in $results ($(find "$results" -maxdepth 1 -type f | wc -l) files)"
 fi
 exit $overall
