@@ -25,11 +25,11 @@
 #   --reduced       build the reduced kernel set (what CI builds) instead of the full one: only to check the
 #                   build stage quickly; bin/BUILD.txt records the set and summary.md shows it
 #   --budget S      seconds for the whole run (default 470); each stage gets the smaller of its cap and what is
-#                   left, less 10 s kept for the summary
+#                   left, less 10 s kept for the summary; the last stage gets all that is left
 #   --caps LIST     stage=seconds overrides of the caps (defaults: env 20, test 90, demo 20, memcheck 60,
 #                   racecheck 60, initcheck 60, synccheck 60, bench 45, peers 165; build none)
-#   --tests LIST    comma list of the sanitizer stages' runs (default: one per kernel family, below), each
-#                   BINARY or BINARY:doctest-test-case-filter
+#   --tests LIST    comma list of the sanitizer stages' runs, each BINARY or BINARY:doctest-test-case-filter
+#                   (default: one test per kernel family, listed below and in docs/gpu.md)
 #   --peer-models L comma list of peer_compare.py's models, one run each (default nemotron-h-8b,qwen3-next-80b-a3b)
 #   --peer-args     extra arguments for bench/gpu/peer_compare.py, after the defaults (the last one wins);
 #                   the table is peers-<those arguments>.csv (peers.csv without)
@@ -431,6 +431,8 @@ stage_start=0
 stage_took() { echo $(( $(date +%s) - stage_start )); }
 
 budget_end=$(( $(date +%s) + budget ))
+last_capped=""
+for s in "${selected[@]}"; do [ "${cap[$s]}" -gt 0 ] && last_capped=$s; done
 overall=0
 if [ "$dry" = 0 ]; then
   declare -A cleared=()
@@ -444,15 +446,16 @@ for s in "${selected[@]}"; do
   stage_start=$(date +%s)
   # The stage's deadline: its cap, within what the budget leaves after 10 s for the summary (the build and
   # the summary have none).
+  # The last stage before the summary also gets what the earlier ones left unused.
   deadline=0
   if [ "${cap[$s]}" -gt 0 ]; then
     room=$(( budget_end - 10 - stage_start ))
     c=${cap[$s]}
-    [ "$room" -lt "$c" ] && c=$room
+    if [ "$room" -lt "$c" ] || [ "$s" = "$last_capped" ]; then c=$room; fi
     deadline=$(( stage_start + c ))
   fi
   if [ "$dry" = 1 ]; then
-    printf '# stage %s (cap %s)\n' "$s" "$([ "${cap[$s]}" -gt 0 ] && echo "${cap[$s]} s" || echo none)"
+    printf '# stage %s (cap %s)\n' "$s" "$([ "${cap[$s]}" -gt 0 ] && echo "${cap[$s]} s" || echo none)$([ "$s" = "$last_capped" ] && echo ", or what the budget leaves")"
     case "$s" in
       memcheck|racecheck|initcheck|synccheck) sanitize "$s" ;;
       *) "stage_$s" ;;
@@ -476,7 +479,7 @@ for s in "${selected[@]}"; do
     if [ "$rc" = 0 ]; then
       status "$s" pass "$took" "-"
     elif [ "$deadline" != 0 ] && [ "$(date +%s)" -ge "$deadline" ]; then
-      status "$s" fail "$took" "stopped by its ${cap[$s]} s cap"
+      status "$s" fail "$took" "stopped at its deadline ($((deadline - stage_start)) s)"
     else
       status "$s" fail "$took" "exit $rc"
     fi
