@@ -20,7 +20,6 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
-#include <optional>
 #include <vector>
 
 using namespace reprise;
@@ -145,10 +144,10 @@ struct process {
     const admit_plan p = *plan;
     run_transfers(store);
     std::vector<block_id> table(p.block_table.begin(), p.block_table.end());
-    const auto restored = p.restore_slot == no_slot ? std::optional<bytes>{}
-                          : p.restore_from_host     ? host_slots[static_cast<std::size_t>(p.restore_slot)]
-                                                    : gpu_slots[static_cast<std::size_t>(p.restore_slot)];
-    const std::uint64_t base = restored ? hash_of(*restored) : 0;
+    // The restored state's bytes seed every position computed past it (hashed in place: no copy).
+    const std::vector<bytes>& restored_from = p.restore_from_host ? host_slots : gpu_slots;
+    const std::uint64_t base =
+        p.restore_slot == no_slot ? 0 : hash_of(restored_from[static_cast<std::size_t>(p.restore_slot)]);
     const std::uint32_t from = p.usable_tokens;
     if (p.copy_src != no_block) gpu_kv[static_cast<std::size_t>(p.copy_dst)] = gpu_kv[static_cast<std::size_t>(p.copy_src)];
     const auto n = static_cast<std::uint32_t>(tokens.size());
