@@ -200,6 +200,8 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
             self._manager: KVCacheManager | None = None
             #: prompt tokens vLLM computed, and skipped through the connector (the figures reprise-sim reports).
             self.prefill_tokens = self.skipped_tokens = 0
+            self.untracked = 0   # requests served without the connector: larger than its budgets
+            self.readmitted = 0  # preempted requests admitted again
         else:
             self._kv: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}  # layer -> (vLLM blocks, offsets, pool)
             self._state: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {}  # layer -> [(vLLM, pool)]
@@ -216,16 +218,24 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
         if seq is not None and seq.scheduled:
             # Preempted and back in the queue: vLLM recomputes it from scratch, prompt and output so far.
             self._drop(request.request_id, release=True)
+            self.readmitted += 1
             seq = None
         if seq is None:
             seq = self._admit(request)
+            if seq is None:
+                return 0, False
         return max(0, seq.plan.usable_tokens - num_computed_tokens), False
 
-    def _admit(self, request: Request) -> _Sequence:
+    def _admit(self, request: Request) -> _Sequence | None:
         tokens = np.asarray(request.all_token_ids[: request.num_tokens], dtype=np.int32)
         seq_id = self._next_seq
         self._next_seq += 1
-        plan = self.cache.admit(seq_id, tokens)
+        try:
+            plan = self.cache.admit(seq_id, tokens)
+        except (reprise.PoolExhausted, reprise.OutOfRange):
+            # Longer than Reprise's budgets (or every block in use): vLLM serves it without the connector.
+            self.untracked += 1
+            return None
         seq = _Sequence(seq_id, request, plan, plan.block_table.tolist(), len(tokens), plan.kv_matched_tokens,
                         {int(p): int(s) for p, s in plan.captures.tolist()})
         self._seqs[request.request_id] = seq
@@ -303,7 +313,13 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
                     seq.start = a
             if b > seq.known:   # decode (or a resumed request's replayed output): tokens Reprise has not seen
                 tokens = np.asarray(seq.request.all_token_ids[seq.known:b], dtype=np.int32)
-                ext = self.cache.extend(seq.seq_id, tokens)
+                try:
+                    ext = self.cache.extend(seq.seq_id, tokens)
+                except (reprise.PoolExhausted, reprise.OutOfRange):
+                    # Grew past Reprise's budgets: what it committed stays cached, the rest is served without it.
+                    self._drop(req_id, release=True)
+                    self.untracked += 1
+                    continue
                 seq.table.extend(ext.new_blocks.tolist())
                 for p, s in ext.captures.tolist():
                     seq.captures[int(p)] = int(s)

