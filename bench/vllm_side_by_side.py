@@ -3,8 +3,8 @@
 """vLLM with caching off, vLLM's own prefix caching, Reprise 'strict' and Reprise 'chat' (reprise.vllm), side by
 side in one process on one checkpoint and one chat workload: conversations over shared system prompts, turn and
 reply lengths drawn at random, `--concurrent` requests per generate call. Per configuration: prompt tokens
-computed (prompt length - vLLM's num_cached_tokens), the prefill floor (the prompt tokens no earlier round's prompt
-+ computed reply covers, at least one per prompt), computed / floor, wall time of the serving loop (engine start
+computed (prompt length - vLLM's num_cached_tokens), the prefill floor (the prompt tokens no earlier generate call's
+prompt + computed reply covers, at least one per prompt), computed / floor, wall time of the serving loop (engine start
 excluded), and the load average around it. Measures, asserts nothing.
 
 Run in the venv of scripts/fetch-vllm.sh with the package the C++ build assembles:
@@ -39,23 +39,24 @@ def lcp(a: list[int], b: list[int]) -> int:
     return i
 
 
-def floor_and_computed(convs: list[harness.Conversation]) -> tuple[int, int, int]:
-    """(prompt tokens, computed, floor) over the run. A round's prompts can reuse what earlier rounds computed: each
-    earlier prompt and its reply but the last token (sampled, never fed back)."""
+def floor_and_computed(convs: list[harness.Conversation], concurrent: int) -> tuple[int, int, int]:
+    """(prompt tokens, computed, floor) over the run, served as harness.serve serves it: round by round, `concurrent`
+    prompts per generate call. A prompt can reuse what earlier calls computed: each earlier prompt and its reply
+    but the last token (sampled, never fed back); prompts of one call cannot reuse each other."""
     prompts = computed = floor = 0
     seen: list[list[int]] = []
     for t in range(max(len(c.turns) for c in convs)):
-        round_ = []
-        for c in convs:
-            if t >= len(c.turns):
-                continue
-            p = harness.history(c, t)
-            covered = min(max((lcp(p, s) for s in seen), default=0), len(p) - 1)
-            prompts += len(p)
-            floor += len(p) - covered
-            computed += len(p) - c.turns[t].cached_tokens
-            round_.append(p + c.turns[t].tokens[:-1])
-        seen += round_
+        live = [c for c in convs if t < len(c.turns)]
+        for i in range(0, len(live), concurrent):
+            group = []
+            for c in live[i:i + concurrent]:
+                p = harness.history(c, t)
+                covered = min(max((lcp(p, s) for s in seen), default=0), len(p) - 1)
+                prompts += len(p)
+                floor += len(p) - covered
+                computed += len(p) - c.turns[t].cached_tokens
+                group.append(p + c.turns[t].tokens[:-1])
+            seen += group
     return prompts, computed, floor
 
 
@@ -80,7 +81,7 @@ def main() -> int:
         harness.serve(llm, run, concurrent=args.concurrent)
         wall = time.perf_counter() - start
         load1 = os.getloadavg()[0]
-        prompts, computed, floor = floor_and_computed(run)
+        prompts, computed, floor = floor_and_computed(run, args.concurrent)
         rows.append((mode, prompts, computed, floor, wall, load0, load1))
         print(f"{mode}: computed {computed} floor {floor} ({computed / floor:.2f}x) in {wall:.1f} s", flush=True)
         del llm
