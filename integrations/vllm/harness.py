@@ -28,7 +28,8 @@ class Conversation:
     turns: list[Turn] = field(default_factory=list)
 
 
-def engine(model: str, mode: str, kv_cache_bytes: int = 1 << 30, max_num_seqs: int = 4, **options):
+def engine(model: str, mode: str, kv_cache_bytes: int = 1 << 30, max_num_seqs: int = 4, max_model_len: int = 4096,
+           **options):
     """mode: 'off', 'vllm' (vLLM's own prefix caching) or a Reprise policy ('strict', 'chat')."""
     import json
 
@@ -38,7 +39,7 @@ def engine(model: str, mode: str, kv_cache_bytes: int = 1 << 30, max_num_seqs: i
         config = json.load(f)
     # The checkpoint's own dtype (vLLM's 'auto' runs fp32 checkpoints in bf16 on a CPU).
     dtype = config.get("dtype") or config.get("torch_dtype") or "auto"
-    kw = dict(model=model, dtype=dtype, skip_tokenizer_init=True, max_model_len=4096, max_num_seqs=max_num_seqs,
+    kw = dict(model=model, dtype=dtype, skip_tokenizer_init=True, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
               gpu_memory_utilization=0.1, kv_cache_memory_bytes=kv_cache_bytes, seed=0,
               enable_prefix_caching=mode == "vllm", max_num_batched_tokens=8192)
     if mode not in ("off", "vllm"):

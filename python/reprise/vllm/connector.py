@@ -201,7 +201,7 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
             #: prompt tokens vLLM computed, and skipped through the connector (the figures reprise-sim reports).
             self.prefill_tokens = self.skipped_tokens = 0
             self.untracked = 0   # requests served without the connector: larger than its budgets
-            self.readmitted = 0  # preempted requests admitted again
+            self.preempted = 0   # preempted requests released (admitted again when vLLM recomputes them)
         else:
             self._kv: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}  # layer -> (vLLM blocks, offsets, pool)
             self._state: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {}  # layer -> [(vLLM, pool)]
@@ -218,7 +218,7 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
         if seq is not None and seq.scheduled:
             # Preempted and back in the queue: vLLM recomputes it from scratch, prompt and output so far.
             self._drop(request.request_id, release=True)
-            self.readmitted += 1
+            self.preempted += 1
             seq = None
         if seq is None:
             seq = self._admit(request)
@@ -287,6 +287,7 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
             seq = self._seqs.get(req_id)
             if seq is not None and seq.scheduled:   # not yet admitted again
                 self._drop(req_id, release=True)
+                self.preempted += 1
 
         starts = {r.req_id: r.num_computed_tokens for r in scheduler_output.scheduled_new_reqs}
         cached = scheduler_output.scheduled_cached_reqs
