@@ -249,12 +249,10 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
             raise RuntimeError(f"reprise.vllm: vLLM took {num_external_tokens} of the {seq.plan.usable_tokens} "
                                f"tokens the connector offered for request {request.request_id}; the recurrent "
                                f"state exists at the offered position only")
+        # 0: vLLM computes the prompt from its start; the shared blocks stay untouched (saves begin at kv_matched
+        # tokens) and the captures planned after the hit stay valid.
         seq.start = num_external_tokens
         seq.load_pending = num_external_tokens > 0
-        if num_external_tokens == 0 and seq.plan.kv_matched_tokens > 0:
-            # vLLM computes the prompt from 0 (e.g. its local cache won): the shared blocks stay untouched, the
-            # captures planned after u stay valid.
-            pass
 
     def split_prefill(self, request: Request, num_new_tokens: int, num_new_local_computed_tokens: int = 0,
                       num_external_computed_tokens: int = 0) -> int:
