@@ -103,6 +103,15 @@ def test_granite_head_dim_auto_is_derived():
     assert c.bytes_per_snapshot == reprise.ModelConfig.from_hf_config(GRANITE_4_H_SMALL).bytes_per_snapshot
 
 
+def test_granite_layer_types_as_transformers_5_writes_them():
+    # transformers 5 writes GraniteMoeHybrid's layer_types as 'linear_attention' / 'full_attention'.
+    kinds = GRANITE_4_H_SMALL["layer_types"]
+    renamed = ["linear_attention" if k == "mamba" else "full_attention" for k in kinds]
+    c = reprise.ModelConfig.from_hf_config({**GRANITE_4_H_SMALL, "layer_types": renamed})
+    assert (c.attention_layers, c.mamba2_layers) == (4, 36)
+    assert c.bytes_per_snapshot == reprise.ModelConfig.from_hf_config(GRANITE_4_H_SMALL).bytes_per_snapshot
+
+
 def test_bamba_9b():
     c = reprise.ModelConfig.from_hf_config(BAMBA_9B)
     assert (c.attention_layers, c.mamba2_layers) == (3, 29)

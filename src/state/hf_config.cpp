@@ -332,7 +332,9 @@ std::vector<layer_spec> granite_hybrid(const fields& f, const hf_options& o, con
   std::pair<std::uint32_t, std::uint32_t> counts{0, f.u32_or("num_hidden_layers", 32)}; // default: all Mamba2
   for (std::string_view key : {"layer_types", "layers_block_type"})
     if (auto kinds = f.strings(key)) {
-      counts = count_kinds(f, key, *kinds, {{"mamba", 'R'}, {"attention", 'A'}});
+      // transformers 5 writes them as 'linear_attention' / 'full_attention', earlier versions as 'mamba' / 'attention'.
+      counts = count_kinds(f, key, *kinds,
+                           {{"mamba", 'R'}, {"attention", 'A'}, {"linear_attention", 'R'}, {"full_attention", 'A'}});
       break;
     }
   // Granite's attention always uses hidden_size / num_attention_heads.
