@@ -15,7 +15,6 @@ using namespace reprise::testing;
 namespace {
 
 constexpr std::size_t snap = small_hybrid::bytes_per_snapshot;
-constexpr std::uint32_t B = small_hybrid::block_size; // 16, alignment 64
 
 using chat = policy::snapshot_restore<policy::capture<policy::last_aligned, policy::end_of_turn>, policy::accept_any>;
 using strict = policy::snapshot_restore<policy::capture<policy::last_aligned, policy::end_of_turn>,
