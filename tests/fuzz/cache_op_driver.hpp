@@ -469,6 +469,7 @@ private:
       expect(plan->usable_tokens >= continued->turn_end,
              "admit: a conversation's next turn did not restore at its own last turn end, which is still held");
     }
+    if constexpr (remote_tier) check_unlisted(*plan);
     // policy::host_tier: a partial block onboarded from the host instead of copied on the GPU.
     const std::uint32_t host_copy = apply_transfers(plan->copy_src == no_block && plan->kv_matched_tokens % B != 0
                                                         ? plan->block_table[plan->shared_blocks]
@@ -1113,7 +1114,7 @@ private:
     const extra_keys keys{.tenant_salt = static_cast<std::uint64_t>(s.tenant)};
     if (++prefetches_ % 8 == 0) long_prompt(s, keys); // reads no byte and changes nothing
     const cache_metrics before = cache_.metrics();
-    std::vector<content_key> present;
+    std::vector<content_key> present, listed_turn_ends;
     const bool probed = turn_ends_ || in.below(2) == 0;
     if (probed) {
       const observed unprobed = observe();
@@ -1121,13 +1122,17 @@ private:
       expect(listed.has_value(), "probe failed");
       if (!listed.has_value()) return;
       expect(observe() == unprobed && cache_.metrics() == before, "probe changed the cache");
-      for (const remote_probe& k : listed->keys)
+      for (const remote_probe& k : listed->keys) {
         if (fleet_->store.contains(k.key)) present.push_back(k.key);
+        if (k.item == remote_item::turn_end) listed_turn_ends.push_back(k.key);
+      }
       ++stats.remote_probed;
     }
     auto plan = probed ? cache_.prefetch(s.tokens, keys, present) : cache_.prefetch(s.tokens, keys);
     expect(plan.has_value(), "prefetch failed");
     if (!plan.has_value()) return;
+    unlisted_turn_ends_.clear();
+    if (turn_ends_ && plan->fetches.empty() && cache_.metrics() == before) note_unlisted_turn_ends(s, listed_turn_ends);
     const std::vector<remote_fetch> fetches(plan->fetches.begin(), plan->fetches.end());
     std::vector<std::vector<std::uint32_t>> fetch_units; // turn ends' KV units
     for (const remote_fetch& f : fetches) fetch_units.emplace_back(f.kv_units.begin(), f.kv_units.end());
@@ -1165,6 +1170,33 @@ private:
       answer(in, s, f, fetch_units[i]);
       if (!failure.empty()) return;
     }
+  }
+
+  /// `remote_turn_ends`, after a probe and a prefetch that changed nothing: the positions of the turn ends in
+  /// the store that `s`'s prompt continues, in its last block boundary's block (floor(p/B) = floor((L - 1)/B),
+  /// at or past any block the cache can match, which stops there), whose keys the probe did not list. The
+  /// admit that follows tells whether one would restore more than the local tiers (`check_unlisted`).
+  void note_unlisted_turn_ends(const oracle_seq& s, const std::vector<content_key>& listed) {
+    const auto L = static_cast<std::uint32_t>(s.tokens.size());
+    for (const auto& [key, v] : fleet_->store) {
+      if (v.header.size() < header_fixed || v.header[8] != std::byte{2}) continue;
+      const std::uint32_t p = header_u32(v.header, 12);
+      if (p < L && p / B == (L - 1) / B && holds(v.unit.contents, s, p) &&
+          std::find(listed.begin(), listed.end(), key) == listed.end())
+        unlisted_turn_ends_.push_back(p);
+    }
+  }
+
+  /// A probe lists a turn end at every block boundary from the one where the prompt's local match ends, up to
+  /// as many blocks past it as the host tier has KV units, where it restores more than the local tiers
+  /// (docs/tiers.md): the admit `plan` of the prompt `note_unlisted_turn_ends` saw restores what the local
+  /// tiers do, and matched at least its kv_matched_tokens.
+  void check_unlisted(const admit_plan& plan) {
+    for (const std::uint32_t p : unlisted_turn_ends_)
+      expect(p <= plan.usable_tokens || p / B > plan.kv_matched_tokens / B + cache_.host_kv_units(),
+             "probe: a turn end of the store that the prompt continues and that restores more than the local tiers "
+             "is not listed");
+    unlisted_turn_ends_.clear();
   }
 
   /// A fetch answered later (`remote_turn_ends`): its KV units, and the prompt it was planned for.
@@ -1422,6 +1454,8 @@ private:
     std::uint64_t snapshot = 0;          // the snapshot's stamp
   };
   std::vector<fetched_turn_end> host_turn_end_;
+  // `remote_turn_ends`: the turn ends of the store the last probe left out (`note_unlisted_turn_ends`).
+  std::vector<std::uint32_t> unlisted_turn_ends_;
   // `remote_turn_ends`: fetches answered later, and the host units they fill meanwhile.
   std::vector<deferred_fetch> deferred_;
   std::vector<std::uint8_t> filling_kv_, filling_snapshot_;
