@@ -4,8 +4,10 @@
 side in one process on one checkpoint and one chat workload: conversations over shared system prompts, turn and
 reply lengths drawn at random, `--concurrent` requests per generate call. Per configuration: prompt tokens
 computed (prompt length - vLLM's num_cached_tokens), the prefill floor (the prompt tokens no earlier generate call's
-prompt + computed reply covers, at least one per prompt), computed / floor, wall time of the serving loop (engine start
-excluded), and the load average around it. Measures, asserts nothing.
+prompt + computed reply covers, at least one per prompt), computed / floor, and over `--rounds` rounds of the
+configurations in turn (a fresh engine each) the median wall time of the serving loop (engine start excluded), its
+engine steps and the time of those that computed prompt tokens, the connector's own time, and the load average around
+each run; for Reprise, the computed tokens above the floor by cause. Measures, asserts nothing.
 
 Run in the venv of scripts/fetch-vllm.sh with the package the C++ build assembles:
 
