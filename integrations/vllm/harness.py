@@ -40,7 +40,8 @@ def engine(model: str, mode: str, kv_cache_bytes: int = 1 << 30, max_num_seqs: i
         config = json.load(f)
     # The checkpoint's own dtype (vLLM's 'auto' runs fp32 checkpoints in bf16 on a CPU).
     dtype = config.get("dtype") or config.get("torch_dtype") or "auto"
-    kw = dict(model=model, dtype=dtype, skip_tokenizer_init=True, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+    kw = dict(model=model, dtype=dtype, skip_tokenizer_init=True, max_model_len=max_model_len,
+              max_num_seqs=max_num_seqs,
               gpu_memory_utilization=0.1, kv_cache_memory_bytes=kv_cache_bytes, seed=0,
               enable_prefix_caching=mode == "vllm", max_num_batched_tokens=8192, num_gpu_blocks_override=num_blocks)
     if mode not in ("off", "vllm"):
