@@ -29,8 +29,9 @@ class Conversation:
 
 
 def engine(model: str, mode: str, kv_cache_bytes: int = 1 << 30, max_num_seqs: int = 4, max_model_len: int = 4096,
-           **options):
-    """mode: 'off', 'vllm' (vLLM's own prefix caching) or a Reprise policy ('strict', 'chat')."""
+           num_blocks: int | None = None, **options):
+    """mode: 'off', 'vllm' (vLLM's own prefix caching) or a Reprise policy ('strict', 'chat'). num_blocks: vLLM's
+    KV cache blocks (num_gpu_blocks_override), all groups together; None: what kv_cache_bytes holds."""
     import json
 
     from vllm import LLM
@@ -39,9 +40,10 @@ def engine(model: str, mode: str, kv_cache_bytes: int = 1 << 30, max_num_seqs: i
         config = json.load(f)
     # The checkpoint's own dtype (vLLM's 'auto' runs fp32 checkpoints in bf16 on a CPU).
     dtype = config.get("dtype") or config.get("torch_dtype") or "auto"
-    kw = dict(model=model, dtype=dtype, skip_tokenizer_init=True, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+    kw = dict(model=model, dtype=dtype, skip_tokenizer_init=True, max_model_len=max_model_len,
+              max_num_seqs=max_num_seqs,
               gpu_memory_utilization=0.1, kv_cache_memory_bytes=kv_cache_bytes, seed=0,
-              enable_prefix_caching=mode == "vllm", max_num_batched_tokens=8192)
+              enable_prefix_caching=mode == "vllm", max_num_batched_tokens=8192, num_gpu_blocks_override=num_blocks)
     if mode not in ("off", "vllm"):
         import reprise.vllm
 

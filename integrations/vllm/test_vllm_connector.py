@@ -9,8 +9,9 @@ request the same batch (vLLM's CPU kernels are not batch-invariant: a request's 
   equal caching off bit for bit, and its agreement with caching off on continued turns is printed, not asserted
   (docs/vllm.md: vLLM 0.32 offers no never-ending-session reference that runs here);
 - a deliberately wrong restore is caught by the same comparison;
-- an aborted request and a request longer than the connector's budget leave the cache consistent (preemption is
-  handled by the connector but not provoked here: docs/vllm.md).
+- an aborted request and a request longer than the connector's budget leave the cache consistent;
+- vLLM preempting requests (a KV cache too small for the requests it admitted): 'strict' gives caching off's greedy
+  tokens, and bit for bit its log-probabilities where every prompt is restored.
 """
 
 from __future__ import annotations
@@ -133,3 +134,45 @@ def test_abort_and_a_request_longer_than_the_budget(granite):
     assert c.metrics()["vllm_prefill_tokens"] > 0
     del llm
     gc.collect()
+
+
+def test_preemption_keeps_strict_bitwise_caching_off(granite):
+    """Four requests admitted together into a KV cache that holds their prompts but not their replies: vLLM preempts
+    running requests when a decode step needs a block, and recomputes them (prompt and output so far) later. The
+    connector releases a preempted sequence and admits it again when it comes back; outputs must not change."""
+    from vllm.inputs import TokensPrompt
+
+    prompts = [[5 + n] * 40 + [3 + (7 * i + n) % 1000 for i in range(200 + 10 * n)] for n in range(4)]
+    runs = {}
+    for mode in ("off", "strict"):
+        llm = harness.engine(granite, mode, num_blocks=PREEMPT_BLOCKS, max_model_len=1024)
+        for repeat in range(2):   # the second call restores (strict) from what the first one cached
+            outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], harness.params(300),
+                                use_tqdm=False)
+            runs[mode, repeat] = [(o.outputs[0].token_ids, harness._turn(o, len(p)).logprobs, o.num_cached_tokens)
+                                  for o, p in zip(outs, prompts)]
+        if mode == "strict":
+            c = harness.connector(llm)
+            c.cache.check_invariants()
+            preempted, skipped = c.preempted, c.metrics()["vllm_skipped_tokens"]
+            assert not c._seqs
+        del llm
+        gc.collect()
+    print(f"\npreemption: {preempted} preempted sequences released, {skipped} prompt tokens restored")
+    assert preempted > 0, "vLLM preempted nothing: the test does not test preemption"
+    assert skipped > 0
+    for repeat in range(2):
+        for (t, lp, k), (t0, lp0, _) in zip(runs["strict", repeat], runs["off", repeat]):
+            print(f"repeat {repeat}: cached {k}, largest log-probability difference "
+                  f"{max(abs(a - b) for a, b in zip(lp, lp0)):.3g}")
+    # Greedy tokens equal in both calls; the second call (every prompt restored, under preemption) bit for bit. The
+    # first call's log-probabilities differed in the last bits for one request (4.8e-7, docs/vllm.md): reported above,
+    # an open question, not asserted away.
+    for repeat in range(2):
+        assert [list(t) for t, _, _ in runs["strict", repeat]] == [list(t) for t, _, _ in runs["off", repeat]]
+    assert [(list(t), lp) for t, lp, _ in runs["strict", 1]] == [(list(t), lp) for t, lp, _ in runs["off", 1]]
+
+
+#: vLLM blocks (256 tokens, every KV cache group together: a request holds one per recurrent group besides its
+#: attention blocks) for test_preemption_keeps_strict_bitwise_caching_off.
+PREEMPT_BLOCKS = 14

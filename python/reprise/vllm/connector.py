@@ -28,8 +28,11 @@ decoding, one worker (tensor / pipeline parallel 1).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import time
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +62,33 @@ if TYPE_CHECKING:
     from vllm.v1.request import Request
 
 _DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
+
+#: Seconds spent in each of the connector's hooks and calls, both roles, this process (see :func:`profile`).
+_PROFILE: defaultdict[str, float] = defaultdict(float)
+
+
+def profile(reset: bool = False) -> dict[str, float]:
+    """Seconds spent so far in each hook of every connector of this process (scheduler and worker side: an
+    in-process engine runs both here), and the number of calls of each as ``<hook>.calls``."""
+    out = dict(_PROFILE)
+    if reset:
+        _PROFILE.clear()
+    return out
+
+
+def _timed(fn):
+    name = fn.__name__
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _PROFILE[name] += time.perf_counter() - t
+            _PROFILE[name + ".calls"] += 1
+
+    return wrapper
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -213,6 +243,7 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
     def bind_kv_cache_manager(self, kv_cache_manager: KVCacheManager) -> None:
         self._manager = kv_cache_manager
 
+    @_timed
     def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int | None, bool]:
         seq = self._seqs.get(request.request_id)
         if seq is not None and seq.scheduled:
@@ -241,6 +272,7 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
         self._seqs[request.request_id] = seq
         return seq
 
+    @_timed
     def update_state_after_alloc(self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int):
         seq = self._seqs.get(request.request_id)
         if seq is None or seq.start >= 0:
@@ -254,6 +286,7 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
         seq.start = num_external_tokens
         seq.load_pending = num_external_tokens > 0
 
+    @_timed
     def split_prefill(self, request: Request, num_new_tokens: int, num_new_local_computed_tokens: int = 0,
                       num_external_computed_tokens: int = 0) -> int:
         """Where a prefill step must end (installed by reprise.vllm.plugin into vLLM's scheduler): at the next
@@ -275,6 +308,7 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
                 return aligned - start
         return num_new_tokens
 
+    @_timed
     def build_connector_meta(self, scheduler_output: SchedulerOutput) -> KVConnectorMetadata:
         meta = RepriseMetadata()
         for req_id, move in self._turn_ends:
@@ -342,6 +376,7 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
             self.cache.commit(seq.seq_id, seq.pending_end, np.asarray(seq.pending_captures, dtype=np.int64))
             seq.pending_captures = []
 
+    @_timed
     def update_connector_output(self, connector_output: KVConnectorOutput):
         for seq in self._seqs.values():
             self._commit(seq)
@@ -350,6 +385,7 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
     def request_finished(self, request: Request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
         return self.request_finished_all_groups(request, (block_ids,))
 
+    @_timed
     def request_finished_all_groups(self, request: Request,
                                     block_ids: tuple[list[int], ...]) -> tuple[bool, dict[str, Any] | None]:
         seq = self._seqs.get(request.request_id)
@@ -409,6 +445,7 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
                 self._state[name] = [(t, torch.zeros((g.slots, *t.shape[1:]), dtype=t.dtype, device=t.device))
                                      for t in live]
 
+    @_timed
     def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:
         meta = self._get_connector_metadata()
         assert isinstance(meta, RepriseMetadata)
@@ -418,8 +455,7 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
         for src, dst in meta.block_copies:
             for _, _, pool in self._kv.values():
                 pool[dst] = pool[src]
-        for move in meta.kv_loads:
-            self._copy_tokens(move, to_reprise=False)
+        self._copy_tokens(meta.kv_loads, to_reprise=False)
         for move in meta.restores:
             self._copy_state(move, to_slot=False)
 
@@ -429,11 +465,11 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
     def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: Any, **kwargs: Any) -> None:
         return   # saved for every layer at once in wait_for_save, after the forward pass
 
+    @_timed
     def wait_for_save(self):
         meta = self._get_connector_metadata()
         assert isinstance(meta, RepriseMetadata)
-        for move in meta.kv_saves:
-            self._copy_tokens(move, to_reprise=True)
+        self._copy_tokens(meta.kv_saves, to_reprise=True)
         for move in meta.captures:
             self._copy_state(move, to_slot=True)
 
@@ -450,25 +486,31 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
                     else:
                         live[block] = pool[move.slot]
 
-    def _copy_tokens(self, move: TokenMove, to_reprise: bool) -> None:
-        if move.end <= move.start:
+    def _copy_tokens(self, moves: list[TokenMove], to_reprise: bool) -> None:
+        """The KV of every move of a step: one indexed copy per attention layer (the token ranges of all requests
+        together; no two write the same position)."""
+        moves = [m for m in moves if m.end > m.start]
+        if not moves:
             return
         B, Bv = self.geometry.config.block_size, self.geometry.vllm_block_size
-        positions = torch.arange(move.start, move.end)
-        r_blocks = torch.as_tensor(move.reprise_blocks, dtype=torch.long)[positions // B]
-        r_offsets = positions % B
-        for group_id, table in zip(self.geometry.attention_groups, move.vllm_blocks):
-            v_blocks = torch.as_tensor(table, dtype=torch.long)[positions // Bv]
-            v_offsets = positions % Bv
+        positions = [np.arange(m.start, m.end, dtype=np.int64) for m in moves]
+        ri = np.concatenate([np.asarray(m.reprise_blocks, dtype=np.int64)[p // B] for m, p in zip(moves, positions)])
+        every = np.concatenate(positions)
+        ro, vo = every % B, every % Bv
+        for g, group_id in enumerate(self.geometry.attention_groups):
+            vi = np.concatenate([np.asarray(m.vllm_blocks[g], dtype=np.int64)[p // Bv]
+                                 for m, p in zip(moves, positions)])
+            index = None
             for name in self._groups[group_id].layer_names:
                 blocks, offsets, pool = self._kv[name]
-                dev = blocks.device
-                vi, vo, ri, ro = (t.to(dev) for t in (v_blocks, v_offsets, r_blocks, r_offsets))
-                elements = offsets[vo]   # [tokens, elements of one token]
+                if index is None:   # the layers of a group share the device and the layout
+                    dev = blocks.device
+                    index = [torch.from_numpy(t).to(dev, non_blocking=True) for t in (vi, vo, ri, ro)]
+                    v_rows, elements = index[0][:, None], offsets[index[1]]   # [tokens, elements of one token]
                 if to_reprise:
-                    pool[ri, ro] = blocks[vi[:, None], elements]
+                    pool[index[2], index[3]] = blocks[v_rows, elements]
                 else:
-                    blocks[vi[:, None], elements] = pool[ri, ro]
+                    blocks[v_rows, elements] = pool[index[2], index[3]]
 
 
 def _token_offsets(t: torch.Tensor, layer: Any, block_size: int) -> torch.Tensor:
