@@ -121,7 +121,7 @@ void state_update(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * batch * 2 * H * P * N * sizeof(float));
   state.SetItemsProcessed(state.iterations() * batch);
 }
-BENCHMARK(state_update)->Arg(16)->Arg(64)->Arg(256)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(state_update)->Arg(1)->Arg(16)->Arg(64)->Arg(256)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 /// SSD chunked prefill of one layer: `tokens` tokens in one sequence, captures every 1024 tokens.
 void ssd_prefill(benchmark::State& state) {

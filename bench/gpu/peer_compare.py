@@ -340,7 +340,8 @@ def main() -> int:
     p.add_argument("--reps", type=int, default=20, help="Reprise's timed repetitions")
     p.add_argument("--ref-max-tokens", type=int, default=2048, help="fp64 reference up to this total")
     p.add_argument("--work", default=None, help="operand folders (default: a temporary folder)")
-    p.add_argument("--out", default=None, help="CSV file to write (and a .md table beside it)")
+    p.add_argument("--out", default=None, help="CSV file to write, a row per case as it finishes")
+    p.add_argument("--append", action="store_true", help="add the rows to --out (its header only if it is empty)")
     p.add_argument("--seed", type=int, default=2026)
     p.add_argument("--fla-entry", default="chunk", choices=["chunk", "fused_recurrent"],
                    help="fla entry point (fused_recurrent: CPU validation, whose interpreter cannot run fla's chunk kernels)")
@@ -373,9 +374,20 @@ def main() -> int:
         tmp = tempfile.mkdtemp(prefix="reprise-peers-")
         a.work = tmp
     rows, failed = [], 0
+    # Rows are written as they come (a run stopped by a time limit keeps what it finished), in the order of
+    # the arguments with the dtype outermost: every model's first dtype before any model's second.
+    out = csv_file = None
+    if a.out:
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        fresh = not a.append or not Path(a.out).is_file() or Path(a.out).stat().st_size == 0
+        csv_file = open(a.out, "w" if fresh else "a", newline="")
+        out = csv.DictWriter(csv_file, fieldnames=COLUMNS, extrasaction="ignore")
+        if fresh:
+            out.writeheader()
+            csv_file.flush()
     try:
-        for m in ms:
-            for dtype in a.dtypes.split(","):
+        for dtype in a.dtypes.split(","):
+            for m in ms:
                 for layout in a.layouts.split(","):
                     for total in (int(t) for t in a.tokens.split(",")):
                         try:
@@ -387,23 +399,17 @@ def main() -> int:
                         rows.append(row)
                         failed += row["pass"] == 0
                         print("  ".join(f"{c}={fmt(row.get(c, math.nan))}" for c in COLUMNS), flush=True)
+                        if out:
+                            out.writerow({c: row.get(c, "") for c in COLUMNS})
+                            csv_file.flush()
                         if a.device != "cpu":
                             torch.cuda.empty_cache()
     finally:
+        if csv_file:
+            csv_file.close()
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    if a.out:
-        out = Path(a.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with out.open("w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
-            w.writeheader()
-            for r in rows:
-                w.writerow({c: r.get(c, "") for c in COLUMNS})
-        md = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-        md += ["| " + " | ".join(fmt(r.get(c, math.nan)) for c in COLUMNS) + " |" for r in rows]
-        out.with_suffix(".md").write_text(f"Device: {dev_name}; " + "; ".join(versions) + "\n\n" + "\n".join(md) + "\n")
     print(f"peer_compare: {len(rows) - failed} of {len(rows)} cases within tolerance")
     return 1 if failed else 0
 

@@ -246,7 +246,9 @@ void bind_model(nb::module_& m) {
           "conv_dtype='f32' for an engine that keeps fp32 conv windows). Raises InvalidArgument (a ValueError) "
           "naming the field that is missing, malformed or inconsistent (an attention head dim that does not "
           "divide, Falcon-H1's mamba_d_ssm against heads x head dim), UnsupportedConfig naming the architecture "
-          "Reprise cannot cache (e.g. Mamba-1 layers), and the errors of ModelConfig(groups).")
+          "Reprise cannot cache (e.g. Mamba-1 layers), and the errors of ModelConfig(groups). A path must name a "
+          "regular file (a symbolic link to one is followed) of at most 16 MiB: a directory, a device such as "
+          "/dev/zero, a FIFO or a larger file raises InvalidArgument naming the path, unread.")
       .def_prop_ro("groups", &groups_of, "The layer groups: a list of (shape, count).")
       .def_prop_ro("block_size", &model_config::block_size,
                    "Tokens per KV block (per key block, one chunk, without attention layers).")

@@ -365,3 +365,52 @@ def test_finish_last_turn_captures_nothing():
     cache.step_complete(cache.current_epoch())
     assert cache.finish(1, last_turn=True).capture_slot == -1
     assert cache.metrics()["snapshots_held"] == 0
+
+
+def chat_turn(cache, seq, prompt, reply):
+    """One request as an engine runs it: admit; commit before each prompt piece (ending at each capture) and
+    each fed token with the captures due there; extend each fed token; step_complete after each step;
+    finish. Returns (usable tokens, finish capture position, finish capture slot)."""
+    plan = cache.admit(seq, np.array(prompt, np.int32))
+    pieces = [int(p) for p in plan.captures[:, 0] if plan.usable_tokens < p < len(prompt)]
+    for p in pieces:  # a capture off the grid ends a prefill piece
+        cache.commit(seq, p, [p])
+    cache.commit(seq, len(prompt), [p for p in plan.captures[:, 0] if p == len(prompt)])
+    cache.step_complete(cache.current_epoch())
+    n = len(prompt)
+    for t in reply[:-1]:  # the last sampled token is never fed
+        ext = cache.extend(seq, [t])
+        n += 1
+        cache.commit(seq, n, ext.captures[:, 0])
+        cache.step_complete(cache.current_epoch())
+    end = cache.finish(seq, last_turn=False)
+    cache.step_complete(cache.current_epoch())
+    return plan.usable_tokens, end.capture_position, end.capture_slot
+
+
+@pytest.mark.parametrize("repeated", [False, True])
+def test_chat_keeps_a_conversations_turn_ends_when_another_repeats_its_opening(repeated):
+    # Conversation A: a 118-token prompt P, a 10-token reply R (turn end at 127, the partial block [96, 127)
+    # kept with it). Conversation B: the same P, a 48-token reply beginning with R (greedy decoding of the same
+    # prompt), so its decode-filled block [96, 128) holds exactly the tokens of A's next prompts there. A's
+    # next turns restore at their own turn ends and capture new ones whether or not B ran.
+    config = reprise.ModelConfig([(reprise.KvShape(2, 128, 32, "f16"), 1),
+                                  (reprise.Mamba2Shape(2, 256, 128, 2, 4, 64, "f32", "f32"), 1)])
+    cache = reprise.PrefixCache(config, "chat", kv_blocks=256, max_sequences=4, snapshot_budget_bytes=64 << 20)
+    rng = np.random.default_rng(7)
+    prompt, reply = list(rng.integers(1, 30000, 118)), list(rng.integers(1, 30000, 10))
+    assert chat_turn(cache, 1, prompt, reply)[1] == 127
+    if repeated:
+        usable, position, slot = chat_turn(cache, 2, prompt, reply + list(rng.integers(1, 30000, 38)))
+        assert (usable, position) == (0, 165) and slot >= 0  # it captured the branch block at 96 on the way
+    history = prompt + reply
+    restored, captured = [], []
+    for seq, (message, length) in enumerate(zip((20, 10, 8, 5), (26, 15, 7, 15)), start=3):
+        history += list(rng.integers(1, 30000, message))
+        answer = list(rng.integers(1, 30000, length))
+        usable, position, slot = chat_turn(cache, seq, history, answer)
+        history += answer
+        restored.append(usable)
+        captured.append(position if slot >= 0 else 0)
+    assert restored == [127, 173, 198, 213]
+    assert captured == [173, 198, 213, 233]

@@ -4,6 +4,7 @@ support. The configs are the fixtures the C++ reader's tests read too (tests/dat
 values of the checkpoints' config.json files, fields that do not affect state sizes left out)."""
 
 import json
+import os
 import pathlib
 
 import pytest
@@ -99,6 +100,15 @@ def test_granite_4_h_small():
 
 def test_granite_head_dim_auto_is_derived():
     c = reprise.ModelConfig.from_hf_config({**GRANITE_4_H_SMALL, "mamba_d_head": "auto"})
+    assert c.bytes_per_snapshot == reprise.ModelConfig.from_hf_config(GRANITE_4_H_SMALL).bytes_per_snapshot
+
+
+def test_granite_layer_types_as_transformers_5_writes_them():
+    # transformers 5 writes GraniteMoeHybrid's layer_types as 'linear_attention' / 'full_attention'.
+    kinds = GRANITE_4_H_SMALL["layer_types"]
+    renamed = ["linear_attention" if k == "mamba" else "full_attention" for k in kinds]
+    c = reprise.ModelConfig.from_hf_config({**GRANITE_4_H_SMALL, "layer_types": renamed})
+    assert (c.attention_layers, c.mamba2_layers) == (4, 36)
     assert c.bytes_per_snapshot == reprise.ModelConfig.from_hf_config(GRANITE_4_H_SMALL).bytes_per_snapshot
 
 
@@ -204,6 +214,29 @@ def test_config_inputs():
         reprise.ModelConfig.from_hf_config(FIXTURES / "no_such_config.json")
     with pytest.raises(TypeError):
         reprise.ModelConfig.from_hf_config(42)
+
+
+def test_a_path_that_is_not_a_config_file_is_refused_unread(tmp_path):
+    # A device that never ends, a directory, a FIFO no one writes to: refused before they are opened.
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    for path in [p for p in [pathlib.Path("/dev/zero")] if p.exists()] + [FIXTURES, fifo]:
+        with pytest.raises(reprise.InvalidArgument, match="not a regular file") as refused:
+            reprise.ModelConfig.from_hf_config(path)
+        assert str(path) in str(refused.value)
+    # Over the bound (16 MiB, a thousand times a large config.json): refused before it is read. The file is
+    # sparse, so no disk is written.
+    big = tmp_path / "config.json"
+    big.write_text((FIXTURES / "llama_3_8b.json").read_text())
+    os.truncate(big, 16 * MiB + 1)
+    with pytest.raises(reprise.InvalidArgument, match="more than 16 MiB") as refused:
+        reprise.ModelConfig.from_hf_config(big)
+    assert str(big) in str(refused.value)
+    # A config.json, here through a symbolic link as in the Hugging Face cache, still reads.
+    link = tmp_path / "linked.json"
+    link.symlink_to(FIXTURES / "llama_3_8b.json")
+    assert reprise.ModelConfig.from_hf_config(link).bytes_per_kv_block == \
+        reprise.ModelConfig.from_hf_config(LLAMA_3_8B).bytes_per_kv_block
 
 
 def test_unknown_layer_kind_is_named():

@@ -110,10 +110,11 @@ class Process:
             self.cache.fetched(f.item, f.unit, tamper(header) if tamper else header)
         return plan
 
-    def turn(self, seq, toks, reply, store):
-        """One turn as an engine runs it: admit `toks` (restoring what the plan says, computing the rest),
-        commit, decode `reply` one token a step (all but its last token fed), finish with the turn-end capture
-        and complete the step. `toks` becomes prompt + reply."""
+    def prefill(self, seq, toks, store):
+        """A prompt's prefill as an engine runs it: admit `toks` (restoring what the plan says, computing the
+        rest), write the captures, commit and complete the step. Returns the plan, the block table, the hash
+        of the state restored (0 for none), where the computation started and the KV blocks under
+        usable_tokens as the GPU pool held them when the prefill started."""
         c = self.cache
         plan = c.admit(seq, toks)
         self.run_transfers(store)
@@ -133,7 +134,15 @@ class Process:
         c.commit(seq, n, plan.captures)
         c.step_complete(c.current_epoch())
         self.run_transfers(store)
-        at = n
+        return plan, table, base, start, restored_kv
+
+    def turn(self, seq, toks, reply, store):
+        """One turn as an engine runs it: the prompt's prefill (`prefill`), then decode `reply` one token a step
+        (all but its last token fed), finish with the turn-end capture and complete the step. `toks` becomes
+        prompt + reply."""
+        c = self.cache
+        plan, table, base, start, restored_kv = self.prefill(seq, toks, store)
+        at = len(toks)
         for t in reply[:-1]:  # each decode step writes its token's KV into the block it falls in
             toks.append(t)
             table += list(c.extend(seq, [t]).new_blocks)
@@ -219,6 +228,42 @@ def test_a_turn_end_at_a_block_boundary_travels_with_a_no_unit_part():
     admitted = reader.cache.admit(2, following)
     assert admitted.usable_tokens == 224 and admitted.copy_src == -1
     assert admitted.restore_exactness == "decode_continuation"
+    reader.cache.check_invariants()
+
+
+@pytest.mark.parametrize("user_tokens, probed", [(1, 1), (3, 1), (19, 2)])
+def test_a_short_follow_up_finds_the_turn_end_at_the_block_boundary_its_own_match_reaches(user_tokens, probed):
+    """The writer's turn end at 204 (boundary 192 = 12 B); the reader computed the 200-token prompt itself, so
+    a follow-up of 1 or 3 tokens has its last full block at 12, where the reader's own match ends: the turn end
+    is keyed by the chain of the blocks it holds, with none chained past them. With 19 tokens there is one
+    more boundary (208) to list."""
+    store, alive_store = {}, {}
+    writer, reader, alive = Process(writer_id=21), Process(writer_id=22), Process()
+    prompt = tokens(200, 1)
+    toks, alive_toks = list(prompt), list(prompt)
+    writer.turn(1, toks, tokens(5, 70000), store)  # 4 tokens fed: the turn end at 204
+    alive.turn(1, alive_toks, tokens(5, 70000), alive_store)
+    assert writer.cache.metrics()["remote_turn_ends_put"] == 1
+    reader.prefill(1, list(prompt), store)
+    reader.cache.release(1)
+
+    user, reply = tokens(user_tokens, 90000), tokens(6, 95000)
+    following = toks + user
+    keys = reader.cache.probe(following)
+    assert sum(item == "turn_end" for item, _ in keys) == probed
+    plan = reader.prefetch(following, store)
+    assert plan.blocks == 0  # the reader holds the chain under the turn end
+    [turn_end] = [f for f in plan.fetches if f.item == "turn_end"]
+    assert len(turn_end.kv_units) == 1  # the partial block alone
+    m = reader.cache.metrics()
+    assert m["remote_turn_end_hits"] == 1 and m["remote_rejected"] == 0
+    reader.cache.check_invariants()
+    r2 = reader.turn(2, following, reply, store)
+    assert r2.plan.usable_tokens == 204 and r2.plan.restore_from_host
+    assert r2.plan.restore_exactness == "decode_continuation"
+    a2 = alive.turn(2, alive_toks + user, reply, alive_store)
+    assert a2.plan.usable_tokens == 204 and same(r2.restored, a2.restored)
+    assert same(r2.kv, a2.kv) and (r2.turn_end == a2.turn_end).all()
     reader.cache.check_invariants()
 
 

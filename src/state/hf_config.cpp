@@ -8,11 +8,13 @@
 #include <simdjson.h>
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <limits>
-#include <sstream>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -330,7 +332,9 @@ std::vector<layer_spec> granite_hybrid(const fields& f, const hf_options& o, con
   std::pair<std::uint32_t, std::uint32_t> counts{0, f.u32_or("num_hidden_layers", 32)}; // default: all Mamba2
   for (std::string_view key : {"layer_types", "layers_block_type"})
     if (auto kinds = f.strings(key)) {
-      counts = count_kinds(f, key, *kinds, {{"mamba", 'R'}, {"attention", 'A'}});
+      // transformers 5 writes them as 'linear_attention' / 'full_attention', earlier versions as 'mamba' / 'attention'.
+      counts = count_kinds(f, key, *kinds,
+                           {{"mamba", 'R'}, {"attention", 'A'}, {"linear_attention", 'R'}, {"full_attention", 'A'}});
       break;
     }
   // Granite's attention always uses hidden_size / num_attention_heads.
@@ -497,11 +501,36 @@ hf_reading read_hf_config(std::string_view json, const hf_options& options) {
 }
 
 hf_reading read_hf_config_file(const std::filesystem::path& path, const hf_options& options) {
+  namespace fs = std::filesystem;
+  const auto cannot_read = [&] { return failed(errc::invalid_argument, "cannot read " + path.string()); };
+  const auto too_large = [&] {
+    return failed(errc::invalid_argument, path.string() + " holds more than " +
+                                              std::to_string(max_hf_config_bytes >> 20) +
+                                              " MiB, far more than any config.json: not reading it");
+  };
+  // The kind of file first, without opening it: opening a FIFO waits for a writer, reading a device such as
+  // /dev/zero never ends.
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);
+  if (ec || !fs::exists(status)) return cannot_read();
+  if (!fs::is_regular_file(status))
+    return failed(errc::invalid_argument, path.string() + " is not a regular file (a config.json is one)");
+  const std::uintmax_t size = fs::file_size(path, ec);
+  if (ec) return cannot_read();
+  if (size > max_hf_config_bytes) return too_large();
   std::ifstream in(path, std::ios::binary);
-  if (!in) return failed(errc::invalid_argument, "cannot read " + path.string());
-  std::ostringstream text;
-  text << in.rdbuf();
-  hf_reading r = read_hf_config(text.str(), options);
+  if (!in) return cannot_read();
+  // Read in pieces, never past the bound: the path may have been replaced, or the file grown, since its size.
+  std::string text;
+  text.reserve(static_cast<std::size_t>(size));
+  std::array<char, 1 << 16> piece{};
+  while (in) {
+    in.read(piece.data(), static_cast<std::streamsize>(piece.size()));
+    text.append(piece.data(), static_cast<std::size_t>(in.gcount()));
+    if (text.size() > max_hf_config_bytes) return too_large();
+  }
+  if (in.bad()) return cannot_read();
+  hf_reading r = read_hf_config(text, options);
   if (!r) r.message = path.string() + ": " + r.message;
   return r;
 }

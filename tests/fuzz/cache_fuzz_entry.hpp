@@ -37,9 +37,10 @@ Cache make_cache(const cache_options& o, const model_config& config) {
 /// and the conversations that ended, each operation going to the one the stream's next byte picks; the
 /// metrics and stats are their sums.
 template <class Cache>
-stream_outcome run_driver(byte_source& in, cache_options o, const model_config& config, std::uint32_t caches = 1) {
+stream_outcome run_driver(byte_source& in, cache_options o, const model_config& config, std::uint32_t caches = 1,
+                          bool repeat_openings = false) {
   if (caches == 1) {
-    cache_op_driver<Cache> d(make_cache<Cache>(o, config), o);
+    cache_op_driver<Cache> d(make_cache<Cache>(o, config), o, {}, repeat_openings);
     d.run(in, 4096);
     return {d.failure, d.cache().metrics(), d.stats};
   }
@@ -47,7 +48,7 @@ stream_outcome run_driver(byte_source& in, cache_options o, const model_config& 
   std::vector<std::unique_ptr<cache_op_driver<Cache>>> engines;
   for (std::uint32_t k = 0; k < caches; ++k) {
     o.remote_writer_id = k + 1;
-    engines.push_back(std::make_unique<cache_op_driver<Cache>>(make_cache<Cache>(o, config), o, fleet));
+    engines.push_back(std::make_unique<cache_op_driver<Cache>>(make_cache<Cache>(o, config), o, fleet, repeat_openings));
   }
   auto failed = [&] {
     return std::any_of(engines.begin(), engines.end(), [](const auto& e) { return !e->failure.empty(); });
@@ -104,9 +105,11 @@ inline stream_outcome run_cache_operation_stream(const std::uint8_t* data, std::
   using exact_only = policy::snapshot_restore<policy::capture<policy::last_aligned, policy::end_of_turn>,
                                               policy::accept_prefill_exact>;
   auto run = [&]<class Model, class Policy, class Hasher = xxh3_hasher, class Tiers = policy::tiers<>>(
-                 const cache_options& o, const model_config& config, std::uint32_t caches = 1) {
-    if (runtime) return run_driver<prefix_cache<dynamic_model, Policy, Hasher, Tiers>>(in, o, config, caches);
-    return run_driver<prefix_cache<Model, Policy, Hasher, Tiers>>(in, o, config, caches);
+                 const cache_options& o, const model_config& config, std::uint32_t caches = 1,
+                 bool repeat_openings = false) {
+    if (runtime)
+      return run_driver<prefix_cache<dynamic_model, Policy, Hasher, Tiers>>(in, o, config, caches, repeat_openings);
+    return run_driver<prefix_cache<Model, Policy, Hasher, Tiers>>(in, o, config, caches, repeat_openings);
   };
   using host_tiers = policy::tiers<policy::host_tier>;
   switch (data[0] % stream_policies) {
@@ -127,12 +130,13 @@ inline stream_outcome run_cache_operation_stream(const std::uint8_t* data, std::
   }
   case 5: {
     // Branch snapshots off the alignment grid, turn ends, and decode checkpoints at every alignment unit
-    // (64 on both hybrid models), 1 or 2 kept per sequence (the stream's next byte), competing for 5 slots.
+    // (64 on both hybrid models), 1 or 2 kept per sequence (the stream's next byte), competing for 5 slots;
+    // conversations whose openings others repeat, decoding the same replies.
     cache_options o = small;
     o.snapshot_budget_bytes = 5 * hybrid.bytes_per_snapshot();
     o.decode_checkpoint_interval = hybrid.alignment();
     o.decode_checkpoints_per_sequence = 1 + in.below(2);
-    return run.template operator()<small_hybrid, policy::chat>(o, hybrid);
+    return run.template operator()<small_hybrid, policy::chat>(o, hybrid, 1, true);
   }
   case 6: {
     // A host tier of 256 tokens' blocks under the 384-token GPU pool: offloads, onboards and host evictions.

@@ -25,6 +25,12 @@
 //     snapshot put is a prefill-exact one, each admit is preceded by a prefetch whose fetches it answers from
 //     the store, sometimes as a miss, sometimes with a corrupted header and another prefix's contents (which
 //     must never be used);
+//   - under a policy that restores turn ends (`end_of_turn` accepting decode continuations, as `chat`), a
+//     conversation continued turn by turn restores at least at its own last turn end whenever that snapshot
+//     is still held (off a block boundary: captured in this cache, its step completed, neither its slot nor
+//     its partial block handed out since, no TTL expiry) and the prompt continues its tokens; also after
+//     another conversation repeated its opening and decoded the same reply (with `repeat_openings`, the
+//     driver replays an ended conversation's prompt and reply);
 //   - with cache_options::remote_turn_ends the store holds turn ends too, shared by two caches (shared_fleet),
 //     and every write of a unit carries a stamp that copies keep (equal stamps, equal bytes): each turn end's
 //     payload is gathered from GPU units whose writing step completed and must be one prefix under an item-2,
@@ -88,6 +94,9 @@ struct driver_stats {
   /// the prompt's, blocks of another computation than those the reader holds
   std::uint64_t remote_turn_ends_refused = 0;
   std::uint64_t restores_fetched_turn_end = 0; ///< restores of a fetched turn end, checked against its writer's bytes
+  std::uint64_t repeated_openings = 0;         ///< prompts repeating an ended conversation's, decoding its reply again
+  std::uint64_t own_turn_end_checks = 0;       ///< next turns whose own last turn end was still held (then restored)
+  std::uint64_t own_turn_end_checks_repeated = 0; ///< of them, of a conversation whose opening another repeated
 
   driver_stats& operator+=(const driver_stats& o) noexcept {
     constexpr std::uint64_t driver_stats::*counts[] = {
@@ -99,6 +108,8 @@ struct driver_stats {
         &driver_stats::remote_probed, &driver_stats::remote_rejected, &driver_stats::remote_turn_ends_put,
         &driver_stats::remote_turn_end_hits, &driver_stats::remote_turn_ends_corrupted,
         &driver_stats::remote_turn_ends_refused, &driver_stats::restores_fetched_turn_end,
+        &driver_stats::repeated_openings, &driver_stats::own_turn_end_checks,
+        &driver_stats::own_turn_end_checks_repeated,
     };
     static_assert(sizeof(counts) / sizeof(counts[0]) * sizeof(std::uint64_t) == sizeof(driver_stats),
                   "every counter is summed");
@@ -126,6 +137,17 @@ struct shared_fleet {
   struct conversation {
     token_id tenant = 0;
     std::vector<token_id> tokens;
+    std::uint32_t prompt = 0; ///< its last prompt's length: tokens past it were decoded
+    /// Its last turn's end, when one was captured: the driver of the cache that holds it, its position, the
+    /// step that wrote it, its slot and partial block with their generations then, and that cache's count of
+    /// TTL expiries then.
+    const void* cache = nullptr;
+    std::uint32_t turn_end = 0;
+    std::int64_t written = -1;
+    slot_id slot = no_slot;
+    block_id tail = no_block;
+    std::uint64_t slot_generation = 0, tail_generation = 0, expired = 0;
+    bool repeated = false; ///< another conversation repeated its opening since
   };
   std::map<content_key, value> store;
   std::vector<conversation> history; ///< recently ended sequences, whose tokens later prompts may continue
@@ -143,6 +165,13 @@ class cache_op_driver {
   /// The policy's capture placements may sit off the alignment grid (on the block grid): `branch_block`.
   static constexpr bool off_grid = [] {
     if constexpr (restores) return policy::policy_traits<policy_type>::capture::off_grid;
+    else return false;
+  }();
+  /// Conversations restore at their turn ends (`end_of_turn`, decode continuations accepted): `chat`.
+  static constexpr bool restores_turn_ends = [] {
+    if constexpr (restores)
+      return policy::policy_traits<policy_type>::capture::at_turn_end &&
+             policy::policy_traits<policy_type>::accepts_decode_continuation;
     else return false;
   }();
   /// `extend` may plan decode checkpoints (`decode_checkpoints`).
@@ -187,6 +216,9 @@ class cache_op_driver {
     // policy::host_tier: the host snapshot restored and the host unit of a partial block copied, held until
     // the first commit.
     std::uint32_t host_restore = no_unit, host_copy = no_unit;
+    // A repeated opening: the reply of the conversation whose prompt it repeats, which `extend` decodes again
+    // (greedy decoding of the same prompt), from `prompt` on.
+    std::vector<token_id> replay;
   };
   static constexpr std::uint32_t no_unit = std::numeric_limits<std::uint32_t>::max();
   static constexpr bool accepts_continuation = policy::policy_traits<policy_type>::accepts_decode_continuation;
@@ -201,9 +233,13 @@ public:
   /// Drives `cache`, typed or runtime-configured (the block size and alignment are read from it), created
   /// with `options` (share_in_step, the decode checkpoint interval and per-sequence bound, the TTL and
   /// remote_turn_ends are read from it), alone or in `fleet` with the other caches a stream drives.
-  explicit cache_op_driver(Cache cache, const cache_options& options = {}, std::shared_ptr<shared_fleet> fleet = {})
+  /// `repeat_openings` (under a policy that restores turn ends): a next turn is sometimes another conversation
+  /// repeating the ended one's prompt and decoding its reply again (one more byte per next turn).
+  explicit cache_op_driver(Cache cache, const cache_options& options = {}, std::shared_ptr<shared_fleet> fleet = {},
+                           bool repeat_openings = false)
       : cache_(std::move(cache)), B(cache_.block_size()), A(cache_.alignment()),
-        share_in_step_(options.share_in_step), turn_ends_(options.remote_turn_ends),
+        share_in_step_(options.share_in_step),
+        repeat_openings_(restores_turn_ends && repeat_openings), turn_ends_(options.remote_turn_ends),
         interval_(at_decode ? options.decode_checkpoint_interval : 0),
         per_sequence_(options.decode_checkpoints_per_sequence),
         // A TTL can drop a checkpoint unseen: then the oracle does not model the per-sequence bound.
@@ -230,6 +266,7 @@ public:
     slot_published_.assign(cache_.snapshot_slots(), 0);
     slot_ready_.assign(cache_.snapshot_slots(), -1);
     slot_generation_.assign(cache_.snapshot_slots(), 0);
+    block_generation_.assign(cache_.kv_blocks(), 0);
     slot_origin_.assign(cache_.snapshot_slots(), origin::none);
     host_blocks_.resize(cache_.host_kv_units());
     host_block_continuation_.assign(cache_.host_kv_units(), 0);
@@ -365,16 +402,30 @@ private:
   void admit(byte_source& in) {
     oracle_seq s;
     s.tenant = static_cast<token_id>(in.below(2));
-    const auto& history = fleet_->history;
+    auto& history = fleet_->history;
+    std::optional<shared_fleet::conversation> continued; // a next turn of this conversation
+    bool repeat = false;
     if (!history.empty() && in.below(3) == 0) {
       // A next turn: an earlier sequence's prompt and decoded tokens, then a new message.
-      const shared_fleet::conversation& earlier = history[in.below(static_cast<std::uint32_t>(history.size()))];
+      shared_fleet::conversation& earlier = history[in.below(static_cast<std::uint32_t>(history.size()))];
       s.tenant = earlier.tenant;
       s.tokens = earlier.tokens;
+      // Sometimes another conversation repeating its opening instead (a regeneration, a retry, an agent with
+      // the same first message): its prompt again, decoding the same reply. (Without `repeat_openings` no
+      // byte is read here.)
+      repeat = repeat_openings_ && earlier.prompt < earlier.tokens.size() && in.below(3) == 0;
+      if (repeat) {
+        s.tokens.resize(earlier.prompt);
+        s.replay.assign(earlier.tokens.begin() + earlier.prompt, earlier.tokens.end());
+        earlier.repeated = true;
+        ++stats.repeated_openings;
+      } else if constexpr (restores_turn_ends) {
+        continued = earlier;
+      }
       // With decode checkpoints, sometimes a prompt that departs from the reply (an edited or regenerated
       // message): the previous turn's tokens only up to a point. (Other policies read no byte here, so
       // their streams, and the corpus, replay as before.)
-      if (interval_ != 0 && in.below(2) == 0) depart(in, s.tokens);
+      if (interval_ != 0 && !repeat && in.below(2) == 0) depart(in, s.tokens);
     } else if (interval_ != 0 && !seqs_.empty() && in.below(3) == 0) {
       // A prompt that departs from a live sequence's reply (a regenerated message, another branch of it),
       // where its decode checkpoints are still kept.
@@ -388,7 +439,19 @@ private:
       s.tokens.assign(base.begin(), base.begin() + keep);
     }
     const std::uint32_t suffix = in.below(3) == 0 ? in.below(40) : 0;
-    for (std::uint32_t k = 0; k < suffix; ++k) s.tokens.push_back(static_cast<token_id>(50000 + in.below(4)));
+    for (std::uint32_t k = 0; k < suffix; ++k) {
+      const auto t = static_cast<token_id>(50000 + in.below(4));
+      if (!repeat) s.tokens.push_back(t);
+    }
+    // Its own last turn end, still held: its slot and partial block not handed out since (a snapshot leaves
+    // with its slot taken for another, or with its block; the partial block, a leaf, goes before any block
+    // under it), no TTL expiry, and its step completed.
+    const bool own_turn_end_held =
+        continued && continued->cache == this && continued->tail != no_block &&
+        continued->turn_end < s.tokens.size() && slot_generation_[continued->slot] == continued->slot_generation &&
+        block_generation_[continued->tail] == continued->tail_generation &&
+        cache_.metrics().snapshot_evictions_ttl == continued->expired && reusable(continued->written) &&
+        std::equal(s.tokens.begin(), s.tokens.begin() + continued->turn_end, continued->tokens.begin());
     const seq_id id = next_id_++;
     if constexpr (remote_tier) prefetch(in, s);
     const observed before = observe();
@@ -400,6 +463,13 @@ private:
     }
     const auto L = static_cast<std::uint32_t>(s.tokens.size());
     expect(plan->block_table.size() == (L + B - 1) / B, "admit: table size");
+    if (own_turn_end_held) {
+      ++stats.own_turn_end_checks;
+      stats.own_turn_end_checks_repeated += continued->repeated ? 1 : 0;
+      expect(plan->usable_tokens >= continued->turn_end,
+             "admit: a conversation's next turn did not restore at its own last turn end, which is still held");
+    }
+    if constexpr (remote_tier) check_unlisted(*plan);
     // policy::host_tier: a partial block onboarded from the host instead of copied on the GPU.
     const std::uint32_t host_copy = apply_transfers(plan->copy_src == no_block && plan->kv_matched_tokens % B != 0
                                                         ? plan->block_table[plan->shared_blocks]
@@ -430,6 +500,8 @@ private:
       expect(plan->usable_tokens == 0, "admit: memory_only skips nothing");
     for (std::uint32_t i = 0; i < plan->block_table.size(); ++i) {
       const block_id b = plan->block_table[i];
+      // Handed out now: the blocks it computes, and those the host tier onboards (the last shared ones).
+      if (i + plan->host_blocks_onboarded >= plan->shared_blocks) ++block_generation_[b];
       if (i < plan->shared_blocks && pending_[b]) {
         expect(share_in_step_, "admit: a pending block shared without share_in_step");
         expect(holds(planned_[b], s, (i + 1) * B), "admit: FALSE HIT, shared pending block will hold another prefix");
@@ -668,6 +740,10 @@ private:
       more.resize(1 + in.below(20));
       for (auto& t : more) t = static_cast<token_id>(60000 + in.below(3));
     }
+    for (std::size_t k = 0; k < more.size(); ++k) { // a repeated opening decodes the reply it repeats
+      const std::size_t at = s.tokens.size() + k - s.prompt;
+      if (at < s.replay.size()) more[k] = s.replay[at];
+    }
     const observed before = observe();
     auto plan = cache_.extend(id, more);
     if (!plan.has_value()) {
@@ -677,6 +753,7 @@ private:
     }
     apply_transfers();
     for (block_id b : plan->new_blocks) {
+      ++block_generation_[b];
       expect(reusable(block_touched_[b]), "extend: block reused before its step completed");
       expect(std::count(cache_.block_table(id).begin(), cache_.block_table(id).end(), b) == 1 &&
                  [&] {
@@ -743,6 +820,7 @@ private:
       expect(observe() == before, "finish: refused but changed the cache");
       finish = false; // the engine releases it instead
     }
+    shared_fleet::conversation ended{s.tenant, s.tokens, s.prompt};
     if (finish) {
       auto plan = cache_.finish(id);
       expect(plan.has_value(), "finish failed");
@@ -762,6 +840,16 @@ private:
         slot_origin_[slot] = origin::turn_end;
         slot_published_[slot] = 1;
         slot_ready_[slot] = static_cast<std::int64_t>(now); // written in this step: restorable once it completes
+        if (plan->capture.position % B != 0) {
+          ended.cache = this;
+          ended.turn_end = plan->capture.position;
+          ended.written = static_cast<std::int64_t>(now);
+          ended.slot = slot;
+          ended.slot_generation = slot_generation_[slot];
+          ended.tail = table[plan->capture.position / B];
+          ended.tail_generation = block_generation_[ended.tail];
+          ended.expired = cache_.metrics().snapshot_evictions_ttl;
+        }
       }
     } else {
       expect(cache_.release(id).has_value(), "release failed");
@@ -776,7 +864,7 @@ private:
     s.own_pending.clear();
     if (s.tokens.size() < 400) {
       auto& history = fleet_->history;
-      history.push_back({s.tenant, s.tokens});
+      history.push_back(std::move(ended));
       if (history.size() > 8) history.erase(history.begin());
     }
     seqs_.erase(id);
@@ -808,6 +896,7 @@ private:
     d.checkpoints_known = true;
     d.own_from = static_cast<std::uint32_t>(s.tokens.size() / B);
     if (plan->copy_dst != no_block) {
+      ++block_generation_[plan->copy_dst];
       expect(reusable(block_touched_[plan->copy_dst]), "fork: copy block reused before its step completed");
       blocks_[plan->copy_dst] = blocks_[plan->copy_src]; // the engine's copy kernel
       block_stamp_[plan->copy_dst] = block_stamp_[plan->copy_src];
@@ -1025,7 +1114,7 @@ private:
     const extra_keys keys{.tenant_salt = static_cast<std::uint64_t>(s.tenant)};
     if (++prefetches_ % 8 == 0) long_prompt(s, keys); // reads no byte and changes nothing
     const cache_metrics before = cache_.metrics();
-    std::vector<content_key> present;
+    std::vector<content_key> present, listed_turn_ends;
     const bool probed = turn_ends_ || in.below(2) == 0;
     if (probed) {
       const observed unprobed = observe();
@@ -1033,13 +1122,17 @@ private:
       expect(listed.has_value(), "probe failed");
       if (!listed.has_value()) return;
       expect(observe() == unprobed && cache_.metrics() == before, "probe changed the cache");
-      for (const remote_probe& k : listed->keys)
+      for (const remote_probe& k : listed->keys) {
         if (fleet_->store.contains(k.key)) present.push_back(k.key);
+        if (k.item == remote_item::turn_end) listed_turn_ends.push_back(k.key);
+      }
       ++stats.remote_probed;
     }
     auto plan = probed ? cache_.prefetch(s.tokens, keys, present) : cache_.prefetch(s.tokens, keys);
     expect(plan.has_value(), "prefetch failed");
     if (!plan.has_value()) return;
+    unlisted_turn_ends_.clear();
+    if (turn_ends_ && plan->fetches.empty() && cache_.metrics() == before) note_unlisted_turn_ends(s, listed_turn_ends);
     const std::vector<remote_fetch> fetches(plan->fetches.begin(), plan->fetches.end());
     std::vector<std::vector<std::uint32_t>> fetch_units; // turn ends' KV units
     for (const remote_fetch& f : fetches) fetch_units.emplace_back(f.kv_units.begin(), f.kv_units.end());
@@ -1077,6 +1170,33 @@ private:
       answer(in, s, f, fetch_units[i]);
       if (!failure.empty()) return;
     }
+  }
+
+  /// `remote_turn_ends`, after a probe and a prefetch that changed nothing: the positions of the turn ends in
+  /// the store that `s`'s prompt continues, in its last block boundary's block (floor(p/B) = floor((L - 1)/B),
+  /// at or past any block the cache can match, which stops there), whose keys the probe did not list. The
+  /// admit that follows tells whether one would restore more than the local tiers (`check_unlisted`).
+  void note_unlisted_turn_ends(const oracle_seq& s, const std::vector<content_key>& listed) {
+    const auto L = static_cast<std::uint32_t>(s.tokens.size());
+    for (const auto& [key, v] : fleet_->store) {
+      if (v.header.size() < header_fixed || v.header[8] != std::byte{2}) continue;
+      const std::uint32_t p = header_u32(v.header, 12);
+      if (p < L && p / B == (L - 1) / B && holds(v.unit.contents, s, p) &&
+          std::find(listed.begin(), listed.end(), key) == listed.end())
+        unlisted_turn_ends_.push_back(p);
+    }
+  }
+
+  /// A probe lists a turn end at every block boundary from the one where the prompt's local match ends, up to
+  /// as many blocks past it as the host tier has KV units, where it restores more than the local tiers
+  /// (docs/tiers.md): the admit `plan` of the prompt `note_unlisted_turn_ends` saw restores what the local
+  /// tiers do, and matched at least its kv_matched_tokens.
+  void check_unlisted(const admit_plan& plan) {
+    for (const std::uint32_t p : unlisted_turn_ends_)
+      expect(p <= plan.usable_tokens || p / B > plan.kv_matched_tokens / B + cache_.host_kv_units(),
+             "probe: a turn end of the store that the prompt continues and that restores more than the local tiers "
+             "is not listed");
+    unlisted_turn_ends_.clear();
   }
 
   /// A fetch answered later (`remote_turn_ends`): its KV units, and the prompt it was planned for.
@@ -1294,6 +1414,7 @@ private:
   const std::uint32_t B; // block size
   const std::uint32_t A; // alignment unit
   const bool share_in_step_;
+  const bool repeat_openings_;
   const bool turn_ends_; // cache_options::remote_turn_ends
   std::uint64_t prefetches_ = 0;
   const std::uint32_t interval_;     // decode checkpoint interval (0: none)
@@ -1314,6 +1435,7 @@ private:
   std::vector<std::uint8_t> slot_published_;
   std::vector<std::int64_t> slot_ready_;
   std::vector<std::uint64_t> slot_generation_;
+  std::vector<std::uint64_t> block_generation_; // bumped each time a block is handed out (taken fresh)
   std::vector<origin> slot_origin_;
   // policy::host_tier, per host unit: what it holds, whether that is decode_continuation, the step that
   // last read it (onboard, restore), and for snapshot units whether a published snapshot was offloaded
@@ -1332,6 +1454,8 @@ private:
     std::uint64_t snapshot = 0;          // the snapshot's stamp
   };
   std::vector<fetched_turn_end> host_turn_end_;
+  // `remote_turn_ends`: the turn ends of the store the last probe left out (`note_unlisted_turn_ends`).
+  std::vector<std::uint32_t> unlisted_turn_ends_;
   // `remote_turn_ends`: fetches answered later, and the host units they fill meanwhile.
   std::vector<deferred_fetch> deferred_;
   std::vector<std::uint8_t> filling_kv_, filling_snapshot_;

@@ -84,7 +84,10 @@ TEST_CASE("resume from an fp32 capture at an aligned position is bitwise equal t
     gd_problem<float> p(small, len, 8, 21);
     REQUIRE(run_one(p, o, 0, len, start, 0, 1, {{0, 128, 2}, {0, 192, 3}}));
     const auto full_out = p.out;
-    for (auto [slot, at] : {std::pair{2, std::int64_t{128}}, std::pair{3, std::int64_t{192}}}) {
+    for (const auto& capture : {std::pair{2, std::int64_t{128}}, std::pair{3, std::int64_t{192}}}) {
+      // Named locals, not a structured binding: clang before 16 cannot capture one in CAPTURE's lambda.
+      const int slot = capture.first;
+      const std::int64_t at = capture.second;
       CAPTURE(at);
       std::fill(p.out.begin(), p.out.end(), 0.0f);
       const std::int64_t skip = at - start;
@@ -104,7 +107,9 @@ TEST_CASE("captures are bitwise the states of the uninterrupted run at their pos
   gd_problem<float> p(small, len, 8, 3);
   REQUIRE(run_one(p, o, 0, len, start, 0, 1, {{0, 32, 2}, {0, 96, 3}, {0, 192, 4}}));
   // The same sequence stopped exactly at each capture position: its final state is the capture, bit for bit.
-  for (auto [slot, at] : {std::pair{2, std::int64_t{32}}, std::pair{3, std::int64_t{96}}, std::pair{4, std::int64_t{192}}}) {
+  for (const auto& capture : {std::pair{2, std::int64_t{32}}, std::pair{3, std::int64_t{96}}, std::pair{4, std::int64_t{192}}}) {
+    const int slot = capture.first;
+    const std::int64_t at = capture.second;
     CAPTURE(at);
     REQUIRE(run_one(p, o, 0, at - start, start, 0, 5));
     CHECK(bitwise_equal(p.slot_ptr(5), p.slot_ptr(slot), p.matrix()));

@@ -1,15 +1,20 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
 // read_hf_config: every preset equals what the reader gets from its checkpoint's public config.json
 // (tests/data/hf_configs/), transformers' defaults where a field is absent, errors that name the field, and dtypes
-// from the config with an override.
+// from the config with an override; a path that is not a config.json file (a device, a directory, a FIFO, a file
+// over the size bound) refused without reading it.
 #include <reprise/state/hf_config.hpp>
 #include <reprise/state/presets.hpp>
 
 #include <doctest/doctest.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+
+#include <sys/stat.h>
 
 using namespace reprise;
 
@@ -62,6 +67,33 @@ void check_preset(const char* file) {
     CHECK(c.groups()[i].count == preset.groups()[i].count);
     CHECK(c.groups()[i].shape == preset.groups()[i].shape);
   }
+}
+
+/// A fresh directory under the system's temporary directory, removed with everything in it.
+struct scratch_dir {
+  std::filesystem::path path;
+  scratch_dir() {
+    std::string name = (std::filesystem::temp_directory_path() / "reprise_hf_config_XXXXXX").string();
+    REQUIRE(::mkdtemp(name.data()) != nullptr);
+    path = name;
+  }
+  ~scratch_dir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  scratch_dir(const scratch_dir&) = delete;
+  scratch_dir& operator=(const scratch_dir&) = delete;
+};
+
+/// The error of reading `path`: `invalid_argument`, naming the path.
+void check_refused(const std::filesystem::path& path, const std::string& why) {
+  CAPTURE(path);
+  const hf_reading r = read_hf_config_file(path);
+  INFO(r.message);
+  CHECK(!r);
+  CHECK(r.error == errc::invalid_argument);
+  CHECK(r.message.find(path.string()) != std::string::npos);
+  CHECK(r.message.find(why) != std::string::npos);
 }
 
 } // namespace
@@ -289,4 +321,38 @@ TEST_CASE("dtype names: Reprise's, Hugging Face's and PyTorch's spellings") {
   CHECK(size_of(dtype::f8_e5m2) == 1);
   CHECK(to_string(dtype::f8_e4m3) == "f8_e4m3");
   CHECK(kv_shape{.kv_heads = 8, .head_dim = 128, .type = dtype::f8_e4m3}.bytes_per_block() == 2u * 8 * 128 * 16);
+}
+
+TEST_CASE("a path that is not a config.json file is refused, never read without end or waited on") {
+  SUBCASE("a device that never ends") {
+    if (!std::filesystem::exists("/dev/zero")) return;
+    check_refused("/dev/zero", "not a regular file");
+  }
+  SUBCASE("a directory") { check_refused(REPRISE_HF_CONFIGS_DIR, "not a regular file"); }
+  SUBCASE("a FIFO no one writes to") {
+    const scratch_dir dir;
+    const auto fifo = dir.path / "config.json";
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    check_refused(fifo, "not a regular file");
+  }
+  SUBCASE("a file over the bound is refused before it is read; one at the bound is read") {
+    const scratch_dir dir;
+    const auto big = dir.path / "config.json";
+    std::ofstream(big) << fixture("llama_3_8b.json");
+    std::filesystem::resize_file(big, max_hf_config_bytes + 1); // sparse: no disk written
+    check_refused(big, "more than 16 MiB");
+    std::filesystem::resize_file(big, max_hf_config_bytes);
+    const hf_reading r = read_hf_config_file(big); // the JSON and 16 MiB of NULs after it
+    CHECK(r.error == errc::invalid_argument);
+    CHECK(r.message.find("not valid JSON") != std::string::npos);
+  }
+  SUBCASE("a config.json, and a symbolic link to one (the Hugging Face cache's layout), still read") {
+    const scratch_dir dir;
+    const auto link = dir.path / "config.json";
+    std::filesystem::create_symlink(fixture_path("llama_3_8b.json"), link);
+    const hf_reading r = read_hf_config_file(link);
+    INFO(r.message);
+    REQUIRE(r);
+    CHECK(r.config->bytes_per_kv_block() == read_hf_config(fixture("llama_3_8b.json")).config->bytes_per_kv_block());
+  }
 }

@@ -16,8 +16,6 @@
 
 #include <doctest/doctest.h>
 
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -189,33 +187,32 @@ redis_store_options options_for(const redis_server& server) {
 
 const std::vector<token_id> prompt = iota_tokens(2 * A + 9); // a prefill-exact snapshot at 128
 
-/// In a forked child: its own store client and cache serve `served`, push it out of GPU and host memory
-/// with other prompts and write what the host tier evicts to the store. Exits 0 when all puts are stored.
-void write_in_child(const redis_store_options& options, const std::vector<token_id>& served = prompt) {
-  std::fflush(nullptr);
-  const pid_t child = ::fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
-    bool ok = false;
-    try {
-      auto store = redis_store::create(options);
-      const content_keyer keys = make_keyer();
-      if (store) {
-        process writer(keys, **store);
-        writer.serve(1, served);
-        for (seq_id s = 100; s < 110; ++s) writer.serve(s, iota_tokens(6 * B + 1, static_cast<token_id>(10000 * s)));
-        ok = writer.runner.drain(writer.cache, 5s) && writer.runner.stats().puts_stored > 8 &&
-             writer.runner.stats().puts_failed == 0;
-      }
-    } catch (...) { // a failed check in the child must not run the rest of the suite there
-      ok = false;
-    }
-    std::_Exit(ok ? 0 : 1);
-  }
-  int status = 0;
-  REQUIRE(::waitpid(child, &status, 0) == child);
-  REQUIRE(WIFEXITED(status));
-  REQUIRE(WEXITSTATUS(status) == 0);
+/// A writing engine process (a forked_worker: fork it before this test's own store starts its threads). Each
+/// request is a prompt to serve: with its own store client and cache, it serves it, pushes it out of GPU and host
+/// memory with other prompts and writes what the host tier evicts to the store; it succeeds when all puts are
+/// stored.
+forked_worker prefix_writer(const redis_store_options& options) {
+  return forked_worker([options](std::string_view request) -> std::optional<std::string> {
+    std::vector<token_id> served(request.size() / sizeof(token_id));
+    std::memcpy(served.data(), request.data(), served.size() * sizeof(token_id));
+    auto store = redis_store::create(options);
+    if (!store) return std::nullopt;
+    const content_keyer keys = make_keyer();
+    process writer(keys, **store);
+    writer.serve(1, served);
+    for (seq_id s = 100; s < 110; ++s) writer.serve(s, iota_tokens(6 * B + 1, static_cast<token_id>(10000 * s)));
+    const bool ok = writer.runner.drain(writer.cache, 5s) && writer.runner.stats().puts_stored > 8 &&
+                    writer.runner.stats().puts_failed == 0;
+    return ok ? std::optional<std::string>(std::in_place) : std::nullopt;
+  });
+}
+void write_in(forked_worker& writer, const std::vector<token_id>& served = prompt) {
+  REQUIRE(writer.run({reinterpret_cast<const char*>(served.data()), served.size() * sizeof(token_id)}).has_value());
+}
+/// Writes `prompt` from a writer process of its own (the test has no store threads yet).
+void write_in_child(const redis_store_options& options) {
+  forked_worker writer = prefix_writer(options);
+  write_in(writer);
 }
 void write_in_child(const redis_server& server) { write_in_child(options_for(server)); }
 
@@ -494,7 +491,8 @@ TEST_CASE("a replicated Redis Cluster: a prefix is restored by another process, 
     CHECK(engine.cache.check_invariants().has_value());
   };
 
-  write_in_child(o);
+  forked_worker writer = prefix_writer(o); // before this process's store starts its threads
+  write_in(writer);
   cluster.wait_for_replicas(5s);
   const std::vector<token_id> next = concat(prompt, iota_tokens(20, 5000));
   auto created = redis_store::create(o); // one client, across the kill, the failover and after
@@ -526,7 +524,7 @@ TEST_CASE("a replicated Redis Cluster: a prefix is restored by another process, 
   }
   const std::size_t victim = owner_of(listed[0]);
   cluster.cut_replication(victim);
-  write_in_child(o, other);
+  write_in(writer, other);
   // What the store has of it before the kill: after the failover, that less what the victim held.
   std::vector<std::uint8_t> found(listed.size());
   {
@@ -781,56 +779,50 @@ struct conversation {
   std::uint32_t turn_end_at; ///< the last reply token is not fed
 };
 
-/// In a forked child: its own store client and chat engine serve `c`'s first turn, writing through, the turn
-/// end included. Returns the bytes the child's pools held at the turn's end, sent back through a pipe.
-turn_bytes write_turn_in_child(const redis_store_options& options, const conversation& c) {
-  int fds[2];
-  REQUIRE(::pipe(fds) == 0);
-  std::fflush(nullptr);
-  const pid_t child = ::fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
-    ::close(fds[0]);
-    bool ok = false;
-    try {
-      auto store = redis_store::create(options);
-      const content_keyer keys = make_keyer();
-      if (store) {
-        chat_engine writer(keys, **store);
-        std::vector<token_id> tokens = c.first;
-        const turn_bytes t = writer.turn(1, tokens, c.reply);
-        ok = writer.runner.drain(writer.cache, 5s) && writer.runner.stats().puts_failed == 0 &&
-             writer.runner.stats().puts_dropped == 0 && writer.cache.metrics().remote_turn_ends_put == 1 &&
-             writer.cache.metrics().remote_turn_ends_lost == 0;
-        std::string out;
-        for (const bytes& b : t.kv) out.append(reinterpret_cast<const char*>(b.data()), b.size());
-        out.append(reinterpret_cast<const char*>(t.turn_end.data()), t.turn_end.size());
-        for (std::size_t at = 0; ok && at < out.size();) {
-          const ssize_t n = ::write(fds[1], out.data() + at, out.size() - at);
-          ok = n > 0;
-          at += n > 0 ? static_cast<std::size_t>(n) : 0;
-        }
-      }
-    } catch (...) { // a failed check in the child must not run the rest of the suite there
-      ok = false;
-    }
-    std::_Exit(ok ? 0 : 1);
-  }
-  ::close(fds[1]);
-  std::string in;
-  char buffer[4096];
-  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof buffer)) > 0;) in.append(buffer, static_cast<std::size_t>(n));
-  ::close(fds[0]);
-  int status = 0;
-  REQUIRE(::waitpid(child, &status, 0) == child);
-  REQUIRE(WIFEXITED(status));
-  REQUIRE(WEXITSTATUS(status) == 0);
-  REQUIRE(in.size() % unit_bytes == 0);
-  REQUIRE(in.size() / unit_bytes == (c.turn_end_at + B - 1) / B + 1); // every block (a partial one last), the snapshot
+/// A chat engine process (a forked_worker: fork it before this test's own store starts its threads). Each
+/// request names a conversation (its first token and reply length); with its own store client and chat engine
+/// the child serves its first turn, writing through, the turn end included, and returns the bytes its pools
+/// held at the turn's end.
+forked_worker turn_writer(const redis_store_options& options) {
+  return forked_worker([options](std::string_view request) -> std::optional<std::string> {
+    token_id from = 0;
+    std::uint32_t reply_tokens = 0;
+    REQUIRE(request.size() == sizeof from + sizeof reply_tokens);
+    std::memcpy(&from, request.data(), sizeof from);
+    std::memcpy(&reply_tokens, request.data() + sizeof from, sizeof reply_tokens);
+    const conversation c(from, reply_tokens);
+    auto store = redis_store::create(options);
+    if (!store) return std::nullopt;
+    const content_keyer keys = make_keyer();
+    chat_engine writer(keys, **store);
+    std::vector<token_id> tokens = c.first;
+    const turn_bytes t = writer.turn(1, tokens, c.reply);
+    const bool ok = writer.runner.drain(writer.cache, 5s) && writer.runner.stats().puts_failed == 0 &&
+                    writer.runner.stats().puts_dropped == 0 && writer.cache.metrics().remote_turn_ends_put == 1 &&
+                    writer.cache.metrics().remote_turn_ends_lost == 0;
+    if (!ok) return std::nullopt;
+    std::string out;
+    for (const bytes& b : t.kv) out.append(reinterpret_cast<const char*>(b.data()), b.size());
+    out.append(reinterpret_cast<const char*>(t.turn_end.data()), t.turn_end.size());
+    return out;
+  });
+}
+
+/// Has `writer` serve `c`'s first turn; returns what its pools held at the turn's end.
+turn_bytes write_turn(forked_worker& writer, const conversation& c) {
+  const token_id from = c.first[0];
+  const auto reply_tokens = static_cast<std::uint32_t>(c.reply.size());
+  std::string request(sizeof from + sizeof reply_tokens, '\0');
+  std::memcpy(request.data(), &from, sizeof from);
+  std::memcpy(request.data() + sizeof from, &reply_tokens, sizeof reply_tokens);
+  const std::optional<std::string> in = writer.run(request);
+  REQUIRE(in.has_value());
+  REQUIRE(in->size() % unit_bytes == 0);
+  REQUIRE(in->size() / unit_bytes == (c.turn_end_at + B - 1) / B + 1); // every block (a partial one last), the snapshot
   turn_bytes t;
-  for (std::size_t at = 0; at < in.size(); at += unit_bytes) {
-    const auto* p = reinterpret_cast<const std::byte*>(in.data() + at);
-    (at + unit_bytes < in.size() ? t.kv.emplace_back() : t.turn_end).assign(p, p + unit_bytes);
+  for (std::size_t at = 0; at < in->size(); at += unit_bytes) {
+    const auto* p = reinterpret_cast<const std::byte*>(in->data() + at);
+    (at + unit_bytes < in->size() ? t.kv.emplace_back() : t.turn_end).assign(p, p + unit_bytes);
   }
   return t;
 }
@@ -868,8 +860,9 @@ TEST_CASE("turn ends through redis: another process continues a conversation at 
   require_redis_server();
   redis_server server;
   const redis_store_options o = options_for(server);
+  forked_worker writer = turn_writer(o); // before this process's store starts its threads
   const conversation conv(1);
-  const turn_bytes w = write_turn_in_child(o, conv);
+  const turn_bytes w = write_turn(writer, conv);
   auto created = redis_store::create(o);
   REQUIRE(created.has_value());
   redis_store& store = **created;
@@ -968,7 +961,7 @@ TEST_CASE("turn ends through redis: another process continues a conversation at 
 
   // A turn end at a block boundary (224) travels with zeros in place of a partial block, and is continued.
   const conversation boundary(40001, 25);
-  const turn_bytes wb = write_turn_in_child(o, boundary);
+  const turn_bytes wb = write_turn(writer, boundary);
   REQUIRE(store.get(boundary.turn_end(keys)).has_value());
   REQUIRE(store.wait(std::span(&got, 1), 5s) == 1);
   REQUIRE(got.status == store_status::hit);
@@ -998,12 +991,13 @@ TEST_CASE("turn ends on a replicated Redis Cluster: continued bitwise across pro
   redis_cluster cluster({.primaries = 3, .replicas = 1, .node_timeout = 1000ms});
   const redis_store_options o = options_for(cluster.endpoints(), store_topology::cluster);
   const content_keyer keys = make_keyer();
+  forked_worker writer = turn_writer(o); // before this process's store starts its threads
   auto created = redis_store::create(o); // one client, across the kill, the failover and after
   REQUIRE(created.has_value());
   redis_store& store = **created;
 
   const conversation kept(1), lost(20001);
-  const turn_bytes wk = write_turn_in_child(o, kept);
+  const turn_bytes wk = write_turn(writer, kept);
   cluster.wait_for_replicas(5s);
   const auto continue_kept = [&] {
     chat_engine reader(keys, store);
@@ -1019,7 +1013,7 @@ TEST_CASE("turn ends on a replicated Redis Cluster: continued bitwise across pro
 
   const std::size_t victim = cluster.slot_owners()[cluster_slot(store.manifest_key(lost.turn_end(keys)))];
   cluster.cut_replication(victim);
-  const turn_bytes wl = write_turn_in_child(o, lost);
+  const turn_bytes wl = write_turn(writer, lost);
   {
     chat_engine reader(keys, store);
     const std::vector<content_key> found = reader.probe(lost.next);

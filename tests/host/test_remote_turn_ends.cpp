@@ -20,7 +20,6 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
-#include <optional>
 #include <vector>
 
 using namespace reprise;
@@ -134,21 +133,25 @@ struct process {
     return *plan;
   }
 
-  /// One turn as an engine runs it: admit `tokens` (restoring what the plan says, computing the rest),
-  /// commit, decode `reply` (all but its last token fed), finish with the turn-end capture, and complete the
-  /// step. `tokens` becomes prompt + reply.
-  /// `end_step`: complete the step that captured the turn end (and run its put); without, the caller does.
-  turn_bytes turn(seq_id s, std::vector<token_id>& tokens, const std::vector<token_id>& reply, store_map& store,
-                  bool end_step = true) {
+  /// A prompt's prefill as an engine runs it: admit `tokens` (restoring what the plan says, computing the
+  /// rest), write the captures, commit and complete the step. Returns the plan, the block table and what
+  /// the computation started from (the restored state's hash and position).
+  struct prefilled {
+    admit_plan admitted;
+    std::vector<block_id> table;
+    std::uint64_t base = 0;
+    std::uint32_t from = 0;
+  };
+  prefilled prefill(seq_id s, const std::vector<token_id>& tokens, store_map& store) {
     auto plan = cache.admit(s, tokens);
     REQUIRE(plan.has_value());
     const admit_plan p = *plan;
     run_transfers(store);
     std::vector<block_id> table(p.block_table.begin(), p.block_table.end());
-    const auto restored = p.restore_slot == no_slot ? std::optional<bytes>{}
-                          : p.restore_from_host     ? host_slots[static_cast<std::size_t>(p.restore_slot)]
-                                                    : gpu_slots[static_cast<std::size_t>(p.restore_slot)];
-    const std::uint64_t base = restored ? hash_of(*restored) : 0;
+    // The restored state's bytes seed every position computed past it (hashed in place: no copy).
+    const std::vector<bytes>& restored_from = p.restore_from_host ? host_slots : gpu_slots;
+    const std::uint64_t base =
+        p.restore_slot == no_slot ? 0 : hash_of(restored_from[static_cast<std::size_t>(p.restore_slot)]);
     const std::uint32_t from = p.usable_tokens;
     if (p.copy_src != no_block) gpu_kv[static_cast<std::size_t>(p.copy_dst)] = gpu_kv[static_cast<std::size_t>(p.copy_src)];
     const auto n = static_cast<std::uint32_t>(tokens.size());
@@ -162,6 +165,16 @@ struct process {
     REQUIRE(cache.commit(s, n, written).has_value());
     REQUIRE(cache.step_complete(cache.current_epoch()).has_value());
     run_transfers(store);
+    return {p, std::move(table), base, from};
+  }
+
+  /// One turn as an engine runs it: the prompt's prefill (`prefill`), then decode `reply` (all but its last
+  /// token fed), finish with the turn-end capture, and complete the step. `tokens` becomes prompt + reply.
+  /// `end_step`: complete the step that captured the turn end (and run its put); without, the caller does.
+  turn_bytes turn(seq_id s, std::vector<token_id>& tokens, const std::vector<token_id>& reply, store_map& store,
+                  bool end_step = true) {
+    auto [p, table, base, from] = prefill(s, tokens, store);
+    const auto n = static_cast<std::uint32_t>(tokens.size());
     // Decode: each step writes its token's KV into the block it falls in, as a decode computes it.
     std::uint32_t at = n;
     for (std::size_t k = 0; k + 1 < reply.size(); ++k) {
@@ -334,6 +347,115 @@ TEST_CASE("a turn end at a block boundary travels without a partial block") {
   CHECK(p->usable_tokens == 224);
   CHECK(p->copy_src == no_block);
   CHECK(p->restore_exactness == exactness::decode_continuation);
+}
+
+TEST_CASE("a short follow-up finds the turn end at the block boundary its own match reaches") {
+  // The writer: a 200-token prompt P, 4 tokens decoded; its turn end at 204, boundary 192 = 12 B (its partial
+  // block holds 192 .. 203). The reader computed P itself: blocks 0 .. 11 prefill-exact and a partial block of
+  // 8 tokens. A follow-up of a few tokens has its last full block at 12, where the reader's match ends: no
+  // block past that match is chained, and the turn end keyed by the chain of those 12 blocks (key_11) must
+  // still be probed, fetched and restored.
+  const content_keyer keys = make_keyer();
+  store_map store, alive_store;
+  const std::vector<token_id> prompt = turn_tokens(200, 1), reply1 = turn_tokens(5, 70000);
+
+  enum class holds : std::uint8_t { gpu, some_on_host, all_on_host, own_turn_end };
+  holds where = holds::gpu;
+  std::size_t user_tokens = 3; // 208 tokens: the follow-up ends on a block boundary
+  SUBCASE("3 user tokens, the reader's match in GPU memory") {}
+  SUBCASE("1 user token") { user_tokens = 1; }
+  SUBCASE("the reader's match in GPU memory, then the host tier") { where = holds::some_on_host; }
+  SUBCASE("the reader's match in the host tier") { where = holds::all_on_host; }
+  SUBCASE("the reader's own turn end at 200, below the writer's") { where = holds::own_turn_end; }
+  CAPTURE(user_tokens);
+  CAPTURE(static_cast<int>(where));
+  // The reader first: its own turn end at 200 would go to the store under the same key as the writer's.
+  const bool on_host = where == holds::some_on_host || where == holds::all_on_host;
+  process reader(keys, /*turn_ends=*/true, /*kv_blocks=*/on_host ? 24 : 48);
+  if (where == holds::own_turn_end) {
+    std::vector<token_id> own = prompt;
+    reader.turn(1, own, turn_tokens(1, 80000), store); // no token decoded: its turn end at 200
+  } else {
+    reader.prefill(1, prompt, store);
+    REQUIRE(reader.cache.release(1).has_value());
+  }
+  REQUIRE(reader.cache.step_complete(reader.cache.current_epoch()).has_value());
+  // Another prompt takes 20 or all 24 of the GPU blocks: P's deepest 8, or all 12, go to the host tier.
+  const std::uint32_t taken = where == holds::all_on_host ? 24 : 20;
+  if (on_host) {
+    reader.prefill(3, turn_tokens(std::size_t{taken} * B, 500000), store);
+    REQUIRE(reader.cache.release(3).has_value());
+    REQUIRE(reader.cache.step_complete(reader.cache.current_epoch()).has_value());
+    reader.run_transfers(store);
+  }
+
+  process writer(keys), alive(keys);
+  std::vector<token_id> tokens = prompt, alive_tokens = prompt;
+  writer.turn(1, tokens, reply1, store); // 4 tokens fed: the turn end at 204
+  alive.turn(1, alive_tokens, reply1, alive_store);
+  REQUIRE(writer.cache.metrics().remote_turn_ends_put == 1);
+
+  std::vector<token_id> next = tokens; // P and the writer's 5 reply tokens
+  const std::vector<token_id> user = turn_tokens(user_tokens, 90000), reply2 = turn_tokens(6, 95000);
+  next.insert(next.end(), user.begin(), user.end());
+  const std::uint64_t fetched_before = reader.cache.metrics().remote_bytes_fetched;
+  const fetch_plan f = reader.prefetch(next, store);
+  CHECK(reader.probed_turn_ends == 1); // boundary 192 alone: the prompt's last full block ends there
+  CHECK(f.blocks == 0);                // the reader holds the chain under it
+  CHECK(reader.cache.metrics().remote_turn_end_hits == 1);
+  CHECK(reader.cache.metrics().remote_rejected == 0);
+  CHECK(reader.cache.metrics().remote_bytes_fetched - fetched_before ==
+        small_hybrid::bytes_per_kv_block + small_hybrid::bytes_per_snapshot); // the partial block and the snapshot
+  CHECK(reader.cache.check_invariants().has_value());
+  const turn_bytes r2 = reader.turn(2, next, reply2, store);
+  CHECK(r2.admitted.usable_tokens == 204);
+  CHECK(r2.admitted.restore_from_host);
+  CHECK(r2.admitted.restore_exactness == exactness::decode_continuation);
+  CHECK(r2.admitted.host_blocks_onboarded == (on_host ? taken - 12 : 0));
+
+  alive_tokens.insert(alive_tokens.end(), user.begin(), user.end());
+  const turn_bytes a2 = alive.turn(2, alive_tokens, reply2, alive_store);
+  CHECK(a2.admitted.usable_tokens == 204);
+  CHECK(r2.kv == a2.kv); // every KV block, the writer's partial block included, as the session kept alive has it
+  CHECK(r2.turn_end == a2.turn_end);
+  CHECK(reader.cache.check_invariants().has_value());
+}
+
+TEST_CASE("a turn end at a block boundary where the reader's own prefill-exact match ends is fetched") {
+  // The writer's prompt fills 13 blocks and its turn end sits at its end, 208 = 13 B, with no partial block
+  // (d = 13: the value is the snapshot alone). The reader computed the same prompt; a follow-up of one reply
+  // and one user token ends inside block 13, so the reader's 13 blocks are the whole walk and the turn end is
+  // keyed by their chain (key_12).
+  const content_keyer keys = make_keyer();
+  store_map store, alive_store;
+  process writer(keys), reader(keys), alive(keys);
+  const std::vector<token_id> prompt = turn_tokens(13 * B, 1), reply1 = turn_tokens(1, 70000);
+  std::vector<token_id> tokens = prompt, alive_tokens = prompt;
+  const turn_bytes t1 = writer.turn(1, tokens, reply1, store);
+  REQUIRE(!t1.turn_end.empty());
+  alive.turn(1, alive_tokens, reply1, alive_store);
+  REQUIRE(writer.cache.metrics().remote_turn_ends_put == 1);
+  reader.prefill(1, prompt, store);
+  REQUIRE(reader.cache.release(1).has_value());
+
+  std::vector<token_id> next = tokens;
+  const std::vector<token_id> user = turn_tokens(1, 90000), reply2 = turn_tokens(6, 95000);
+  next.insert(next.end(), user.begin(), user.end());
+  reader.prefetch(next, store);
+  CHECK(reader.probed_turn_ends == 1);
+  CHECK(reader.cache.metrics().remote_turn_end_hits == 1);
+  CHECK(reader.cache.metrics().remote_rejected == 0);
+  CHECK(reader.cache.check_invariants().has_value());
+  const turn_bytes r2 = reader.turn(2, next, reply2, store);
+  CHECK(r2.admitted.usable_tokens == 13 * B);
+  CHECK(r2.admitted.copy_src == no_block);
+  CHECK(r2.admitted.restore_exactness == exactness::decode_continuation);
+  alive_tokens.insert(alive_tokens.end(), user.begin(), user.end());
+  const turn_bytes a2 = alive.turn(2, alive_tokens, reply2, alive_store);
+  CHECK(a2.admitted.usable_tokens == 13 * B);
+  CHECK(r2.kv == a2.kv);
+  CHECK(r2.turn_end == a2.turn_end);
+  CHECK(reader.cache.check_invariants().has_value());
 }
 
 TEST_CASE("a conversation continues across three engines, each turn from the last writer's turn end") {

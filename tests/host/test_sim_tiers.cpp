@@ -226,7 +226,11 @@ TEST_CASE("a fleet of one engine replays as the single-engine replay did before 
   // --snapshot-budget 1GiB --concurrency 4 --policy chat,snapshot_all,memory_only --csv ...` as built before
   // fleets and host tiers were added (KV evictions, snapshot evictions and four requests in flight). The preset
   // then ran Mamba2 at chunk 256 (alignment 256); the checkpoint's chunk is 128 (presets.hpp). The pinned figures
-  // are replayed on that earlier layout, which differs from today's preset in the chunk alone.
+  // are replayed on that earlier layout, which differs from today's preset in the chunk alone. The chat and
+  // snapshot_all rows were pinned again once decode-filled blocks of equal tokens stopped merging (each keeps
+  // the computation that wrote it): no snapshot is refused over another conversation's blocks any more (chat:
+  // 67 refused -> 0), and the prefill skipped grows (chat 188,554 -> 195,046 tokens, snapshot_all 224,006 ->
+  // 233,600).
   auto layout_then = reprise::model_config::make(
       {{reprise::kv_shape{.kv_heads = 8, .head_dim = 128, .block_size = 16}, 4},
        {reprise::mamba2_shape{.heads = 128, .head_dim = 64, .state_dim = 128, .groups = 8, .conv_width = 4, .chunk = 256},
@@ -241,10 +245,10 @@ TEST_CASE("a fleet of one engine replays as the single-engine replay did before 
     double mean_kv, mean_snapshot;
   };
   const pinned before[] = {
-      {policy_kind::chat, 6, 164, 250, 294234, 188554, 105680, 134546, 18366, 42281, 164, 86, 404, 404, 67, 16, 382,
-       195387236.78315789, 443815862.7031579},
-      {policy_kind::snapshot_all, 6, 151, 252, 346006, 224006, 122000, 135093, 21609, 42689, 151, 101, 1188, 1186, 98,
-       837, 339, 197791312.37849462, 879264166.8129033},
+      {policy_kind::chat, 6, 160, 250, 314054, 195046, 119008, 135093, 19591, 44786, 160, 90, 474, 474, 0, 36, 431,
+       197846616.42643923, 473231473.53518122},
+      {policy_kind::snapshot_all, 6, 154, 253, 350976, 233600, 117376, 135093, 21914, 42463, 154, 99, 1180, 1180, 94,
+       833, 337, 197828150.9356223, 879130773.42489266},
       {policy_kind::memory_only, 7, 0, 253, 339216, 0, 0, 134882, 21201, 42786, 0, 0, 0, 0, 0, 0, 0,
        197792167.72413793, 0},
   };

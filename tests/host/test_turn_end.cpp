@@ -15,7 +15,6 @@ using namespace reprise::testing;
 namespace {
 
 constexpr std::size_t snap = small_hybrid::bytes_per_snapshot;
-constexpr std::uint32_t B = small_hybrid::block_size; // 16, alignment 64
 
 using chat = policy::snapshot_restore<policy::capture<policy::last_aligned, policy::end_of_turn>, policy::accept_any>;
 using strict = policy::snapshot_restore<policy::capture<policy::last_aligned, policy::end_of_turn>,
@@ -576,12 +575,11 @@ TEST_CASE("finish with last_turn captures nothing and lets the conversation's sn
   CHECK(c.check_invariants().has_value());
 }
 
-TEST_CASE("no snapshot is published over a decode_continuation chain another session computed") {
+TEST_CASE("a sequence that recomputes another session's decode-filled tokens publishes its own chain") {
   // Sequence 1 decodes [40, 100): blocks [48, 96) hold decode-step KV; a checkpoint sits at 64. Sequence 2
-  // continues the same tokens: it restores the checkpoint, recomputes [64, 120) by prefill and finds its
-  // blocks [64, 96) already published (the same tokens, computed by decode steps: other bits). The cached
-  // chain it ends on is sequence 1's, so its turn end must not be published there: a later restore would
-  // pair sequence 2's state with sequence 1's KV.
+  // continues the same tokens: it restores the checkpoint and recomputes [64, 120) by prefill (other bits
+  // than sequence 1's decode steps). Its blocks [64, 96) are blocks of their own beside sequence 1's, not
+  // merged with them, so its turn end is published on its own KV and a restore of it shares only that.
   auto c = make_checkpointing(2);
   std::vector<token_id> tokens = iota_tokens(40, 1);
   REQUIRE(c.admit(1, tokens).has_value());
@@ -596,12 +594,55 @@ TEST_CASE("no snapshot is published over a decode_continuation chain another ses
   REQUIRE(p.has_value());
   REQUIRE(p->usable_tokens == 64);
   REQUIRE(p->restore_exactness == exactness::decode_continuation);
+  const std::vector<block_id> own(p->block_table.begin(), p->block_table.end());
   REQUIRE(c.commit(2, 120).has_value());
-  CHECK(c.metrics().duplicate_blocks >= 2); // [64, 80) and [80, 96)
-  const std::uint64_t refused = c.metrics().captures_refused;
+  CHECK(c.metrics().duplicate_blocks == 0);
   auto f = c.finish(2);
   REQUIRE(f.has_value());
-  CHECK(f->capture.slot == no_slot);
-  CHECK(c.metrics().captures_refused == refused + 1);
+  CHECK(f->capture.slot != no_slot);
+  CHECK(f->capture.position == 120);
+  REQUIRE(c.step_complete(c.current_epoch()).has_value());
+
+  auto q = c.admit(3, concat(next, iota_tokens(5, 9500)));
+  REQUIRE(q.has_value());
+  CHECK(q->usable_tokens == 120);
+  CHECK(q->restore_slot == f->capture.slot);
+  REQUIRE(q->shared_blocks == 7);
+  for (std::size_t i = 0; i < 7; ++i) CHECK(q->block_table[i] == own[i]); // sequence 2's KV, never sequence 1's
+  CHECK(q->copy_src == own[7]);
   CHECK(c.check_invariants().has_value());
+}
+
+TEST_CASE("chat: another conversation that decodes the same opening never costs a conversation its turn ends") {
+  // A: prompt P (54 tokens: 3 blocks + 6), a 10-token reply R: turn end at 63, a partial block [48, 63) kept
+  // under block 2. B: the same P (it captures the branch block at 48) and a reply beginning with R, so B's
+  // decode-filled block [48, 64) holds exactly A's next prompt's block 3. A's next turns must restore at its
+  // own turn ends (63, then each later one) and capture new ones, as they do without B.
+  for (const bool with_b : {false, true}) {
+    CAPTURE(with_b);
+    auto c = make<policy::chat>(256, 16);
+    std::vector<token_id> a = iota_tokens(54, 1);
+    const std::vector<token_id> reply = iota_tokens(10, 70000);
+    std::uint32_t end = run_turn(c, 1, a, reply).capture.position;
+    REQUIRE(end == 63);
+    if (with_b) {
+      std::vector<token_id> b = iota_tokens(54, 1);
+      const finish_plan b1 = run_turn(c, 2, b, concat(reply, iota_tokens(30, 71000)));
+      CHECK(b1.capture.position == 93);
+    }
+    const std::uint32_t messages[] = {20, 10, 8, 5}, replies[] = {26, 15, 7, 15};
+    for (std::size_t t = 0; t < 4; ++t) {
+      CAPTURE(t);
+      a = concat(a, iota_tokens(messages[t], static_cast<token_id>(80000 + 1000 * t)));
+      auto p = c.admit(static_cast<seq_id>(10 + t), a);
+      REQUIRE(p.has_value());
+      CHECK(p->usable_tokens == end);
+      REQUIRE(c.release(static_cast<seq_id>(10 + t)).has_value());
+      const finish_plan f = run_turn(c, static_cast<seq_id>(20 + t), a, iota_tokens(replies[t], static_cast<token_id>(90000 + 1000 * t)));
+      CHECK(f.capture.slot != no_slot);
+      CHECK(f.capture.position == a.size() - 1);
+      end = f.capture.position;
+    }
+    CHECK(c.check_invariants().has_value());
+  }
 }

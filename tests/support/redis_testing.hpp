@@ -23,9 +23,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -149,12 +151,13 @@ public:
                                   "--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", dir_,
                                   "--logfile", "redis.log", "--protected-mode", "no"};
     args.insert(args.end(), extra_.begin(), extra_.end());
+    // argv is built before the fork: the child may only exec (a test's store threads may hold the allocator).
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
     pid_ = ::fork();
     REQUIRE(pid_ >= 0);
     if (pid_ == 0) {
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
       ::execvp("redis-server", argv.data());
       std::_Exit(127);
     }
@@ -377,6 +380,112 @@ private:
         if (raw_connection c = n->connect()) return c;
     FAIL("no cluster node answers");
     return nullptr;
+  }
+};
+
+/// The threads of this process, as /proc lists them.
+inline std::size_t thread_count() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& task : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+/// Another engine process of a test: forked at construction, while the test is still single-threaded, and
+/// asked to work through a pipe. A child forked later, once the test's own redis_store runs its I/O threads,
+/// inherits whatever lock one of them held at that instant (the allocator's under AddressSanitizer: such a
+/// child hung for good in CI) and may never get past its first allocation; forked first, the child starts
+/// threads of its own only. Each `run` hands the child a request; the child answers with what `job` returns
+/// for it (nullopt, or an exception, is a failure). The child exits when its owner is destroyed.
+class forked_worker {
+public:
+  using job = std::function<std::optional<std::string>(std::string_view request)>;
+
+  explicit forked_worker(job work) {
+    REQUIRE_MESSAGE(thread_count() == 1, "a test forks its worker before any thread starts");
+    int requests[2], replies[2];
+    REQUIRE(::pipe(requests) == 0);
+    REQUIRE(::pipe(replies) == 0);
+    std::fflush(nullptr);
+    pid_ = ::fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      ::close(requests[1]);
+      ::close(replies[0]);
+      serve(requests[0], replies[1], work);
+    }
+    ::close(requests[0]);
+    ::close(replies[1]);
+    to_child_ = requests[1];
+    from_child_ = replies[0];
+  }
+  ~forked_worker() {
+    ::close(to_child_);
+    ::close(from_child_);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  forked_worker(const forked_worker&) = delete;
+  forked_worker& operator=(const forked_worker&) = delete;
+
+  /// What the child's `job` returned for `request`; nullopt when it failed.
+  std::optional<std::string> run(std::string_view request) {
+    const std::uint64_t size = request.size();
+    REQUIRE(write_all(to_child_, &size, sizeof size));
+    REQUIRE(write_all(to_child_, request.data(), request.size()));
+    char ok = 0;
+    std::uint64_t reply_size = 0;
+    REQUIRE_MESSAGE(read_all(from_child_, &ok, 1), "the worker process died");
+    REQUIRE(read_all(from_child_, &reply_size, sizeof reply_size));
+    std::string reply(reply_size, '\0');
+    REQUIRE(read_all(from_child_, reply.data(), reply.size()));
+    if (ok == 0) return std::nullopt;
+    return reply;
+  }
+
+private:
+  pid_t pid_ = -1;
+  int to_child_ = -1;
+  int from_child_ = -1;
+
+  static bool write_all(int fd, const void* data, std::size_t size) {
+    const char* p = static_cast<const char*>(data);
+    for (std::size_t at = 0; at < size;) {
+      const ssize_t n = ::write(fd, p + at, size - at);
+      if (n <= 0) return false;
+      at += static_cast<std::size_t>(n);
+    }
+    return true;
+  }
+  static bool read_all(int fd, void* data, std::size_t size) {
+    char* p = static_cast<char*>(data);
+    for (std::size_t at = 0; at < size;) {
+      const ssize_t n = ::read(fd, p + at, size - at);
+      if (n <= 0) return false;
+      at += static_cast<std::size_t>(n);
+    }
+    return true;
+  }
+
+  /// The child: answers requests until its owner closes the pipe, then exits without running the test's
+  /// destructors (they belong to the parent: its servers, its temporary directories).
+  [[noreturn]] static void serve(int requests, int replies, const job& work) {
+    for (;;) {
+      std::uint64_t size = 0;
+      if (!read_all(requests, &size, sizeof size)) std::_Exit(0);
+      std::string request(size, '\0');
+      if (!read_all(requests, request.data(), request.size())) std::_Exit(1);
+      std::optional<std::string> reply;
+      try {
+        reply = work(request);
+      } catch (...) { // a failed check in the child must not run the rest of the suite there
+        reply.reset();
+      }
+      const char ok = reply ? 1 : 0;
+      const std::string& out = reply ? *reply : std::string{};
+      const std::uint64_t out_size = out.size();
+      if (!write_all(replies, &ok, 1) || !write_all(replies, &out_size, sizeof out_size) ||
+          !write_all(replies, out.data(), out.size()))
+        std::_Exit(1);
+    }
   }
 };
 

@@ -31,6 +31,10 @@ struct block_probe {
   std::span<const token_id> tokens;         ///< exactly B tokens
   const stored_extra_keys* extras = nullptr; ///< compared when parent == no_block
   exactness kind = exactness::prefill_exact;
+  /// decode_continuation: which computation wrote the block (a sequence's `origin`). Two such blocks of
+  /// equal tokens hold equal bits only when one computation wrote both, so the origin is part of their
+  /// identity; a prefill-exact block's bits follow from its tokens alone (origin ignored).
+  std::uint64_t origin = 0;
 };
 
 class block_index {
@@ -47,7 +51,13 @@ class block_index {
     bool operator()(const block_probe& p, const block_node& n) const noexcept { return matches(p, n); }
     bool operator()(const block_node& n, const block_probe& p) const noexcept { return matches(p, n); }
     bool matches(const block_probe& p, const block_node& n) const noexcept {
-      if (n.key != p.key || n.parent != p.parent || n.kind != p.kind) return false;
+      if (n.kind != p.kind) return false;
+      if (p.kind == exactness::decode_continuation && pool->origin(pool->id_of(n)) != p.origin) return false;
+      return alike(p, n);
+    }
+    /// The same tokens after the same parent: everything but the class and the origin.
+    bool alike(const block_probe& p, const block_node& n) const noexcept {
+      if (n.key != p.key || n.parent != p.parent) return false;
       const auto stored = pool->tokens(pool->id_of(n));
       if (std::memcmp(stored.data(), p.tokens.data(), p.tokens.size_bytes()) != 0) return false;
       return p.parent != no_block || pool->root_extras(pool->id_of(n)) == *p.extras;
@@ -73,6 +83,17 @@ public:
   block_node* find(const block_probe& p) noexcept {
     auto it = set_.find(p, node_hash{}, probe_equal{pool_});
     return it == set_.end() ? nullptr : &*it;
+  }
+
+  /// Calls `f(node)` for every cached block equal to `p` but for its class and origin: the blocks of these
+  /// tokens after this parent that a prefill and different decode continuations wrote. Complexity: as
+  /// `find`, over the key's bucket.
+  template <class F>
+  void for_each_alike(const block_probe& p, F&& f) {
+    const probe_equal eq{pool_};
+    const auto bucket = set_.bucket(p, node_hash{});
+    for (auto it = set_.begin(bucket); it != set_.end(bucket); ++it)
+      if (eq.alike(p, *it)) f(*it);
   }
 
   /// First half of a unique insert: null and `data` filled when no equal block is cached, else the equal one.

@@ -49,6 +49,11 @@ public:
 
   /// The cached block equal to `p` (verified: key, parent, tokens, extra keys), or null.
   block_node* find(const block_probe& p) noexcept { return index_.find(p); }
+  /// Every cached block equal to `p` but for its class and origin (block_index::for_each_alike).
+  template <class F>
+  void for_each_alike(const block_probe& p, F&& f) {
+    index_.for_each_alike(p, f);
+  }
   void prefetch(const block_key& k) const noexcept { index_.prefetch(k); }
 
   /// Blocks `take` could return now. Complexity: O(1).
@@ -135,6 +140,7 @@ public:
     n.depth = depth;
     n.kind = probe.kind;
     n.state = block_state::cached;
+    pool_.origin(b) = probe.kind == exactness::decode_continuation ? probe.origin : 0;
     if (probe.parent == no_block) pool_.root_extras(b) = extras;
     else ++pool_.node(probe.parent).cached_children;
     index_.insert_commit(n, data);

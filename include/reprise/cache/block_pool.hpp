@@ -58,7 +58,8 @@ public:
 
   /// Effects: all `blocks` ids start free and immediately reusable.
   block_pool(std::uint32_t blocks, std::uint32_t block_size)
-      : block_size_(block_size), nodes_(blocks), tokens_(std::size_t{blocks} * block_size), root_extras_(blocks) {
+      : block_size_(block_size), nodes_(blocks), tokens_(std::size_t{blocks} * block_size), root_extras_(blocks),
+        origins_(blocks, 0) {
     for (block_node& n : nodes_) free_.push_back(n, 0, 0);
   }
   block_pool(const block_pool&) = delete;
@@ -89,6 +90,11 @@ public:
   /// Extra keys of a chain's first block (meaningful only for cached blocks with depth 0).
   stored_extra_keys& root_extras(block_id b) noexcept { return root_extras_[index(b)]; }
   const stored_extra_keys& root_extras(block_id b) const noexcept { return root_extras_[index(b)]; }
+  /// The computation that wrote a cached decode_continuation block (`block_probe::origin`); 0 for a
+  /// prefill-exact one. Beside the node, which stays within 88 bytes; read only where blocks of equal
+  /// tokens meet (publish, and a lookup past the prefill-computed prefix).
+  std::uint64_t& origin(block_id b) noexcept { return origins_[index(b)]; }
+  std::uint64_t origin(block_id b) const noexcept { return origins_[index(b)]; }
 
   free_queue& free() noexcept { return free_; }
   const free_queue& free() const noexcept { return free_; }
@@ -111,6 +117,7 @@ private:
   std::vector<block_node> nodes_;
   std::vector<token_id> tokens_;
   std::vector<stored_extra_keys> root_extras_;
+  std::vector<std::uint64_t> origins_;
   free_queue free_;
   lru_queue lru_;
 };

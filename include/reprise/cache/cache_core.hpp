@@ -39,6 +39,7 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace reprise::detail {
 
@@ -214,33 +215,26 @@ struct cache_core {
     });
   }
 
-  /// The longest verified chain of cached full blocks for `prompt` (at most floor((L - 1) / B) blocks, so
-  /// at least one token is computed), appended to `r.blocks`: prefill-computed blocks, then (under a policy
-  /// that accepts it) decode-filled ones. Changes nothing.
+  /// The verified chain of cached full blocks for `prompt` (at most floor((L - 1) / B) blocks, so at least
+  /// one token is computed), appended to `r.blocks`: the longest one of prefill-computed blocks, or under a
+  /// policy that accepts decode continuations the one `continuation_lookup` picks. Changes nothing.
   template <std::uint32_t B>
   std::uint32_t lookup(sequence_record& r, std::span<const token_id> prompt) noexcept {
     tiers.lookup_started();
+    if constexpr (accepts_continuation) return continuation_lookup<B>(r, prompt);
     const auto limit = static_cast<std::uint32_t>((prompt.size() - 1) / B);
-    auto prompt_block = [&](std::uint32_t i) { return prompt.subspan(std::size_t{i} * B).template first<B>(); };
     block_id parent = no_block;
-    exactness want = exactness::prefill_exact;
     // One key ahead: block i + 1's bucket loads while block i is verified.
-    block_key key = limit != 0 ? hasher.chain(r.root, prompt_block(0)) : block_key{};
+    block_key key = limit != 0 ? hasher.chain(r.root, prompt_block<B>(prompt, 0)) : block_key{};
     for (std::uint32_t i = 0; i < limit; ++i) {
       block_key next{};
       if (i + 1 < limit) {
-        next = hasher.chain(key, prompt_block(i + 1));
+        next = hasher.chain(key, prompt_block<B>(prompt, i + 1));
         blocks.prefetch(next);
       }
-      block_node* hit = blocks.find({key, parent, prompt_block(i), &r.extras, want});
-      [[maybe_unused]] const exactness wanted = want; // the host tier is searched from the same class
-      if (hit == nullptr && accepts_continuation && want == exactness::prefill_exact) {
-        // Past the prefill-computed prefix, a decode-filled continuation (whose descendants are all so).
-        want = exactness::decode_continuation;
-        hit = blocks.find({key, parent, prompt_block(i), &r.extras, want});
-      }
+      block_node* hit = blocks.find({key, parent, prompt_block<B>(prompt, i), &r.extras, exactness::prefill_exact});
       if (hit == nullptr) {
-        tiers.template lookup_continue<B>(r, i, key, wanted, accepts_continuation, prompt, hasher);
+        tiers.template lookup_continue<B>(r, i, key, exactness::prefill_exact, false, prompt, hasher);
         break;
       }
       parent = blocks.id_of(*hit);
@@ -250,12 +244,140 @@ struct cache_core {
     return static_cast<std::uint32_t>(r.blocks.size());
   }
 
+  template <std::uint32_t B>
+  static std::span<const token_id, B> prompt_block(std::span<const token_id> prompt, std::uint32_t i) noexcept {
+    return prompt.subspan(std::size_t{i} * B).template first<B>();
+  }
+
+  /// `lookup` under a policy that accepts decode continuations. Past a prefix, the cache may hold the
+  /// prompt's next tokens several times: computed by a prefill, and decoded by other conversations (or
+  /// computed after their snapshots), each a block of its own (`block_probe::origin`) with the snapshots
+  /// and partial blocks its own computation left under it. The matching blocks form a tree; of its paths
+  /// the one whose restore point (`restore_at`) is deepest is taken, then the one with the most
+  /// prefill-computed blocks (shareable past a prefill-exact restore), then the longest. A depth-first walk
+  /// over the matching blocks: usually one path, then O(path) probes and no restore is evaluated; where it
+  /// branches, a second walk scores every matching block (one tail and one snapshot probe each). No
+  /// allocation once the scratch vectors have grown. The host tier continues from the path's end, in the
+  /// class of its last block.
+  template <std::uint32_t B>
+  std::uint32_t continuation_lookup(sequence_record& r, std::span<const token_id> prompt) noexcept {
+    const auto limit = static_cast<std::uint32_t>((prompt.size() - 1) / B);
+    if (limit == 0) return 0;
+    walk_keys.assign(1, hasher.chain(r.root, prompt_block<B>(prompt, 0))); // block d's chain key, when needed
+    auto key_at = [&](std::uint32_t d) -> const block_key& {
+      while (walk_keys.size() <= d) {
+        const auto j = static_cast<std::uint32_t>(walk_keys.size());
+        walk_keys.push_back(hasher.chain(walk_keys.back(), prompt_block<B>(prompt, j)));
+      }
+      return walk_keys[d];
+    };
+    struct best_path {
+      block_id end = no_block;
+      std::uint32_t restore = 0, exact = 0, length = 0;
+      bool worse_than(std::uint32_t u, std::uint32_t e, std::uint32_t l) const noexcept {
+        return end == no_block || std::tie(restore, exact, length) < std::tie(u, e, l);
+      }
+    };
+    auto walk = [&](bool scoring) {
+      bool branched = false;
+      best_path best;
+      walk_stack.clear();
+      auto push_children = [&](std::uint32_t d, block_id parent, std::uint32_t exact, std::uint32_t restore) {
+        if (d + 1 < limit) blocks.prefetch(key_at(d + 1));
+        std::size_t found = 0;
+        blocks.for_each_alike({key_at(d), parent, prompt_block<B>(prompt, d), &r.extras}, [&](block_node& n) {
+          const bool prefilled = n.kind == exactness::prefill_exact && exact == d;
+          walk_stack.push_back({d, blocks.id_of(n), prefilled ? d + 1 : exact, restore});
+          ++found;
+        });
+        branched |= found > 1;
+      };
+      push_children(0, no_block, 0, 0);
+      while (!walk_stack.empty()) {
+        const walk_entry e = walk_stack.back();
+        walk_stack.pop_back();
+        // The deepest restore along the path: a path always runs on to the last block matching the prompt
+        // (choose_restore finds a restore point below its end; the host tier continues only past it).
+        const std::uint32_t restore =
+            scoring ? std::max(e.restore, restore_at<B>(r, e.depth + 1, e.block, prompt).usable) : 0;
+        if (best.worse_than(restore, e.exact, e.depth + 1)) best = {e.block, restore, e.exact, e.depth + 1};
+        if (e.depth + 1 < limit) push_children(e.depth + 1, e.block, e.exact, restore);
+      }
+      return std::pair{best, branched};
+    };
+    auto [best, branched] = walk(false);
+    if (branched) best = walk(true).first;
+    if (best.end != no_block) {
+      r.blocks.resize(best.length);
+      block_id b = best.end;
+      for (std::uint32_t j = best.length; j-- > 0; b = blocks.node(b).parent) r.blocks[j] = b;
+    }
+    const auto matched = static_cast<std::uint32_t>(r.blocks.size());
+    if (matched < limit) {
+      const exactness wanted = matched == 0 ? exactness::prefill_exact : blocks.node(r.blocks.back()).kind;
+      tiers.template lookup_continue<B>(r, matched, key_at(matched), wanted, true, prompt, hasher);
+    }
+    return matched;
+  }
+
+  /// The deepest GPU restore whose chain ends with cached block `b`, the `end`-th of the prompt's chain: a
+  /// partial block kept under `b` whose tokens the prompt continues, with its snapshot, or else a snapshot
+  /// at `b`'s end (off the alignment grid only an end-of-turn, decode_continuation one). Changes nothing.
+  template <std::uint32_t B>
+  restore_choice restore_at(const sequence_record& r, std::uint32_t end, block_id b,
+                            std::span<const token_id> prompt) noexcept {
+    if (const restore_choice tail = gpu_tail<B>(r, end, b, prompt); tail.has_tail()) return tail;
+    return gpu_snapshot_at<B>(end, b);
+  }
+
+  /// A GPU snapshot at the end of cached block `b`, the `end`-th of a chain, usable now. Off the alignment
+  /// grid only an end-of-turn (decode_continuation) snapshot can sit.
+  template <std::uint32_t B>
+  restore_choice gpu_snapshot_at(std::uint32_t end, block_id b) const noexcept {
+    const block_node& n = blocks.node(b);
+    if (end * B % geometry.alignment == 0 || n.snapshot[static_cast<int>(exactness::decode_continuation)] != no_slot) {
+      if (const slot_id s = slots.usable(n, accepts_continuation); s != no_slot)
+        return restore_choice{.usable = end * B, .slot = s, .kind = slots.node(s).kind};
+    }
+    return {};
+  }
+
+  /// The deepest partial block kept on the GPU under `parent` (the `depth`-th block of the prompt's chain;
+  /// no_block at depth 0) whose tokens the prompt continues, keeping one token to compute, with a snapshot
+  /// usable now or held by the host tier. Nothing without turn-end snapshots.
+  template <std::uint32_t B>
+  restore_choice gpu_tail(const sequence_record& r, std::uint32_t depth, block_id parent,
+                          std::span<const token_id> prompt) noexcept {
+    restore_choice best{};
+    if constexpr (accepts_continuation && traits::capture::at_turn_end) {
+      const std::size_t begin = std::size_t{depth} * B;
+      const std::size_t room = std::min<std::size_t>(B - 1, prompt.size() - 1 - begin); // keep one token
+      if (room == 0) return best;
+      const block_key& start = parent == no_block ? r.root : blocks.node(parent).key;
+      blocks.for_each_tail(start, parent, r.extras, prompt.subspan(begin, room), [&](block_node& n) {
+        if (n.fill + begin <= best.usable) return;
+        if (const slot_id s = slots.usable(n, true); s != no_slot) {
+          best = restore_choice{
+              .usable = static_cast<std::uint32_t>(begin) + n.fill, .slot = s, .kind = slots.node(s).kind, .tail = blocks.id_of(n)};
+        } else if (const host_unit u = tiers.tail_snapshot(blocks.id_of(n)); u != no_host_unit) {
+          best = restore_choice{.usable = static_cast<std::uint32_t>(begin) + n.fill,
+                                .host_snapshot = u,
+                                .kind = exactness::decode_continuation,
+                                .tail = blocks.id_of(n)};
+        }
+      });
+    }
+    return best;
+  }
+
   /// The usable skip: the largest u <= KV match with a snapshot at exactly u the accept policy allows
   /// (`snapshot_restore`), the whole match (`block_sharing`), or nothing (`memory_only`). Under a policy
-  /// that accepts decode continuations, a partial block kept at a turn's end under the last matched block
-  /// extends the match when the prompt continues its tokens: its snapshot is the deepest. With a host tier
-  /// the match runs on through the host hits, and a snapshot or partial block may come from either tier
-  /// (the GPU's first at equal depth). Changes nothing.
+  /// that accepts decode continuations, a partial block kept at a turn's end under any matched block (or
+  /// at the root) extends the match to its end when the prompt continues its tokens: under the last matched
+  /// block it is the deepest restore; under an earlier one it lies between that block's end snapshot and
+  /// the next (the prompt's next block may be cached as well, decode-filled by another conversation that
+  /// decoded the same tokens). With a host tier the match runs on through the host hits, and a snapshot or
+  /// partial block may come from either tier (the GPU's first at equal depth). Changes nothing.
   template <std::uint32_t B>
   restore_choice choose_restore(const sequence_record& r, std::uint32_t matched,
                                 std::span<const token_id> prompt) noexcept {
@@ -263,28 +385,14 @@ struct cache_core {
       return restore_choice{.usable = matched * B};
     } else if constexpr (restores) {
       const auto on_gpu = static_cast<std::uint32_t>(r.blocks.size());
+      auto parent_at = [&](std::uint32_t d) { return d == 0 ? no_block : r.blocks[d - 1]; }; // d <= on_gpu
       if constexpr (accepts_continuation && traits::capture::at_turn_end) {
         const std::size_t begin = std::size_t{matched} * B;
         const std::size_t room = std::min<std::size_t>(B - 1, prompt.size() - 1 - begin); // keep one token
         if (room != 0) {
-          const auto tail_tokens = prompt.subspan(begin, room);
-          restore_choice best{};
-          if (matched <= on_gpu) {
-            const block_id parent = matched == 0 ? no_block : r.blocks[matched - 1];
-            const block_key& start = matched == 0 ? r.root : blocks.node(parent).key;
-            blocks.for_each_tail(start, parent, r.extras, tail_tokens, [&](block_node& n) {
-              if (n.fill <= best.usable) return;
-              if (const slot_id s = slots.usable(n, true); s != no_slot) {
-                best = restore_choice{.usable = n.fill, .slot = s, .kind = slots.node(s).kind, .tail = blocks.id_of(n)};
-              } else if (const host_unit u = tiers.tail_snapshot(blocks.id_of(n)); u != no_host_unit) {
-                best = restore_choice{.usable = n.fill,
-                                      .host_snapshot = u,
-                                      .kind = exactness::decode_continuation,
-                                      .tail = blocks.id_of(n)};
-              }
-            });
-          }
-          tiers.host_tails(r, matched, tail_tokens, best);
+          restore_choice best = matched <= on_gpu ? gpu_tail<B>(r, matched, parent_at(matched), prompt) : restore_choice{};
+          if (best.has_tail()) best.usable -= static_cast<std::uint32_t>(begin); // the host tier compares fills
+          tiers.host_tails(r, matched, prompt.subspan(begin, room), best);
           if (best.has_tail()) {
             best.usable += static_cast<std::uint32_t>(begin);
             return best;
@@ -294,15 +402,13 @@ struct cache_core {
       for (std::uint32_t i = matched; i-- > 0;) {
         const bool on_grid = (i + 1) * B % geometry.alignment == 0;
         if (i < on_gpu) {
-          const block_node& n = blocks.node(r.blocks[i]);
-          // Off the alignment grid only an end-of-turn (decode_continuation) snapshot can sit.
-          if (on_grid || n.snapshot[static_cast<int>(exactness::decode_continuation)] != no_slot) {
-            if (const slot_id s = slots.usable(n, accepts_continuation); s != no_slot)
-              return restore_choice{.usable = (i + 1) * B, .slot = s, .kind = slots.node(s).kind};
-          }
+          if (const restore_choice at = gpu_snapshot_at<B>(i + 1, r.blocks[i]); at.restores()) return at;
         }
         if (const restore_choice below = tiers.snapshot_at(r, i, on_grid, accepts_continuation); below.restores())
           return below;
+        if (i <= on_gpu) {
+          if (const restore_choice tail = gpu_tail<B>(r, i, parent_at(i), prompt); tail.has_tail()) return tail;
+        }
       }
     }
     return {};
@@ -315,7 +421,7 @@ struct cache_core {
   /// blocks are (a cold prefill on the chunk grid), up to the first decode-filled one. Changes nothing.
   template <std::uint32_t B>
   std::uint32_t shareable(const sequence_record& r, std::uint32_t matched, const restore_choice& choice) const noexcept {
-    if (choice.has_tail()) return matched; // the restore point is past every matched block
+    if (choice.has_tail()) return choice.usable / B; // the tail's depth: the restore point is past its parent
     const std::uint32_t restored = choice.usable / B; // a block end
     if (choice.restores() && choice.kind == exactness::decode_continuation) return restored;
     for (std::uint32_t i = restored; i < matched; ++i)
@@ -332,6 +438,7 @@ struct cache_core {
     const std::uint32_t total = (length - 1) / B + 1;
     const std::uint32_t full = length / B;
     r.exact_until = unbounded;
+    r.origin = draw_origin(); // before the host tier publishes what it onboards
     const auto on_gpu = static_cast<std::uint32_t>(r.blocks.size());
     for (std::uint32_t i = 0; i < on_gpu; ++i) blocks.reference(blocks.node(r.blocks[i]));
     if (choice.tail != no_block) { // held until the copy has run (first commit)
@@ -504,16 +611,18 @@ struct cache_core {
         parent = b;
       } else {
         // An equal block published first (two equal prompts in flight) is referenced and continues the
-        // chain; ours stays private (the engine's table points at it).
+        // chain; ours stays private (the engine's table points at it). A decode_continuation block is equal
+        // only to one this sequence's own computation wrote (`block_probe::origin`): the same tokens that
+        // another conversation decoded, or computed after another state, are other bits and a block of
+        // their own, so the chain, and every snapshot published on it, is this computation's KV.
         const exactness kind = r.kv_kind(std::uint64_t{i + 1} * B);
-        parent = blocks.publish(b, {key, parent, pool.template tokens_of<B>(b), &r.extras, kind}, i, r.extras);
+        if (kind == exactness::decode_continuation && r.origin == 0) break; // no origin left: kept private
+        parent = blocks.publish(b, {key, parent, pool.template tokens_of<B>(b), &r.extras, kind, r.origin}, i,
+                                r.extras);
         if (parent == b) {
           tiers.block_published(b, r);
           events.block_published(b, r);
         }
-        // A prefill-exact duplicate holds the same bits; a decode_continuation one may have been computed
-        // along another path (decode steps against a prefill, say).
-        if (parent != b && kind == exactness::decode_continuation) r.foreign_from = std::min(r.foreign_from, i * B);
       }
       r.chain.push_back(parent);
       key = next;
@@ -593,7 +702,7 @@ struct cache_core {
     b.computed = a->computed;
     b.exact_until = a->exact_until;
     b.prompt = a->prompt;
-    b.foreign_from = a->foreign_from;
+    b.origin = draw_origin(); // its own computation from here on
     sequences.insert(b);
     ++metrics.live_sequences;
     plan.block_table = b.blocks;
@@ -628,10 +737,6 @@ struct cache_core {
     const std::uint32_t p = r.computed;
     const std::uint32_t k = p / B, fill = p % B;
     if (p == 0 || k > r.chain.size()) return;
-    if (p > r.foreign_from) { // the chain's KV is not all this session's: a restore would mix the two
-      ++metrics.captures_refused;
-      return;
-    }
     block_node* target = nullptr;
     if (fill == 0) {
       target = &blocks.node(r.chain[k - 1]);
@@ -716,6 +821,10 @@ struct cache_core {
     --metrics.live_sequences;
   }
 
+  /// A fresh `sequence_record::origin`, or 0 once 2^64 - 1 were drawn (then the sequence publishes no
+  /// decode_continuation block: never two computations under one origin).
+  std::uint64_t draw_origin() noexcept { return next_origin == 0 ? 0 : next_origin++; }
+
   cache_options options;
   cache_geometry geometry;
   std::uint64_t seed;
@@ -730,6 +839,16 @@ struct cache_core {
   state_events events;  ///< what a fleet router hears (`cache_options::state_events`; off by default)
   /// `prefetch` / `probe` / `fetched` (`policy::remote_tier`).
   [[no_unique_address]] std::conditional_t<has_remote, remote_fetch_planner, no_fetch_planner> fetch;
+  std::uint64_t next_origin = 1;
+  /// `continuation_lookup`'s scratch: the walk's pending blocks and the chain keys it hashed.
+  struct walk_entry {
+    std::uint32_t depth;
+    block_id block;
+    std::uint32_t exact;   ///< prefill-computed blocks from the root on its path
+    std::uint32_t restore; ///< the deepest restore point on its path above it (scoring walk)
+  };
+  std::vector<walk_entry> walk_stack;
+  std::vector<block_key> walk_keys;
 };
 
 } // namespace reprise::detail

@@ -141,7 +141,7 @@ void resolve_captures(sequence_record& r, std::uint32_t n, const cache_geometry&
     const std::uint32_t i = p / B - 1;
     const exactness kind = capture_kind(r, p, g.alignment);
     block_node* b = i < r.chain.size() ? &blocks.node(r.chain[i]) : nullptr;
-    if (r.written[k] != 0 && b != nullptr && p <= r.foreign_from && b->snapshot[static_cast<int>(kind)] == no_slot &&
+    if (r.written[k] != 0 && b != nullptr && b->snapshot[static_cast<int>(kind)] == no_slot &&
         b->snapshot[static_cast<int>(exactness::prefill_exact)] == no_slot) {
       const bool checkpoint = p > r.prompt; // planned by `extend`
       slots.attach(slot, *b, kind, 0, checkpoint);

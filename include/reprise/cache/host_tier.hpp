@@ -250,7 +250,7 @@ public:
       const auto tokens = c_.blocks.pool().template tokens_of<B>(b);
       std::copy_n(ledger.tokens(u).data(), B, tokens.data());
       // The GPU lookup found no equal block and nothing was published since, so `b` itself is published.
-      c_.blocks.publish(b, {n.key, parent, tokens, &r.extras, n.kind}, i, r.extras);
+      c_.blocks.publish(b, {n.key, parent, tokens, &r.extras, n.kind, r.origin}, i, r.extras);
       serial[static_cast<std::size_t>(b)] = n.serial;
       twin[static_cast<std::size_t>(b)] = u;
       done.from_store += below.block_onboarded(u, b) ? 1 : 0;

@@ -404,7 +404,8 @@ private:
         }
       }
 
-      // Turn ends, deepest boundary first: at block boundaries k B past the prompt's match in this engine, up to
+      // Turn ends, deepest boundary first: at block boundaries k B from the one where the prompt's match in this
+      // engine ends (that one included: a short follow-up's turn end sits in the block after the match) up to
       // its last full block, where one could restore more than the local tiers. Each is keyed by the chain of
       // the prompt's own tokens from its prefill-exact lead (the blocks a block key names: matched, then walked
       // in the store), since no store names the blocks past it under block keys. Listed all when probing;
@@ -417,9 +418,12 @@ private:
           for (lead = 0; lead < matched && c.matched_kind(r, lead) == exactness::prefill_exact;) ++lead;
         const bool usable = chain_ok || (lead < matched && tiers.matched_serial(r, matched - 1) != 0);
         // The chain keys of blocks [lead, limit), from key_{lead-1}: the walked ones, then the prompt's tokens.
+        // None when the lead already reaches the prompt's last full block (a short follow-up): the anchor alone
+        // then names the turn end at the lead's boundary.
         const content_key anchor = chain_ok ? parent_of_walk : lead == 0 ? remote.keyer->root(keys) : matched_key(lead - 1);
+        const bool anchored = usable && !is_zero(anchor);
         chained.clear();
-        if (usable && !is_zero(anchor)) {
+        if (anchored) {
           chained.assign(walked.begin(), walked.end());
           for (std::uint32_t i = lead + static_cast<std::uint32_t>(walked.size()); i < limit; ++i) {
             const content_key next = chain_key(i, chained.empty() ? anchor : chained.back());
@@ -430,7 +434,7 @@ private:
         const auto reach = matched + static_cast<std::uint32_t>(walked.size());
         const std::uint32_t lowest = probing || !chain_ok ? matched : reach;
         const auto top = lead + static_cast<std::uint32_t>(chained.size());
-        for (std::uint32_t k = top + 1; !chained.empty() && k-- > lowest;) {
+        for (std::uint32_t k = top + 1; anchored && k-- > lowest;) {
           if (std::uint64_t{k} * B + B - 1 <= local_usable) break; // no deeper than the local restore
           const content_key& parent = k == lead ? anchor : chained[k - 1 - lead];
           const content_key named = remote.keyer->turn_end(parent, k * B);

@@ -46,10 +46,10 @@ struct sequence_record {
   /// through prefill-exact KV); the KV of later positions, and states past it, are `decode_continuation`.
   std::uint32_t exact_until = 0;
   std::uint32_t prompt = 0;              ///< the admitted prompt's length: later captures are checkpoints
-  /// The first position covered by a decode_continuation block of the cached chain that another sequence
-  /// published first (this sequence computed the same tokens, maybe along another path: its bits may
-  /// differ). No snapshot past it is published: a restore would pair this state with the other's KV.
-  std::uint32_t foreign_from = std::numeric_limits<std::uint32_t>::max();
+  /// This admission's computation, drawn once and never reused (0: none left to draw): the decode_continuation
+  /// blocks it publishes carry it (`block_probe::origin`), so they never merge with equal tokens another
+  /// computation wrote, and the chain a snapshot of this sequence ends on is this computation's own KV.
+  std::uint64_t origin = 0;
   /// The decode checkpoints this sequence published (slot, block), oldest first.
   std::vector<std::pair<slot_id, block_id>> checkpoints;
 
@@ -72,7 +72,7 @@ struct sequence_record {
     turn_restore_block = no_block;
     exact_until = 0;
     prompt = 0;
-    foreign_from = std::numeric_limits<std::uint32_t>::max();
+    origin = 0;
     checkpoints.clear();
   }
 };

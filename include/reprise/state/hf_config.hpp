@@ -60,7 +60,16 @@ struct hf_reading {
 /// Complexity: linear in the size of the text.
 hf_reading read_hf_config(std::string_view json, const hf_options& options = {});
 
-/// Reads a `config.json` file; `invalid_argument` naming the path when it cannot be read.
+/// The largest file `read_hf_config_file` reads. A real config.json is a few KiB (tens of KiB with per-layer
+/// lists or a quantization config that names its ignored modules); the bound, a thousand times that, only keeps
+/// a wrong path (a checkpoint shard, a log, a device) from being read into memory whole.
+inline constexpr std::uintmax_t max_hf_config_bytes = std::uintmax_t{16} << 20;
+
+/// Reads a `config.json` file (a symbolic link to one, as in the Hugging Face cache, is followed).
+/// Errors: those of `read_hf_config`, after the path; `invalid_argument` naming the path when it cannot be read,
+/// is not a regular file (a directory, a device such as /dev/zero, a FIFO: never opened, so never read without
+/// end or waited on) or holds more than `max_hf_config_bytes` (refused before reading, and when it grows past
+/// them while read). Throws only `std::bad_alloc`. Complexity: linear in the size of the file.
 hf_reading read_hf_config_file(const std::filesystem::path& path, const hf_options& options = {});
 
 } // namespace reprise

@@ -548,7 +548,7 @@ using runner = void (*)(const trace&, const replay_config&, std::uint32_t kv_blo
 /// `Tiers` has one (`prefix_cache` refuses that combination).
 template <class Model, class Tiers = policy::tiers<>>
 runner runner_for(policy_kind p, bool recurrent) {
-  return catalog::visit_policy(p, [recurrent](auto tag) -> runner {
+  return catalog::visit_policy(p, [&](auto tag) -> runner { // [&]: a preset type decides without `recurrent`
     using P = typename decltype(tag)::type;
     using cache = prefix_cache<Model, P, xxh3_hasher, Tiers>;
     if constexpr (policy::tier_traits<Tiers>::host && !reprise::takes_host_tier<P>) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <deque>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace reprise::sim {
@@ -128,8 +129,7 @@ private:
     switch (o_.kind) {
     case workload_kind::chat:
       // A handful of deployments' system prompts; Zipf-popular, 100..1500 tokens.
-      for (std::uint32_t i = 0; i < 8; ++i)
-        b_.add_synthetic_pool("system-" + std::to_string(i), r_.next(), r_.lognormal(400, 0.7, 100, 1500));
+      for (std::uint32_t i = 0; i < 8; ++i) add_pool("system-" + std::to_string(i), 400, 0.7, 100, 1500);
       sys_pick_ = zipf_table(8, 1.0);
       break;
     case workload_kind::system_prompt:
@@ -137,14 +137,13 @@ private:
       break;
     case workload_kind::agentic:
       // Four agents, each with its own tool definitions (long, shared by every task of that agent).
-      for (std::uint32_t i = 0; i < 4; ++i)
-        b_.add_synthetic_pool("tools-" + std::to_string(i), r_.next(), r_.lognormal(3000, 0.4, 1000, 8000));
+      for (std::uint32_t i = 0; i < 4; ++i) add_pool("tools-" + std::to_string(i), 3000, 0.4, 1000, 8000);
       sys_pick_ = zipf_table(4, 0.8);
       break;
     case workload_kind::rag:
       b_.add_synthetic_pool("system", r_.next(), 300);
       for (std::uint32_t i = 0; i < std::max<std::uint32_t>(o_.documents, 1); ++i)
-        b_.add_synthetic_pool("doc-" + std::to_string(i), r_.next(), r_.lognormal(800, 0.6, 100, 4000));
+        add_pool("doc-" + std::to_string(i), 800, 0.6, 100, 4000);
       doc_pick_ = zipf_table(std::max<std::uint32_t>(o_.documents, 1), 1.1);
       break;
     }
@@ -261,6 +260,15 @@ private:
   }
 
   bool step_or_end(session_state& s) { return s.frontier.empty() ? false : agent_step(s); }
+
+  // A synthetic pool of lognormal length. The length is drawn before the pool's seed, one statement each: as
+  // two arguments of one call the order of the draws would be the compiler's (g++ and clang++ differ), and
+  // so would every trace. This is the order the recorded traces and pinned figures were generated in.
+  void add_pool(std::string name, double median, double sigma, std::uint32_t lo, std::uint32_t hi) {
+    const std::uint32_t length = r_.lognormal(median, sigma, lo, hi);
+    const std::uint64_t seed = r_.next();
+    b_.add_synthetic_pool(std::move(name), seed, length);
+  }
 
   workload_options o_;
   rng r_;

@@ -1,0 +1,111 @@
+# Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+"""Runs vLLM in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0: one process, bitwise reproducible) on a checkpoint from
+models.py, with caching off, vLLM's own prefix caching or Reprise's connector, greedy from token ids; serves
+multi-turn conversations."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Turn:
+    tokens: list[int]
+    logprobs: list[float]
+    prompt_tokens: int
+    cached_tokens: int
+
+
+@dataclass
+class Conversation:
+    system: list[int]
+    users: list[list[int]]          # one user message per turn
+    reply_tokens: list[int]         # reply length per turn
+    turns: list[Turn] = field(default_factory=list)
+
+
+def engine(model: str, mode: str, kv_cache_bytes: int = 1 << 30, max_num_seqs: int = 4, max_model_len: int = 4096,
+           num_blocks: int | None = None, **options):
+    """mode: 'off', 'vllm' (vLLM's own prefix caching) or a Reprise policy ('strict', 'chat'). num_blocks: vLLM's
+    KV cache blocks (num_gpu_blocks_override), all groups together; None: what kv_cache_bytes holds."""
+    import json
+
+    from vllm import LLM
+
+    with open(os.path.join(model, "config.json")) as f:
+        config = json.load(f)
+    # The checkpoint's own dtype (vLLM's 'auto' runs fp32 checkpoints in bf16 on a CPU).
+    dtype = config.get("dtype") or config.get("torch_dtype") or "auto"
+    kw = dict(model=model, dtype=dtype, skip_tokenizer_init=True, max_model_len=max_model_len,
+              max_num_seqs=max_num_seqs,
+              gpu_memory_utilization=0.1, kv_cache_memory_bytes=kv_cache_bytes, seed=0,
+              enable_prefix_caching=mode == "vllm", max_num_batched_tokens=8192, num_gpu_blocks_override=num_blocks)
+    if mode not in ("off", "vllm"):
+        import reprise.vllm
+
+        kw["kv_transfer_config"] = reprise.vllm.kv_transfer_config(policy=mode, **options)
+    return LLM(**kw)
+
+
+def connector(llm):
+    """The scheduler side of the connector of an in-process engine."""
+    return llm.llm_engine.engine_core.engine_core.scheduler.connector
+
+
+def params(max_tokens: int, delta: bool = False):
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    return SamplingParams(max_tokens=max_tokens, temperature=0, logprobs=0, ignore_eos=True, detokenize=False,
+                          output_kind=RequestOutputKind.DELTA if delta else RequestOutputKind.CUMULATIVE)
+
+
+def history(c: Conversation, turn: int) -> list[int]:
+    """The prompt of turn `turn`: the system prompt, then every earlier user message and reply, then its message."""
+    h = list(c.system)
+    for t in range(turn):
+        h += c.users[t] + c.turns[t].tokens
+    return h + c.users[turn]
+
+
+def _turn(out, prompt_tokens: int) -> Turn:
+    o = out.outputs[0]
+    return Turn(list(o.token_ids), [next(iter(lp.values())).logprob for lp in o.logprobs], prompt_tokens,
+                out.num_cached_tokens or 0)
+
+
+def serve(llm, conversations: list[Conversation], concurrent: int = 1) -> None:
+    """Serves every conversation turn by turn: round t sends turn t of every conversation, `concurrent` prompts per
+    generate call (1: one request at a time, the batch composition of every run alike)."""
+    from vllm.inputs import TokensPrompt
+
+    for t in range(max(len(c.users) for c in conversations)):
+        live = [c for c in conversations if t < len(c.users)]
+        for i in range(0, len(live), concurrent):
+            group = live[i:i + concurrent]
+            prompts = [history(c, t) for c in group]
+            outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
+                                [params(c.reply_tokens[t]) for c in group], use_tqdm=False)
+            for c, p, out in zip(group, prompts, outs):
+                c.turns.append(_turn(out, len(p)))
+
+
+def conversations(n: int, turns: int, system_prompts: int, seed: int, system_tokens=(300, 700),
+                  user_tokens=(20, 120), reply_tokens=(4, 24), vocab: int = 1024) -> list[Conversation]:
+    """`n` conversations over `system_prompts` shared system prompts, lengths drawn at random."""
+    import random
+
+    r = random.Random(seed)
+    systems = [[r.randrange(3, vocab) for _ in range(r.randint(*system_tokens))] for _ in range(system_prompts)]
+    return [Conversation(list(systems[i % system_prompts]),
+                         [[r.randrange(3, vocab) for _ in range(r.randint(*user_tokens))] for _ in range(turns)],
+                         [r.randint(*reply_tokens) for _ in range(turns)]) for i in range(n)]
+
+
+def fresh(convs: list[Conversation]) -> list[Conversation]:
+    """The same conversations with no turn served yet."""
+    return [Conversation(c.system, c.users, c.reply_tokens) for c in convs]

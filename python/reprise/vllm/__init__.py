@@ -1,0 +1,53 @@
+# Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+"""Reprise inside vLLM: a KV connector (docs/vllm.md).
+
+:class:`RepriseConnector` is a vLLM v1 KV connector (``KVConnectorBase_V1`` + ``SupportsHMA``) whose scheduler side
+takes its reuse decisions from :class:`reprise.PrefixCache` and whose worker side copies KV token ranges and
+recurrent state (conv window + SSM / delta-rule matrix) between vLLM's cache tensors and Reprise's own pools with
+torch, on whatever device vLLM runs. :func:`kv_transfer_config` builds the ``kv_transfer_config`` that loads it.
+
+:mod:`reprise.vllm.plugin` is a ``vllm.general_plugins`` entry point: it refuses any vLLM but the tested version
+and lets the connector end a prefill step where Reprise captures a snapshot (one attribute of vLLM's scheduler).
+
+Importing this package does not import vLLM; :mod:`reprise.vllm.connector` does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: The vLLM release the connector and the scheduler patch were written and tested against.
+VLLM_VERSION = "0.32.0"
+
+#: kv_connector_extra_config keys the connector reads, with their defaults.
+DEFAULTS: dict[str, Any] = {
+    "policy": "strict",               # 'strict' or 'chat' (any PrefixCache policy that restores snapshots)
+    "kv_budget_bytes": 256 << 20,     # Reprise's KV pool, in bytes of the model's attention KV
+    "snapshot_budget_bytes": 256 << 20,  # Reprise's snapshot slots, in bytes of whole-model recurrent state
+    "block_size": 16,                 # Reprise's block size (8..256); vLLM's own block size is unrelated
+    "max_sequences": 256,
+    "hasher_seed": 1,
+}
+
+
+class VersionMismatch(RuntimeError):
+    """The installed vLLM is not the release the connector was tested with."""
+
+
+def check_vllm_version(version: str) -> None:
+    """Raises VersionMismatch unless `version` is :data:`VLLM_VERSION`."""
+    if version != VLLM_VERSION:
+        raise VersionMismatch(
+            f"reprise.vllm: vLLM {version} is installed, but the connector and its scheduler patch were written "
+            f"and tested against vLLM {VLLM_VERSION} only (scripts/fetch-vllm.sh installs it); the scheduler "
+            f"internals they rely on change between releases")
+
+
+def kv_transfer_config(**options: Any) -> dict[str, Any]:
+    """The ``kv_transfer_config`` that loads the connector, e.g. ``LLM(..., kv_transfer_config=
+    reprise.vllm.kv_transfer_config(policy='chat'))``. Unknown options are a ValueError."""
+    unknown = sorted(set(options) - set(DEFAULTS))
+    if unknown:
+        raise ValueError(f"reprise.vllm: unknown option(s) {unknown}; options: {sorted(DEFAULTS)}")
+    return {"kv_connector": "RepriseConnector", "kv_connector_module_path": "reprise.vllm.connector",
+            "kv_role": "kv_both", "kv_connector_extra_config": dict(options)}

@@ -1,0 +1,582 @@
+# Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+"""RepriseConnector: Reprise's prefix cache as a vLLM v1 KV connector (docs/vllm.md).
+
+Scheduler side (one instance in vLLM's scheduler): a :class:`reprise.PrefixCache` decides what a prompt may skip.
+``get_num_new_matched_tokens`` admits the prompt (its usable tokens are the external hit), ``build_connector_meta``
+tells the worker what to move this step, ``update_connector_output`` commits what the step computed and completes
+the step, ``request_finished_all_groups`` finishes the sequence (a turn-end snapshot under 'chat', copied out of the
+request's vLLM state block in the next step, the blocks held until then) or releases it (aborted).
+
+Worker side (one instance per worker): Reprise's pools, allocated on vLLM's device next to its KV cache tensors:
+per attention layer ``[kv_blocks, block_size, ...]`` (one Reprise block id covers every attention layer), per
+recurrent layer one tensor per state tensor of the layer (conv window, SSM / delta-rule matrix) ``[slots, ...]``.
+Moves are torch indexing between the two, in this order each step:
+
+1. turn-end captures (vLLM state block -> slot) of requests that finished last step;
+2. copy-on-write of a turn end's partial block inside Reprise's KV pool;
+3. loads: Reprise KV of tokens [0, u) -> the request's vLLM blocks, snapshot slot -> its vLLM state block;
+4. (vLLM's forward pass)
+5. saves: the KV of tokens this step computed, at positions Reprise owns -> Reprise's blocks; step-end captures
+   (vLLM state block -> slot) where the step ended on a planned capture position.
+
+vLLM calls step 1-3 before the forward when some request loads this step and after it otherwise; both orders are
+correct (a finished request's blocks are held until its capture is done, and nothing else is read).
+
+Requirements (checked at construction): vLLM's own prefix caching off, synchronous scheduling, no speculative
+decoding, one worker (tensor / pipeline parallel 1).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+import vllm
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+    KVConnectorBase_V1,
+    KVConnectorMetadata,
+    KVConnectorRole,
+    SupportsHMA,
+)
+from vllm.v1.kv_cache_interface import AttentionSpec, MambaSpec
+from vllm.v1.request import RequestStatus
+
+import reprise
+
+from . import DEFAULTS, check_vllm_version
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.forward_context import ForwardContext
+    from vllm.v1.core.kv_cache_manager import KVCacheBlocks, KVCacheManager
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.outputs import KVConnectorOutput
+    from vllm.v1.request import Request
+
+_DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
+
+#: Seconds spent in each of the connector's hooks and calls, both roles, this process (see :func:`profile`).
+_PROFILE: defaultdict[str, float] = defaultdict(float)
+
+
+def profile(reset: bool = False) -> dict[str, float]:
+    """Seconds spent so far in each hook of every connector of this process (scheduler and worker side: an
+    in-process engine runs both here), and the number of calls of each as ``<hook>.calls``."""
+    out = dict(_PROFILE)
+    if reset:
+        _PROFILE.clear()
+    return out
+
+
+def _timed(fn):
+    name = fn.__name__
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _PROFILE[name] += time.perf_counter() - t
+            _PROFILE[name + ".calls"] += 1
+
+    return wrapper
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Geometry: vLLM's KV cache groups -> a Reprise ModelConfig, shared by both roles
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """What both roles derive alike from vLLM's configuration."""
+
+    config: Any                      # reprise.ModelConfig
+    options: dict[str, Any]
+    kv_blocks: int                   # Reprise KV blocks
+    slots: int                       # Reprise snapshot slots
+    attention_groups: tuple[int, ...]  # vLLM KV cache group ids of attention layers
+    state_groups: tuple[int, ...]      # vLLM KV cache group ids of recurrent (Mamba-type) layers
+    vllm_block_size: int
+
+    @staticmethod
+    def of(vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> Geometry:
+        extra = dict(vllm_config.kv_transfer_config.kv_connector_extra_config or {})
+        unknown = sorted(set(extra) - set(DEFAULTS))
+        if unknown:
+            raise ValueError(f"reprise.vllm: unknown kv_connector_extra_config key(s) {unknown}; keys: "
+                             f"{sorted(DEFAULTS)}")
+        options = {**DEFAULTS, **extra}
+        attention, state = [], []
+        kv_dtype = conv_dtype = state_dtype = None
+        kv_bytes_per_token = state_bytes = 0
+        vllm_block = None
+        for g, group in enumerate(kv_cache_config.kv_cache_groups):
+            spec = group.kv_cache_spec
+            n = len(group.layer_names)
+            if isinstance(spec, MambaSpec):
+                state.append(g)
+                conv_dtype, state_dtype = _DTYPES[spec.dtypes[0]], _DTYPES[spec.dtypes[-1]]
+                state_bytes += n * sum(math.prod(s) * torch.empty((), dtype=d).element_size()
+                                       for s, d in zip(spec.shapes, spec.dtypes))
+            elif isinstance(spec, AttentionSpec):
+                attention.append(g)
+                kv_dtype = _DTYPES[spec.dtype]
+                kv_bytes_per_token += n * 2 * spec.num_kv_heads * spec.head_size * \
+                    torch.empty((), dtype=spec.dtype).element_size()
+                vllm_block = spec.block_size
+            else:
+                raise ValueError(f"reprise.vllm: KV cache group {g} has a {type(spec).__name__}; the connector "
+                                 f"handles full attention and Mamba-type (Mamba2, gated delta) layers")
+        if not state:
+            raise ValueError("reprise.vllm: the model has no recurrent layers; use vLLM's own prefix caching")
+        hf = _json_fields(vllm_config.model_config.hf_text_config.to_dict())
+        config = reprise.ModelConfig.from_hf_config(hf, block_size=int(options["block_size"]), kv_dtype=kv_dtype,
+                                                    state_dtype=state_dtype, conv_dtype=conv_dtype)
+        # Reprise sizes its budgets by its own reading of the checkpoint; it must agree with vLLM's tensors.
+        if config.bytes_per_snapshot != state_bytes or (
+                attention and config.bytes_per_kv_block != kv_bytes_per_token * config.block_size):
+            raise ValueError(
+                f"reprise.vllm: Reprise reads {config.bytes_per_snapshot} bytes of recurrent state and "
+                f"{config.bytes_per_kv_block} bytes per KV block from the checkpoint, vLLM allocates "
+                f"{state_bytes} and {kv_bytes_per_token * config.block_size}: the layer shapes differ")
+        kv_blocks = int(options["kv_budget_bytes"]) // config.bytes_per_kv_block
+        slots = int(options["snapshot_budget_bytes"]) // config.bytes_per_snapshot
+        return Geometry(config, options, kv_blocks, slots, tuple(attention), tuple(state), vllm_block or 0)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Metadata: what the worker moves in one step
+
+
+@dataclass
+class TokenMove:
+    """KV of tokens [start, end) between a request's vLLM blocks and its Reprise blocks."""
+
+    start: int
+    end: int
+    vllm_blocks: list[list[int]]   # per attention group: the request's vLLM block ids (block table)
+    reprise_blocks: list[int]      # the request's Reprise block table
+
+
+@dataclass
+class StateMove:
+    """Recurrent state between a request's vLLM state blocks (one per recurrent group) and a Reprise slot."""
+
+    vllm_blocks: list[int]
+    slot: int
+
+
+@dataclass
+class RepriseMetadata(KVConnectorMetadata):
+    turn_end_captures: list[StateMove] = field(default_factory=list)
+    finished_captures: list[str] = field(default_factory=list)   # request ids whose blocks vLLM holds for them
+    block_copies: list[tuple[int, int]] = field(default_factory=list)   # Reprise (src, dst) blocks
+    kv_loads: list[TokenMove] = field(default_factory=list)
+    restores: list[StateMove] = field(default_factory=list)
+    kv_saves: list[TokenMove] = field(default_factory=list)
+    captures: list[StateMove] = field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Scheduler-side bookkeeping of one request
+
+
+@dataclass
+class _Sequence:
+    seq_id: int
+    request: Any
+    plan: Any                          # AdmitPlan
+    table: list[int]                   # Reprise block table (grows with extend)
+    known: int                         # tokens Reprise has (admit + extend)
+    kv_from: int                       # positions < kv_from are shared blocks: never written
+    captures: dict[int, int]           # planned capture position -> slot, not yet written
+    start: int = -1                    # where vLLM's computation starts (0 or the hit), -1 until allocated
+    load_pending: bool = False
+    scheduled: bool = False
+    pending_end: int = 0               # computed by the step in flight, committed once it ran
+    pending_captures: list[int] = field(default_factory=list)
+
+
+class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
+    """Reprise's prefix cache behind vLLM's KV connector interface. Options (kv_connector_extra_config):
+    ``policy`` ('strict', 'chat', or another PrefixCache policy that restores snapshots), ``kv_budget_bytes``,
+    ``snapshot_budget_bytes``, ``block_size``, ``max_sequences``, ``hasher_seed``."""
+
+    def __init__(self, vllm_config: VllmConfig, role: KVConnectorRole, kv_cache_config: KVCacheConfig):
+        check_vllm_version(vllm.__version__)
+        super().__init__(vllm_config, role, kv_cache_config)
+        _check_engine(vllm_config)
+        self.geometry = Geometry.of(vllm_config, kv_cache_config)
+        self._groups = kv_cache_config.kv_cache_groups
+        if role == KVConnectorRole.SCHEDULER:
+            g = self.geometry
+            self.cache = reprise.PrefixCache(
+                g.config, g.options["policy"], kv_blocks=g.kv_blocks, max_sequences=int(g.options["max_sequences"]),
+                snapshot_budget_bytes=g.slots * g.config.bytes_per_snapshot, hasher_seed=int(g.options["hasher_seed"]))
+            assert self.cache.kv_blocks == g.kv_blocks and self.cache.snapshot_slots == g.slots
+            self._seqs: dict[str, _Sequence] = {}
+            self._next_seq = 0
+            self._turn_ends: list[tuple[str, StateMove]] = []
+            self._epoch = self.cache.current_epoch()
+            self._manager: KVCacheManager | None = None
+            #: prompt tokens vLLM computed, and skipped through the connector (the figures reprise-sim reports).
+            self.prefill_tokens = self.skipped_tokens = 0
+            self.untracked = 0   # requests served without the connector: larger than its budgets
+            self.preempted = 0   # preempted requests released (admitted again when vLLM recomputes them)
+        else:
+            self._kv: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}  # layer -> (vLLM blocks, offsets, pool)
+            self._state: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {}  # layer -> [(vLLM, pool)]
+            self._captured: set[str] = set()
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Scheduler side
+
+    def bind_kv_cache_manager(self, kv_cache_manager: KVCacheManager) -> None:
+        self._manager = kv_cache_manager
+
+    @_timed
+    def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int | None, bool]:
+        seq = self._seqs.get(request.request_id)
+        if seq is not None and seq.scheduled:
+            # Preempted and back in the queue: vLLM recomputes it from scratch, prompt and output so far.
+            self._drop(request.request_id, release=True)
+            self.preempted += 1
+            seq = None
+        if seq is None:
+            seq = self._admit(request)
+            if seq is None:
+                return 0, False
+        return max(0, seq.plan.usable_tokens - num_computed_tokens), False
+
+    def _admit(self, request: Request) -> _Sequence | None:
+        tokens = np.asarray(request.all_token_ids[: request.num_tokens], dtype=np.int32)
+        seq_id = self._next_seq
+        self._next_seq += 1
+        try:
+            plan = self.cache.admit(seq_id, tokens)
+        except (reprise.PoolExhausted, reprise.OutOfRange):
+            # Longer than Reprise's budgets (or every block in use): vLLM serves it without the connector.
+            self.untracked += 1
+            return None
+        seq = _Sequence(seq_id, request, plan, plan.block_table.tolist(), len(tokens), plan.kv_matched_tokens,
+                        {int(p): int(s) for p, s in plan.captures.tolist()})
+        self._seqs[request.request_id] = seq
+        return seq
+
+    @_timed
+    def update_state_after_alloc(self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int):
+        seq = self._seqs.get(request.request_id)
+        if seq is None or seq.start >= 0:
+            return
+        if num_external_tokens not in (0, seq.plan.usable_tokens):
+            raise RuntimeError(f"reprise.vllm: vLLM took {num_external_tokens} of the {seq.plan.usable_tokens} "
+                               f"tokens the connector offered for request {request.request_id}; the recurrent "
+                               f"state exists at the offered position only")
+        # 0: vLLM computes the prompt from its start; the shared blocks stay untouched (saves begin at kv_matched
+        # tokens) and the captures planned after the hit stay valid.
+        seq.start = num_external_tokens
+        seq.load_pending = num_external_tokens > 0
+
+    @_timed
+    def split_prefill(self, request: Request, num_new_tokens: int, num_new_local_computed_tokens: int = 0,
+                      num_external_computed_tokens: int = 0) -> int:
+        """Where a prefill step must end (installed by reprise.vllm.plugin into vLLM's scheduler): at the next
+        planned capture position, so that the state there is the request's live state at a step's end; a step that
+        vLLM's token budget cuts short ends on the alignment grid, so later captures of the prompt stay
+        prefill-exact. Never less than one token."""
+        seq = self._seqs.get(request.request_id)
+        start = request.num_computed_tokens + num_new_local_computed_tokens + num_external_computed_tokens
+        if seq is None or start >= request.num_tokens - 1:
+            return num_new_tokens
+        end = start + num_new_tokens
+        for position in sorted(seq.captures):
+            if start < position < end:
+                return position - start
+        if end < request.num_tokens - 1:
+            unit = self.geometry.config.alignment
+            aligned = end // unit * unit
+            if aligned > start:
+                return aligned - start
+        return num_new_tokens
+
+    @_timed
+    def build_connector_meta(self, scheduler_output: SchedulerOutput) -> KVConnectorMetadata:
+        meta = RepriseMetadata()
+        for req_id, move in self._turn_ends:
+            meta.turn_end_captures.append(move)
+            meta.finished_captures.append(req_id)
+        self._turn_ends = []
+        for req_id in scheduler_output.preempted_req_ids or ():
+            seq = self._seqs.get(req_id)
+            if seq is not None and seq.scheduled:   # not yet admitted again
+                self._drop(req_id, release=True)
+                self.preempted += 1
+
+        starts = {r.req_id: r.num_computed_tokens for r in scheduler_output.scheduled_new_reqs}
+        cached = scheduler_output.scheduled_cached_reqs
+        starts.update(zip(cached.req_ids, cached.num_computed_tokens))
+        for req_id, count in scheduler_output.num_scheduled_tokens.items():
+            seq = self._seqs.get(req_id)
+            if seq is None or count <= 0:
+                continue
+            a, b = starts[req_id], starts[req_id] + count
+            block_ids = self._manager.get_block_ids(req_id)
+            attention = [list(block_ids[g]) for g in self.geometry.attention_groups]
+            states = [block_ids[g][0] for g in self.geometry.state_groups]
+            if seq.load_pending:
+                plan = seq.plan
+                if plan.copy_src >= 0:
+                    meta.block_copies.append((int(plan.copy_src), int(plan.copy_dst)))
+                meta.kv_loads.append(TokenMove(0, plan.usable_tokens, attention, list(seq.table)))
+                meta.restores.append(StateMove(states, int(plan.restore_slot)))
+                seq.load_pending = False
+                self.skipped_tokens += plan.usable_tokens
+            if not seq.scheduled:
+                seq.scheduled = True
+                if seq.start < 0:
+                    seq.start = a
+            if b > seq.known:   # decode (or a resumed request's replayed output): tokens Reprise has not seen
+                tokens = np.asarray(seq.request.all_token_ids[seq.known:b], dtype=np.int32)
+                try:
+                    ext = self.cache.extend(seq.seq_id, tokens)
+                except (reprise.PoolExhausted, reprise.OutOfRange):
+                    # Grew past Reprise's budgets: what it committed stays cached, the rest is served without it.
+                    self._drop(req_id, release=True)
+                    self.untracked += 1
+                    continue
+                seq.table.extend(ext.new_blocks.tolist())
+                for p, s in ext.captures.tolist():
+                    seq.captures[int(p)] = int(s)
+                seq.known = b
+            if a < seq.request.num_prompt_tokens:
+                self.prefill_tokens += min(b, seq.request.num_prompt_tokens) - a
+            lo = max(a, seq.kv_from)
+            if lo < b:
+                meta.kv_saves.append(TokenMove(lo, b, attention, list(seq.table)))
+            if b in seq.captures:
+                meta.captures.append(StateMove(states, seq.captures.pop(b)))
+                seq.pending_captures.append(b)
+            for p in [p for p in seq.captures if p < b]:   # passed without a step ending there: not written
+                del seq.captures[p]
+            seq.pending_end = b
+        self._epoch = self.cache.current_epoch()
+        return meta
+
+    def _commit(self, seq: _Sequence) -> None:
+        if seq.pending_end > 0 or seq.pending_captures:
+            self.cache.commit(seq.seq_id, seq.pending_end, np.asarray(seq.pending_captures, dtype=np.int64))
+            seq.pending_captures = []
+
+    @_timed
+    def update_connector_output(self, connector_output: KVConnectorOutput):
+        for seq in self._seqs.values():
+            self._commit(seq)
+        self.cache.step_complete(self._epoch)
+
+    def request_finished(self, request: Request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
+        return self.request_finished_all_groups(request, (block_ids,))
+
+    @_timed
+    def request_finished_all_groups(self, request: Request,
+                                    block_ids: tuple[list[int], ...]) -> tuple[bool, dict[str, Any] | None]:
+        seq = self._seqs.get(request.request_id)
+        if seq is None:
+            return False, None
+        if request.status != RequestStatus.FINISHED_STOPPED and \
+                request.status != RequestStatus.FINISHED_LENGTH_CAPPED or not seq.scheduled:
+            self._drop(request.request_id, release=True)
+            return False, None
+        self._commit(seq)
+        del self._seqs[request.request_id]
+        finished = self.cache.finish(seq.seq_id)
+        if finished.capture_slot < 0:
+            return False, None
+        # The turn end: the request's live state, copied out of its vLLM state blocks before vLLM reuses them.
+        states = [block_ids[g][0] for g in self.geometry.state_groups]
+        self._turn_ends.append((request.request_id, StateMove(states, int(finished.capture_slot))))
+        return True, None
+
+    def has_pending_block_frees(self) -> bool:
+        return bool(self._turn_ends)
+
+    def _drop(self, req_id: str, release: bool) -> None:
+        seq = self._seqs.pop(req_id)
+        if seq.scheduled:
+            self._commit(seq)
+        if release:
+            self.cache.release(seq.seq_id)
+
+    def metrics(self) -> dict[str, int]:
+        """The prefix cache's metrics, plus the prompt tokens vLLM computed and skipped through the connector."""
+        return {**self.cache.metrics(), "vllm_prefill_tokens": self.prefill_tokens,
+                "vllm_skipped_tokens": self.skipped_tokens}
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Worker side
+
+    def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]):
+        g = self.geometry
+        B = g.config.block_size
+        context = self._vllm_config.compilation_config.static_forward_context
+        for group_id in g.attention_groups:
+            for name in self._groups[group_id].layer_names:
+                t = kv_caches[name]
+                blocks = t.view(t.shape[0], -1)   # one row of elements per vLLM block
+                offsets = _token_offsets(t, context.get(name), g.vllm_block_size).to(t.device)
+                pool = torch.zeros((g.kv_blocks, B, offsets.shape[1]), dtype=t.dtype, device=t.device)
+                self._kv[name] = (blocks, offsets, pool)
+        for group_id in g.state_groups:
+            spec = self._groups[group_id].kv_cache_spec
+            for name in self._groups[group_id].layer_names:
+                tensors = kv_caches[name]
+                if isinstance(tensors, (list, tuple)):   # one typed tensor per state tensor, [blocks, ...]
+                    live = [t for t in tensors]
+                else:   # the raw page of each block: the state tensors, then padding up to the attention page
+                    live = [tensors.view(tensors.shape[0], -1)[:, : spec.real_page_size_bytes]]
+                self._state[name] = [(t, torch.zeros((g.slots, *t.shape[1:]), dtype=t.dtype, device=t.device))
+                                     for t in live]
+
+    @_timed
+    def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:
+        meta = self._get_connector_metadata()
+        assert isinstance(meta, RepriseMetadata)
+        for move in meta.turn_end_captures:
+            self._copy_state(move, to_slot=True)
+        self._captured.update(meta.finished_captures)
+        for src, dst in meta.block_copies:
+            for _, _, pool in self._kv.values():
+                pool[dst] = pool[src]
+        self._copy_tokens(meta.kv_loads, to_reprise=False)
+        for move in meta.restores:
+            self._copy_state(move, to_slot=False)
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        return
+
+    def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: Any, **kwargs: Any) -> None:
+        return   # saved for every layer at once in wait_for_save, after the forward pass
+
+    @_timed
+    def wait_for_save(self):
+        meta = self._get_connector_metadata()
+        assert isinstance(meta, RepriseMetadata)
+        self._copy_tokens(meta.kv_saves, to_reprise=True)
+        for move in meta.captures:
+            self._copy_state(move, to_slot=True)
+
+    def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
+        done, self._captured = self._captured, set()
+        return (done or None), None
+
+    def _copy_state(self, move: StateMove, to_slot: bool) -> None:
+        for group_id, block in zip(self.geometry.state_groups, move.vllm_blocks):
+            for name in self._groups[group_id].layer_names:
+                for live, pool in self._state[name]:
+                    if to_slot:
+                        pool[move.slot] = live[block]
+                    else:
+                        live[block] = pool[move.slot]
+
+    def _copy_tokens(self, moves: list[TokenMove], to_reprise: bool) -> None:
+        """The KV of every move of a step: one indexed copy per attention layer (the token ranges of all requests
+        together; no two write the same position)."""
+        moves = [m for m in moves if m.end > m.start]
+        if not moves:
+            return
+        B, Bv = self.geometry.config.block_size, self.geometry.vllm_block_size
+        positions = [np.arange(m.start, m.end, dtype=np.int64) for m in moves]
+        ri = np.concatenate([np.asarray(m.reprise_blocks, dtype=np.int64)[p // B] for m, p in zip(moves, positions)])
+        every = np.concatenate(positions)
+        ro, vo = every % B, every % Bv
+        for g, group_id in enumerate(self.geometry.attention_groups):
+            vi = np.concatenate([np.asarray(m.vllm_blocks[g], dtype=np.int64)[p // Bv]
+                                 for m, p in zip(moves, positions)])
+            index = None
+            for name in self._groups[group_id].layer_names:
+                blocks, offsets, pool = self._kv[name]
+                if index is None:   # the layers of a group share the device and the layout
+                    dev = blocks.device
+                    index = [torch.from_numpy(t).to(dev, non_blocking=True) for t in (vi, vo, ri, ro)]
+                    v_rows, elements = index[0][:, None], offsets[index[1]]   # [tokens, elements of one token]
+                if to_reprise:
+                    pool[index[2], index[3]] = blocks[v_rows, elements]
+                else:
+                    blocks[v_rows, elements] = pool[index[2], index[3]]
+
+
+def _token_offsets(t: torch.Tensor, layer: Any, block_size: int) -> torch.Tensor:
+    """Where each token's K and V elements sit inside one vLLM block of an attention layer's KV cache: an int64
+    tensor [block_size, elements per token] of offsets into the block's elements, the same element order for every
+    token. The layout is the backend's: vLLM's CPU backend keeps V row-major but packs K in ISA-specific tiles
+    across tokens, so the offsets are read from its own write op (cpu_attn_reshape_and_cache) on a scratch block,
+    each offset written as base-128 digits (exact in bf16). Other backends: the logical layout of the tensor, found from
+    its shape ([blocks, ..., block_size, ...])."""
+    isa = getattr(layer, "isa", None)
+    if isa is None:
+        dims = list(t.shape)
+        rest = [i for i in range(1, len(dims)) if dims[i] == block_size]
+        if not rest:
+            raise ValueError(f"reprise.vllm: no dimension of {block_size} tokens in a KV cache tensor of shape {dims}")
+        index = torch.arange(math.prod(dims[1:]), dtype=torch.int64).view(dims[1:])
+        return index.movedim(rest[0] - 1, 0).reshape(block_size, -1)
+    from vllm import _custom_ops as ops
+
+    _, heads, tokens, channels = t.shape   # [blocks, kv heads, block_size, 2 * head_size]
+    head = channels // 2
+    per_block = heads * tokens * channels
+    slots = torch.arange(tokens, dtype=torch.int64)
+    # Token-major element ids: token t, head h, K (0) or V (1), dim d.
+    ids = torch.arange(tokens * heads * 2 * head, dtype=torch.int64).view(tokens, heads, 2, head)
+    found = torch.zeros(per_block, dtype=torch.int64)
+    scale = 1
+    while scale < per_block:   # base-128 digits: integers below 256 are exact in every float type
+        value = (ids // scale) % 128
+        scratch = torch.zeros((1, heads, tokens, channels), dtype=t.dtype)
+        kv = scratch.view(1, heads, tokens * 2, -1)
+        key_cache, value_cache = kv.chunk(2, dim=2)
+        ops.cpu_attn_reshape_and_cache(value[:, :, 0].to(t.dtype).contiguous(),
+                                       value[:, :, 1].to(t.dtype).contiguous(), key_cache, value_cache, slots, isa)
+        found += scratch.reshape(-1).to(torch.float32).round().to(torch.int64) * scale
+        scale *= 128
+    offsets = torch.empty(tokens * heads * 2 * head, dtype=torch.int64)
+    offsets[found] = torch.arange(per_block, dtype=torch.int64)
+    if not torch.equal(torch.sort(found).values, torch.arange(per_block)):
+        raise ValueError(f"reprise.vllm: the KV layout of ISA '{isa}' is not a permutation of the block's elements")
+    return offsets.view(tokens, heads * 2 * head)
+
+
+def _json_fields(d: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a config that JSON can hold (Reprise's reader parses JSON; transformers' dicts may hold
+    dtypes and infinities, in fields that name no layer shape)."""
+    out = {}
+    for k, v in d.items():
+        try:
+            json.dumps(v, allow_nan=False)
+        except (TypeError, ValueError):
+            continue
+        out[k] = v
+    return out
+
+
+def _check_engine(vllm_config: VllmConfig) -> None:
+    problems = []
+    if vllm_config.cache_config.enable_prefix_caching:
+        problems.append("vLLM's own prefix caching (enable_prefix_caching=False)")
+    if vllm_config.scheduler_config.async_scheduling:
+        problems.append("asynchronous scheduling (async_scheduling=False)")
+    if vllm_config.speculative_config is not None:
+        problems.append("speculative decoding")
+    p = vllm_config.parallel_config
+    if p.tensor_parallel_size != 1 or p.pipeline_parallel_size != 1:
+        problems.append("tensor or pipeline parallelism")
+    if problems:
+        raise ValueError("reprise.vllm: turn off " + ", ".join(problems) + ": the connector does not support it")

@@ -1,0 +1,30 @@
+# Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+"""reprise.vllm's parts that need no vLLM: the version gate and the connector's configuration (the end-to-end tests
+are integrations/vllm/test_vllm_connector.py, CTest label vllm)."""
+
+import pytest
+
+import reprise.vllm
+
+
+def test_other_vllm_versions_are_refused():
+    reprise.vllm.check_vllm_version(reprise.vllm.VLLM_VERSION)
+    for version in ("0.31.0", "0.33.0", "0.32.0rc1", "0.32.1"):
+        with pytest.raises(reprise.vllm.VersionMismatch, match=f"vLLM {version} is installed.*0.32.0"):
+            reprise.vllm.check_vllm_version(version)
+
+
+def test_kv_transfer_config():
+    c = reprise.vllm.kv_transfer_config(policy="chat", kv_budget_bytes=1 << 30)
+    assert c["kv_connector"] == "RepriseConnector"
+    assert c["kv_connector_module_path"] == "reprise.vllm.connector"
+    assert c["kv_connector_extra_config"] == {"policy": "chat", "kv_budget_bytes": 1 << 30}
+    with pytest.raises(ValueError, match="unknown option.*kv_budget"):
+        reprise.vllm.kv_transfer_config(kv_budget=1)
+
+
+def test_the_plugin_entry_point_is_declared():
+    from importlib.metadata import entry_points
+
+    names = {e.name: e.value for e in entry_points(group="vllm.general_plugins")}
+    assert names.get("reprise") == "reprise.vllm.plugin:register"
