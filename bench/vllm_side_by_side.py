@@ -42,11 +42,11 @@ def lcp(a: list[int], b: list[int]) -> int:
     return i
 
 
-def floor_and_computed(convs: list[harness.Conversation], concurrent: int) -> tuple[int, int, int]:
-    """(prompt tokens, computed, floor) over the run, served as harness.serve serves it: round by round, `concurrent`
-    prompts per generate call. A prompt can reuse what earlier calls computed: each earlier prompt and its reply
-    but the last token (sampled, never fed back); prompts of one call cannot reuse each other."""
-    prompts = computed = floor = 0
+def served(convs: list[harness.Conversation], concurrent: int):
+    """Each prompt of the run in the order harness.serve sends it, round by round, `concurrent` prompts per generate
+    call: (conversation, turn, prompt, covered), covered = the longest prefix an earlier call computed (each earlier
+    prompt and its reply but the last token, sampled and never fed back; prompts of one call cannot reuse each
+    other)."""
     seen: list[list[int]] = []
     for t in range(max(len(c.turns) for c in convs)):
         live = [c for c in convs if t < len(c.turns)]
@@ -54,12 +54,19 @@ def floor_and_computed(convs: list[harness.Conversation], concurrent: int) -> tu
             group = []
             for c in live[i:i + concurrent]:
                 p = harness.history(c, t)
-                covered = min(max((lcp(p, s) for s in seen), default=0), len(p) - 1)
-                prompts += len(p)
-                floor += len(p) - covered
-                computed += len(p) - c.turns[t].cached_tokens
+                yield c, t, p, max((lcp(p, s) for s in seen), default=0)
                 group.append(p + c.turns[t].tokens[:-1])
             seen += group
+
+
+def floor_and_computed(convs: list[harness.Conversation], concurrent: int) -> tuple[int, int, int]:
+    """(prompt tokens, computed, floor) over the run: the floor is what no earlier call covered, at least one token
+    per prompt."""
+    prompts = computed = floor = 0
+    for c, t, p, covered in served(convs, concurrent):
+        prompts += len(p)
+        floor += len(p) - min(covered, len(p) - 1)
+        computed += len(p) - c.turns[t].cached_tokens
     return prompts, computed, floor
 
 
@@ -115,26 +122,17 @@ def breakdown(convs: list[harness.Conversation], concurrent: int, admitted: dict
     one call cannot reuse each other, vLLM's own figure of this is 0), 'no state' k - u (the KV is there but no
     snapshot at a usable position: a branch point met the first time, the last aligned position before it), and 'not
     taken' u - s (vLLM computing part of what was offered; always 0 here)."""
-    seen: list[list[int]] = []
     out = {"no KV": 0, "no state": 0, "not taken": 0, "last token": 0}
-    for t in range(max(len(c.turns) for c in convs)):
-        live = [c for c in convs if t < len(c.turns)]
-        for i in range(0, len(live), concurrent):
-            group = []
-            for c in live[i:i + concurrent]:
-                p = harness.history(c, t)
-                covered = max((lcp(p, s) for s in seen), default=0)
-                if covered == len(p):
-                    out["last token"] += 1
-                    covered -= 1
-                k, u = admitted.get(tuple(p), (0, 0))
-                k = min(max(k, u), covered)
-                u = min(u, k)
-                out["no KV"] += covered - k
-                out["no state"] += k - u
-                out["not taken"] += u - min(u, c.turns[t].cached_tokens)
-                group.append(p + c.turns[t].tokens[:-1])
-            seen += group
+    for c, t, p, covered in served(convs, concurrent):
+        if covered == len(p):
+            out["last token"] += 1
+            covered -= 1
+        k, u = admitted.get(tuple(p), (0, 0))
+        k = min(max(k, u), covered)
+        u = min(u, k)
+        out["no KV"] += covered - k
+        out["no state"] += k - u
+        out["not taken"] += u - min(u, c.turns[t].cached_tokens)
     return out
 
 
@@ -148,6 +146,8 @@ def main() -> int:
     ap.add_argument("--configs", default="off,vllm,strict,chat")
     ap.add_argument("--rounds", type=int, default=3, help="the configurations run in turn, this many times over")
     ap.add_argument("--profile", action="store_true", help="print the connector's time per hook")
+    ap.add_argument("--no-system-offsets", action="store_true",
+                    help="Reprise 'chat' without the system prompts' ends as capture offsets (reprise.vllm.extra_args)")
     args = ap.parse_args()
 
     from reprise.vllm import connector as rc
@@ -166,7 +166,8 @@ def main() -> int:
             run = harness.fresh(convs)
             load0 = open("/proc/loadavg").read().split()[0]
             start = time.perf_counter()
-            harness.serve(llm, run, concurrent=args.concurrent)
+            harness.serve(llm, run, concurrent=args.concurrent,
+                          system_offsets=mode == "chat" and not args.no_system_offsets)
             wall = time.perf_counter() - start
             load1 = open("/proc/loadavg").read().split()[0]
             counts[mode] = floor_and_computed(run, args.concurrent)
@@ -186,7 +187,7 @@ def main() -> int:
             gc.collect()
 
     names = {"off": "vLLM, caching off", "vllm": "vLLM prefix caching (align)", "strict": "Reprise strict",
-             "chat": "Reprise chat"}
+             "chat": "Reprise chat" + ("" if args.no_system_offsets else ", system prompts' ends marked")}
     print(f"\n{args.conversations} conversations x {args.turns} turns over {args.system_prompts} system prompts, "
           f"{args.concurrent} concurrent requests, seed {args.seed}; {os.cpu_count()} CPUs; {args.rounds} rounds "
           f"of {', '.join(modes)} in turn, medians\n")

@@ -88,8 +88,9 @@ inline constexpr bool for_recurrent_models = !std::is_same_v<P, policy::block_sh
     "branch_point, end_of_turn>, accept_any>)")                                                                   \
   X(chat, "preset: branch block, turn end; accepts continuations",                                                \
     "the multi-turn chat preset: snapshots at every turn end (any position, the partial block kept), at the "     \
-    "last KV block a prompt shares with a different cached continuation (branch_block) and every "                \
-    "`decode_checkpoint_interval` decode tokens; a hit continues the same session bitwise (policy::chat)")        \
+    "last KV block a prompt shares with a different cached continuation (branch_block), at the caller's "         \
+    "capture offsets (a system prompt's end) and every `decode_checkpoint_interval` decode tokens; a hit "         \
+    "continues the same session bitwise (policy::chat)")                                                          \
   X(strict, "preset: last, branch; prefill-exact only",                                                           \
     "the prefill-exact preset: captures at last_aligned and branch_point, every hit bitwise a cold prefill "      \
     "(policy::strict)")

@@ -21,7 +21,7 @@ namespace reprise {
 enum class errc : std::uint8_t {
   invalid_argument = 1,   ///< a size, count or option is out of its documented range
   size_mismatch = 2,      ///< a buffer or token span has the wrong length for the call
-  misaligned = 3,         ///< a position or interval is not a multiple of the model's alignment unit
+  misaligned = 3,         ///< a position or interval off its grid (alignment unit; chat capture offsets: block size)
   unsupported_config = 4, ///< no kernel instantiation / model shape matches, or policy and model do not fit
   pool_exhausted = 5,     ///< every block or slot is referenced; nothing was allocated
   budget_too_small = 6,   ///< a byte budget cannot hold even one unit (e.g. one snapshot)

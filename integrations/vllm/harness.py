@@ -56,12 +56,20 @@ def connector(llm):
     return llm.llm_engine.engine_core.engine_core.scheduler.connector
 
 
-def params(max_tokens: int, delta: bool = False):
+def params(max_tokens: int, delta: bool = False, capture_offsets: list[int] | None = None):
+    """Greedy sampling of `max_tokens` tokens with their log-probabilities; `capture_offsets`: the request's
+    (reprise.vllm.extra_args)."""
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
+    extra = None
+    if capture_offsets is not None:
+        import reprise.vllm
+
+        extra = reprise.vllm.extra_args(capture_offsets)
     return SamplingParams(max_tokens=max_tokens, temperature=0, logprobs=0, ignore_eos=True, detokenize=False,
-                          output_kind=RequestOutputKind.DELTA if delta else RequestOutputKind.CUMULATIVE)
+                          output_kind=RequestOutputKind.DELTA if delta else RequestOutputKind.CUMULATIVE,
+                          extra_args=extra)
 
 
 def history(c: Conversation, turn: int) -> list[int]:
@@ -78,9 +86,11 @@ def _turn(out, prompt_tokens: int) -> Turn:
                 out.num_cached_tokens or 0)
 
 
-def serve(llm, conversations: list[Conversation], concurrent: int = 1) -> None:
+def serve(llm, conversations: list[Conversation], concurrent: int = 1, system_offsets: bool = False) -> None:
     """Serves every conversation turn by turn: round t sends turn t of every conversation, `concurrent` prompts per
-    generate call (1: one request at a time, the batch composition of every run alike)."""
+    generate call (1: one request at a time, the batch composition of every run alike). `system_offsets`: each
+    request passes its system prompt's end as a capture offset, as an application that applies a chat template
+    knows it."""
     from vllm.inputs import TokensPrompt
 
     for t in range(max(len(c.users) for c in conversations)):
@@ -89,7 +99,8 @@ def serve(llm, conversations: list[Conversation], concurrent: int = 1) -> None:
             group = live[i:i + concurrent]
             prompts = [history(c, t) for c in group]
             outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
-                                [params(c.reply_tokens[t]) for c in group], use_tqdm=False)
+                                [params(c.reply_tokens[t], capture_offsets=[len(c.system)] if system_offsets else None)
+                                 for c in group], use_tqdm=False)
             for c, p, out in zip(group, prompts, outs):
                 c.turns.append(_turn(out, len(p)))
 

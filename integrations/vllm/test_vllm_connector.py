@@ -7,7 +7,8 @@ request the same batch (vLLM's CPU kernels are not batch-invariant: a request's 
   hybrid, with prefill skipped;
 - 'chat' continues each conversation from its turn end: turn t computes its new tokens and one more; its first turns
   equal caching off bit for bit, and its agreement with caching off on continued turns is printed, not asserted
-  (docs/vllm.md: vLLM 0.32 offers no never-ending-session reference that runs here);
+  (docs/vllm.md: vLLM 0.32 offers no never-ending-session reference that runs here); with the system prompt's end
+  passed as a capture offset the second conversation restores there, bit for bit the conversation served alone;
 - a deliberately wrong restore is caught by the same comparison;
 - an aborted request and a request longer than the connector's budget leave the cache consistent;
 - vLLM preempting requests (a KV cache too small for the requests it admitted): 'strict' gives caching off's greedy
@@ -34,11 +35,12 @@ def qwen(tmp_path_factory):
     return models.write_qwen3_next(str(tmp_path_factory.mktemp("qwen3next")))
 
 
-def run(model, mode, convs, **kw):
-    """Serves fresh copies of `convs`; returns them and the connector's metrics (None without it)."""
+def run(model, mode, convs, system_offsets=False, **kw):
+    """Serves fresh copies of `convs` (with their system prompts' ends as capture offsets: `system_offsets`); returns
+    them and the connector's metrics (None without it)."""
     llm = harness.engine(model, mode, **kw)
     convs = harness.fresh(convs)
-    harness.serve(llm, convs)
+    harness.serve(llm, convs, system_offsets=system_offsets)
     metrics = None
     if mode not in ("off", "vllm"):
         c = harness.connector(llm)
@@ -74,8 +76,13 @@ def test_strict_is_bitwise_caching_off(which, request):
     assert sum(cached(strict)) > 0 and metrics["vllm_skipped_tokens"] == sum(cached(strict))
 
 
-def test_chat_reuses_turn_ends(granite, granite_off):
-    chat, _ = run(granite, "chat", CONVS)
+@pytest.fixture(scope="module")
+def granite_chat(granite):
+    return run(granite, "chat", CONVS)[0]
+
+
+def test_chat_reuses_turn_ends(granite_chat, granite_off):
+    chat = granite_chat
     for c, o in zip(chat, granite_off):
         # A conversation's first turn restores nothing of its own: bitwise caching off.
         assert (c.turns[0].tokens, c.turns[0].logprobs) == (o.turns[0].tokens, o.turns[0].logprobs)
@@ -95,6 +102,34 @@ def test_chat_reuses_turn_ends(granite, granite_off):
                 break
     print(f"\nchat vs caching off: {same} of {len(pairs)} continued turns greedy-equal; largest log-probability "
           f"difference {diff:.3g}")
+
+
+def test_chat_restores_a_marked_system_prompt_end_at_its_first_meeting(granite, granite_chat):
+    """A request passing its system prompt's end as a capture offset (reprise.vllm.extra_args) has its prefill split
+    there and the state snapshotted: the second conversation over that system prompt restores it on its first turn,
+    where without the offset it computes everything (it captures the branch for the third). That turn equals, bit
+    for bit, the same conversation served alone with the offset (its prefill split at the same place, nothing
+    restored): the same session."""
+    from reprise.vllm import DEFAULTS
+
+    end = len(CONVS[0].system) // DEFAULTS["block_size"] * DEFAULTS["block_size"]
+    marked, metrics = run(granite, "chat", CONVS, system_offsets=True)
+    assert granite_chat[1].turns[0].cached_tokens == 0
+    assert marked[1].turns[0].cached_tokens == end and marked[2].turns[0].cached_tokens == end
+    alone, _ = run(granite, "chat", [CONVS[1]], system_offsets=True)
+    assert alone[0].turns[0].cached_tokens == 0
+    assert (alone[0].turns[0].tokens, alone[0].turns[0].logprobs) == \
+        (marked[1].turns[0].tokens, marked[1].turns[0].logprobs)
+
+
+def test_capture_offsets_a_policy_does_not_read_are_not_used(granite):
+    llm = harness.engine(granite, "strict")
+    c = harness.connector(llm)
+    harness.serve(llm, harness.fresh(CONVS[:1]), system_offsets=True)
+    assert c.ignored_offsets == 3   # one per turn, each served
+    c.cache.check_invariants()
+    del llm
+    gc.collect()
 
 
 def test_a_wrong_restore_is_caught(granite, granite_off, monkeypatch):

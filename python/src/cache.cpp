@@ -46,7 +46,8 @@ using remote_tiers = pol::tiers<pol::host_tier, pol::remote_tier>;
 class cache_base {
 public:
   virtual ~cache_base() = default;
-  virtual result<admit_plan> admit(seq_id s, std::span<const token_id> prompt, const extra_keys& keys) = 0;
+  virtual result<admit_plan> admit(seq_id s, std::span<const token_id> prompt, const extra_keys& keys,
+                                   std::span<const std::uint32_t> capture_offsets) = 0;
   virtual result<void> commit(seq_id s, std::uint32_t n, std::span<const std::uint32_t> written) = 0;
   virtual result<extend_plan> extend(seq_id s, std::span<const token_id> tokens) = 0;
   virtual result<finish_plan> finish(seq_id s, finish_options o) = 0;
@@ -77,8 +78,9 @@ public:
   using cache_type = runtime_prefix_cache<Policy, xxh3_hasher, Tiers>;
   explicit cache_of(cache_type c) : c_(std::move(c)) {}
 
-  result<admit_plan> admit(seq_id s, std::span<const token_id> p, const extra_keys& k) override {
-    return c_.admit(s, p, k);
+  result<admit_plan> admit(seq_id s, std::span<const token_id> p, const extra_keys& k,
+                           std::span<const std::uint32_t> offsets) override {
+    return c_.admit(s, p, k, offsets);
   }
   result<void> commit(seq_id s, std::uint32_t n, std::span<const std::uint32_t> w) override {
     return c_.commit(s, n, w);
@@ -359,9 +361,16 @@ public:
     policy_ = policy;
   }
 
-  py_admit_plan admit(seq_id s, nb::handle tokens, const std::optional<py_extra_keys>& keys) {
+  py_admit_plan admit(seq_id s, nb::handle tokens, const std::optional<py_extra_keys>& keys, nb::handle offsets) {
     const host_vector<token_id> t = as_int32_vector(tokens, "tokens");
-    const admit_plan p = value_or_raise(impl_->admit(s, span_of(t), keys ? keys->view() : extra_keys{}), "admit");
+    host_vector<std::uint32_t> o; // an empty ndarray has no shape to read: none is an empty span
+    std::span<const std::uint32_t> capture_offsets;
+    if (!offsets.is_none()) {
+      o = as_uint32_vector(offsets, "capture_offsets");
+      capture_offsets = span_of(o);
+    }
+    const admit_plan p =
+        value_or_raise(impl_->admit(s, span_of(t), keys ? keys->view() : extra_keys{}, capture_offsets), "admit");
     return {owned_array(p.block_table),
             p.shared_blocks,
             p.kv_matched_tokens,
@@ -794,11 +803,16 @@ void bind_cache(nb::module_& m) {
            nb::arg("remote_turn_ends") = false, nb::arg("remote_writer_id") = 0,
            nb::arg("state_events").none() = nb::none(), init_doc.c_str())
       .def("admit", &py_cache::admit, nb::arg("seq_id"), nb::arg("tokens"), nb::arg("extra_keys") = nb::none(),
-           nb::sig("def admit(self, seq_id: int, tokens: numpy.typing.ArrayLike, extra_keys: ExtraKeys | None = None) "
-                   "-> AdmitPlan"),
+           nb::arg("capture_offsets") = nb::none(),
+           nb::sig("def admit(self, seq_id: int, tokens: numpy.typing.ArrayLike, extra_keys: ExtraKeys | None = None, "
+                   "capture_offsets: numpy.typing.ArrayLike | None = None) -> AdmitPlan"),
            "Admits sequence `seq_id` with prompt `tokens` (int32 array-like: list, numpy array, buffer) and plans "
-           "its prefill. Raises DuplicateSequence, InvalidArgument (empty prompt, digest over 32 bytes), "
-           "OutOfRange (prompt too long), PoolExhausted. Returns an AdmitPlan.")
+           "its prefill. `capture_offsets` (policy 'chat'): positions where the caller wants snapshots, such as "
+           "its system prompt's end rounded down to `block_size` (off the `alignment` grid they split the "
+           "prefill there), so a second conversation over that system prompt restores there at its first "
+           "meeting. Raises DuplicateSequence, InvalidArgument (empty prompt, digest over 32 bytes, capture "
+           "offsets to a policy that takes none), OutOfRange (prompt too long, an offset outside (0, len]), "
+           "Misaligned (an offset off the capture grid), PoolExhausted. Returns an AdmitPlan.")
       .def("commit", &py_cache::commit, nb::arg("seq_id"), nb::arg("n_computed"),
            nb::arg("captures_written") = nb::none(),
            nb::sig("def commit(self, seq_id: int, n_computed: int, captures_written: numpy.typing.ArrayLike | None = "

@@ -24,7 +24,8 @@ struct error_kind {
 constexpr std::array<error_kind, 15> kinds{{
     {errc::invalid_argument, "InvalidArgument", true, "a size, count or option is out of its documented range"},
     {errc::size_mismatch, "SizeMismatch", true, "a buffer or token span has the wrong length for the call"},
-    {errc::misaligned, "Misaligned", true, "a position or interval is not a multiple of the model's alignment unit"},
+    {errc::misaligned, "Misaligned", true,
+     "a position or interval is off its grid (the model's alignment unit; for chat's capture offsets, the block size)"},
     {errc::unsupported_config, "UnsupportedConfig", true,
      "the sizes match no kernel instantiation or model shape, or the policy, tiers and options do not fit the model"},
     {errc::pool_exhausted, "PoolExhausted", false, "every block or slot is referenced; nothing was allocated"},

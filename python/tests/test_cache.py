@@ -347,6 +347,36 @@ def test_chat_restores_turn_ends_branch_blocks_and_decode_checkpoints():
     cache.check_invariants()
 
 
+def test_chat_capture_offsets_serve_a_system_prompts_second_conversation_at_its_first_meeting():
+    system = np.arange(1, 91, dtype=np.int32)  # ends at 90: 80 on the block grid (B = 16, alignment 64)
+    end = len(system) // 16 * 16
+
+    def second_conversation(cache, offsets):
+        first = np.concatenate([system, np.arange(5000, 5030, dtype=np.int32)])
+        plan = cache.admit(1, first, capture_offsets=offsets)
+        cache.commit(1, len(first), plan.captures[:, 0])
+        cache.release(1)
+        cache.step_complete(cache.current_epoch())
+        return cache.admit(2, np.concatenate([system, np.arange(6000, 6020, dtype=np.int32)]))
+
+    # Without the offset the second conversation recomputes the system prompt; with it, it restores at 80.
+    assert second_conversation(make("chat"), None).usable_tokens == 0
+    second = second_conversation(make("chat"), [end])
+    assert second.usable_tokens == end and second.restore_exactness == "decode_continuation"
+
+    # Bad offsets are refused and change nothing; a policy that reads none refuses them.
+    cache = make("chat")
+    before = cache.metrics()
+    with pytest.raises(reprise.Misaligned):
+        cache.admit(1, system, capture_offsets=[len(system)])
+    with pytest.raises(reprise.OutOfRange):
+        cache.admit(1, system, capture_offsets=[96])
+    with pytest.raises(reprise.InvalidArgument):
+        make("strict").admit(1, system, capture_offsets=[64])
+    assert cache.metrics() == before
+    cache.check_invariants()
+
+
 def test_chat_rejects_bad_checkpoint_options():
     config = hybrid_config()
     budget = 4 * config.bytes_per_snapshot

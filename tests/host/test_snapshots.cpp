@@ -168,6 +168,9 @@ TEST_CASE("capture placement policies") {
     REQUIRE(c.has_value());
     const observable<offsets_cache> before(*c, {});
     CHECK(c->admit(1, prompt, {}, std::vector<std::uint32_t>{100}).error() == errc::misaligned);
+    // On the KV block grid but off the alignment grid: only a policy that also captures off the alignment
+    // grid (chat) takes it.
+    CHECK(c->admit(1, prompt, {}, std::vector<std::uint32_t>{small_hybrid::block_size * 5}).error() == errc::misaligned);
     CHECK(c->admit(1, prompt, {}, std::vector<std::uint32_t>{320}).error() == errc::out_of_range);
     CHECK(c->admit(1, prompt, {}, std::vector<std::uint32_t>{0}).error() == errc::out_of_range);
     CHECK(observable<offsets_cache>(*c, {}) == before);

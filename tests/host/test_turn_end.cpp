@@ -32,8 +32,8 @@ prefix_cache<small_hybrid, Policy> make(std::uint32_t kv_blocks = 128, std::size
 /// tokens (the last sampled one is never fed), finish. Returns the finish plan; `tokens` becomes prompt + reply.
 template <class Cache>
 finish_plan run_turn(Cache& c, seq_id s, std::vector<token_id>& tokens, const std::vector<token_id>& reply,
-                     const extra_keys& keys = {}) {
-  auto plan = c.admit(s, tokens, keys);
+                     const extra_keys& keys = {}, std::span<const std::uint32_t> capture_offsets = {}) {
+  auto plan = c.admit(s, tokens, keys, capture_offsets);
   REQUIRE(plan.has_value());
   std::vector<std::uint32_t> written;
   for (const capture_point& p : plan->captures) written.push_back(static_cast<std::uint32_t>(p.position));
@@ -324,6 +324,68 @@ TEST_CASE("chat: a shared prefix's branch snapshot is never demoted as a superse
   CHECK(pe->restore_slot == branch);
   CHECK(pe->usable_tokens == 80);
   CHECK(c.check_invariants().has_value());
+}
+
+TEST_CASE("chat: a capture offset at a system prompt's end serves the second conversation over it at once") {
+  constexpr std::uint32_t B = small_hybrid::block_size;
+  const std::vector<token_id> system = iota_tokens(90, 1); // its end rounded down to the block grid: 80
+  const std::uint32_t system_end = 90 / B * B;
+  REQUIRE(system_end % small_hybrid::alignment != 0); // off the alignment grid: a decode_continuation capture
+  const std::vector<std::uint32_t> offsets{system_end};
+  // Conversation a, then b over the same system prompt (different first messages); returns b's plan.
+  const auto second_meeting = [&](auto& c, std::span<const std::uint32_t> a_offsets) {
+    std::vector<token_id> a = concat(system, iota_tokens(30, 5000));
+    run_turn(c, 1, a, iota_tokens(4, 70000), {}, a_offsets);
+    auto pb = c.admit(2, concat(system, iota_tokens(25, 6000)));
+    REQUIRE(pb.has_value());
+    CHECK(c.check_invariants().has_value());
+    return *pb;
+  };
+
+  SUBCASE("without the offset the second conversation recomputes the system prompt (branch_block captures it then)") {
+    auto c = make<policy::chat>(256, 4);
+    const admit_plan pb = second_meeting(c, {});
+    CHECK(pb.kv_matched_tokens == system_end);
+    CHECK(pb.usable_tokens == 0);
+    REQUIRE(pb.captures.size() == 1);
+    CHECK(pb.captures[0].position == system_end);
+  }
+  SUBCASE("with it the first conversation's prefill is split and captured there") {
+    auto c = make<policy::chat>(256, 4);
+    auto pa = c.admit(1, concat(system, iota_tokens(30, 5000)), {}, offsets);
+    REQUIRE(pa.has_value());
+    REQUIRE(pa->captures.size() == 1);
+    CHECK(pa->captures[0].position == system_end);
+    CHECK(pa->restore_exactness == exactness::decode_continuation); // the same session, split at 80
+  }
+  SUBCASE("and the second conversation restores there at its first meeting") {
+    auto c = make<policy::chat>(256, 4);
+    const admit_plan pb = second_meeting(c, offsets);
+    CHECK(pb.kv_matched_tokens == system_end);
+    CHECK(pb.usable_tokens == system_end);
+    CHECK(pb.restore_slot != no_slot);
+    CHECK(pb.restore_exactness == exactness::decode_continuation);
+    CHECK(pb.captures.empty()); // the block ending at 80 holds a snapshot already
+  }
+  SUBCASE("an offset off the block grid, outside the prompt, or given to a policy that reads none is refused, "
+          "and the cache is unchanged") {
+    auto c = make<policy::chat>(256, 4);
+    std::vector<token_id> a = concat(system, iota_tokens(30, 5000));
+    run_turn(c, 1, a, iota_tokens(4, 70000));
+    const observable<decltype(c)> before(c, {});
+    const std::vector<token_id> b = concat(system, iota_tokens(25, 6000));
+    CHECK(c.admit(2, b, {}, std::vector<std::uint32_t>{90}).error() == errc::misaligned);
+    CHECK(c.admit(2, b, {}, std::vector<std::uint32_t>{0}).error() == errc::out_of_range);
+    CHECK(c.admit(2, b, {}, std::vector<std::uint32_t>{static_cast<std::uint32_t>(b.size()) / B * B + B}).error() ==
+          errc::out_of_range);
+    CHECK(observable<decltype(c)>(c, {}) == before);
+    CHECK(c.check_invariants().has_value());
+
+    auto s = make<policy::strict>(256, 4);
+    const observable<decltype(s)> strict_before(s, {});
+    CHECK(s.admit(2, b, {}, std::vector<std::uint32_t>{64}).error() == errc::invalid_argument);
+    CHECK(observable<decltype(s)>(s, {}) == strict_before);
+  }
 }
 
 // ----- policy::decode_checkpoints -----

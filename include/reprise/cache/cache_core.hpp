@@ -181,6 +181,7 @@ struct cache_core {
                            std::span<const std::uint32_t> offsets) {
     if (sequences.find(s) != nullptr) return errc::duplicate_sequence;
     if (const errc e = check_prompt(prompt, keys); e != errc{}) return e;
+    if (!traits::reads_capture_offsets && !offsets.empty()) return errc::invalid_argument; // never silently ignored
     const auto length = static_cast<std::uint32_t>(prompt.size());
     if constexpr (restores) {
       if (const errc e = traits::capture::validate(context_for(0, 0, length, offsets)); e != errc{}) return e;
@@ -546,7 +547,8 @@ struct cache_core {
             .alignment = geometry.alignment,
             .block_size = geometry.block_size,
             .interval = options.capture_interval,
-            .offsets = offsets};
+            .offsets = offsets,
+            .capture_grid = traits::capture::off_grid ? geometry.block_size : geometry.alignment};
   }
 
   // ------------------------------------------------------------------------------------------------------

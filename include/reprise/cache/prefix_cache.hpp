@@ -169,12 +169,14 @@ public:
   /// least-recently-used unreferenced cached blocks, leaf first, when the free queue holds no reusable
   /// block), and with `snapshot_restore` picks the deepest usable snapshot (usable = largest u <= KV match
   /// with a snapshot at exactly u the accept policy allows) and plans captures. `capture_offsets` is read
-  /// only with `policy::caller_offsets`. With `cache_options::share_in_step` the chain continues into the full
+  /// only with `policy::caller_offsets` (in `policy::chat`): positions on the capture grid (the alignment
+  /// unit, or the KV block size where the policy captures off the alignment grid) where the caller wants
+  /// snapshots, e.g. its system prompt's end rounded down. With `cache_options::share_in_step` the chain continues into the full
   /// blocks that sequences admitted earlier in the current step compute and have not committed yet (see
   /// the option for the engine's precondition).
-  /// Errors: `duplicate_sequence` (s is live); `invalid_argument` (empty prompt, or a multimodal digest over
-  /// `max_multimodal_digest_bytes`); `out_of_range` (a prompt over `max_sequence_tokens(B)`, or a caller
-  /// offset outside (0, L]); `misaligned` (a caller offset off the alignment grid); `pool_exhausted` (no
+  /// Errors: `duplicate_sequence` (s is live); `invalid_argument` (empty prompt, a multimodal digest over
+  /// `max_multimodal_digest_bytes`, or capture offsets given to a policy without `caller_offsets`); `out_of_range` (a prompt over `max_sequence_tokens(B)`, or a caller
+  /// offset outside (0, L]); `misaligned` (a caller offset off the capture grid); `pool_exhausted` (no
   /// free sequence record, or not enough reusable blocks).
   /// Complexity: O(L) hashing plus O(1) expected per block.
   result<admit_plan> admit(seq_id s, std::span<const token_id> prompt, const extra_keys& keys = {},

@@ -44,6 +44,9 @@ struct capture_context {
   bool diverges = false;
   std::uint64_t interval = 0;   ///< `cache_options::capture_interval`
   std::span<const std::uint32_t> offsets{}; ///< offsets the caller passed to `admit`
+  /// The grid a capture may sit on: `alignment`, or `block_size` when a placement of the policy captures off
+  /// the alignment grid (those captures are `decode_continuation`).
+  std::uint64_t capture_grid = 1;
 };
 
 namespace detail {
@@ -135,16 +138,21 @@ struct branch_block {
   }
 };
 
-/// Capture at offsets the caller passes to `admit`: each a multiple of the alignment unit in (0, L].
+/// Capture at offsets the caller passes to `admit`, where the application knows its prompt's structure: a
+/// system prompt's end, where each message starts. A second conversation over the same system prompt then
+/// restores at its end from the first one's snapshot, where `branch_block` alone captures only once the
+/// prompts have met twice. Each offset is in (0, L] and on the capture grid: a multiple of the alignment unit,
+/// or, in a policy that also captures off that grid (`chat`), of the KV block size (the engine ends a prefill
+/// piece there: a `decode_continuation` snapshot). An engine rounds a message boundary down to the grid.
 struct caller_offsets {
   template <class Add>
   static constexpr void positions(const capture_context& c, Add&& add) {
     for (std::uint32_t p : c.offsets) add(p);
   }
-  /// Errors: `misaligned` (an offset off the alignment grid), `out_of_range` (an offset outside (0, L]).
+  /// Errors: `misaligned` (an offset off the capture grid), `out_of_range` (an offset outside (0, L]).
   static constexpr errc validate(const capture_context& c) noexcept {
     for (std::uint32_t p : c.offsets) {
-      if (p % c.alignment != 0) return errc::misaligned;
+      if (p % c.capture_grid != 0) return errc::misaligned;
       if (p == 0 || p > c.length) return errc::out_of_range;
     }
     return errc{};
@@ -259,15 +267,16 @@ struct snapshot_restore {
 
 // ----- presets named for what engines do -----
 
-/// Multi-turn chat: a snapshot at every turn end (the partial last block kept with it) and at the last KV
-/// block a prompt shares with a different cached continuation (a shared system prompt, `branch_block`);
+/// Multi-turn chat: a snapshot at every turn end (the partial last block kept with it), at the last KV
+/// block a prompt shares with a different cached continuation (a shared system prompt, `branch_block`) and
+/// at the offsets the caller passes to `admit` (a system prompt's end, before a second prompt meets it);
 /// `decode_continuation` state accepted, so a next turn restores exactly where the previous one stopped and
 /// a new conversation at most B - 1 tokens before the end of the prefix it shares. A hit is bitwise the same
 /// session continuing (not a cold prefill of the same tokens). No `last_aligned`: inside a conversation the
 /// turn end supersedes it, and under a tight snapshot budget those captures would evict other
 /// conversations' turn ends. Decode checkpoints are on when `cache_options::decode_checkpoint_interval` is
 /// set. Measured figures: docs/chat.md.
-using chat = snapshot_restore<capture<branch_block, end_of_turn, decode_checkpoints>, accept_any>;
+using chat = snapshot_restore<capture<branch_block, end_of_turn, decode_checkpoints, caller_offsets>, accept_any>;
 
 /// Every hit bitwise equal to a cold prefill of the same tokens: prefill-exact snapshots and blocks only
 /// (turn ends restore only as far as the last aligned position before them).
@@ -311,6 +320,8 @@ struct capture_traits<capture<Placements...>> {
   /// Some placement captures off the alignment grid (on the block grid), as decode_continuation.
   static constexpr bool off_grid = (detail::off_grid<Placements>() || ...);
   static constexpr bool plans_at_admit = (capture_placement<Placements> || ...);
+  /// `admit` reads the caller's capture offsets (`caller_offsets`).
+  static constexpr bool reads_offsets = (std::is_same_v<Placements, caller_offsets> || ...);
   /// Whether every `fixed_interval` is a multiple of `alignment`.
   static constexpr bool intervals_aligned(std::uint64_t alignment) noexcept {
     return (detail::interval_aligned<Placements>(alignment) && ...);
@@ -335,12 +346,14 @@ struct policy_traits; // only the three policies above are policies
 template <>
 struct policy_traits<block_sharing> {
   static constexpr bool restores_snapshots = false;
+  static constexpr bool reads_capture_offsets = false;
   static constexpr bool skips_prefill = true;
   static constexpr bool accepts_decode_continuation = false;
 };
 template <>
 struct policy_traits<memory_only> {
   static constexpr bool restores_snapshots = false;
+  static constexpr bool reads_capture_offsets = false;
   static constexpr bool skips_prefill = false;
   /// Shared KV feeds every recomputed token's attention: only prefill-exact blocks keep it bit-exact.
   static constexpr bool accepts_decode_continuation = false;
@@ -349,6 +362,8 @@ template <class... Options>
 struct policy_traits<snapshot_restore<Options...>> {
   using capture = detail::capture_traits<typename snapshot_restore<Options...>::capture_type>;
   static constexpr bool restores_snapshots = true;
+  /// `admit` takes capture offsets (else offsets given to it are an error).
+  static constexpr bool reads_capture_offsets = capture::reads_offsets;
   static constexpr bool skips_prefill = true;
   static constexpr bool accepts_decode_continuation =
       snapshot_restore<Options...>::accept_type::accepts_decode_continuation;

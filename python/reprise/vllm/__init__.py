@@ -30,6 +30,20 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+#: Where a request passes Reprise its capture offsets: ``SamplingParams(extra_args={"kv_transfer_params":
+#: {CAPTURE_OFFSETS: [...]}})``, as :func:`extra_args` builds it.
+CAPTURE_OFFSETS = "reprise_capture_offsets"
+
+
+def extra_args(capture_offsets: list[int]) -> dict[str, Any]:
+    """``SamplingParams(extra_args=...)`` for a request whose prompt has parts other requests share: pass where they
+    end (a system prompt's end, in tokens). Under policy 'chat' the connector rounds each down to Reprise's block size
+    and snapshots the state there as the request is prefilled, so the next conversation over the same system prompt
+    restores there the first time it meets it (without them, only from the third conversation on). Other policies
+    ignore them (with a warning)."""
+    return {"kv_transfer_params": {CAPTURE_OFFSETS: [int(p) for p in capture_offsets]}}
+
+
 class VersionMismatch(RuntimeError):
     """The installed vLLM is not the release the connector was tested with."""
 

@@ -45,12 +45,13 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorRole,
     SupportsHMA,
 )
+from vllm.logger import init_logger
 from vllm.v1.kv_cache_interface import AttentionSpec, MambaSpec
 from vllm.v1.request import RequestStatus
 
 import reprise
 
-from . import DEFAULTS, check_vllm_version
+from . import CAPTURE_OFFSETS, DEFAULTS, check_vllm_version
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -62,6 +63,11 @@ if TYPE_CHECKING:
     from vllm.v1.request import Request
 
 _DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
+
+#: The named PrefixCache policies that take capture offsets (policy::caller_offsets).
+_READS_CAPTURE_OFFSETS = frozenset({"chat"})
+
+logger = init_logger(__name__)
 
 #: Seconds spent in each of the connector's hooks and calls, both roles, this process (see :func:`profile`).
 _PROFILE: defaultdict[str, float] = defaultdict(float)
@@ -232,6 +238,7 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
             self.prefill_tokens = self.skipped_tokens = 0
             self.untracked = 0   # requests served without the connector: larger than its budgets
             self.preempted = 0   # preempted requests released (admitted again when vLLM recomputes them)
+            self.ignored_offsets = 0   # requests whose capture offsets were not used (see _capture_offsets)
         else:
             self._kv: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}  # layer -> (vLLM blocks, offsets, pool)
             self._state: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {}  # layer -> [(vLLM, pool)]
@@ -262,7 +269,7 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
         seq_id = self._next_seq
         self._next_seq += 1
         try:
-            plan = self.cache.admit(seq_id, tokens)
+            plan = self.cache.admit(seq_id, tokens, capture_offsets=self._capture_offsets(request, len(tokens)))
         except (reprise.PoolExhausted, reprise.OutOfRange):
             # Longer than Reprise's budgets (or every block in use): vLLM serves it without the connector.
             self.untracked += 1
@@ -271,6 +278,25 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
                         {int(p): int(s) for p, s in plan.captures.tolist()})
         self._seqs[request.request_id] = seq
         return seq
+
+    def _capture_offsets(self, request: Request, length: int) -> list[int] | None:
+        """The request's capture offsets (:func:`reprise.vllm.extra_args`) on Reprise's capture grid: each rounded
+        down to the block size, those at 0 or past the prompt dropped. Offsets the policy does not read, or that are
+        not a list of integers, are not used: the request is served without them and a warning names it (the
+        scheduler cannot refuse a request, and raising here would stop the engine)."""
+        given = (request.kv_transfer_params or {}).get(CAPTURE_OFFSETS)
+        if given is None:
+            return None
+        policy = self.geometry.options["policy"]
+        valid = isinstance(given, (list, tuple)) and all(isinstance(p, int) and not isinstance(p, bool) for p in given)
+        if policy not in _READS_CAPTURE_OFFSETS or not valid:
+            self.ignored_offsets += 1
+            why = f"policy '{policy}' takes none" if valid else "not a list of integers"
+            logger.warning("reprise.vllm: request %s: %s %r not used (%s)", request.request_id, CAPTURE_OFFSETS,
+                           given, why)
+            return None
+        b = self.cache.block_size
+        return sorted({p // b * b for p in given if b <= p <= length}) or None
 
     @_timed
     def update_state_after_alloc(self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int):
