@@ -6,10 +6,13 @@
 #
 #   scripts/fetch-llama.sh            # fetch, patch, build: .deps/llama.cpp/build/bin/llama-server
 #   scripts/fetch-llama.sh --no-build # fetch and patch only
+#   scripts/fetch-llama.sh --bin-dir  # print the folder the binaries are built into, and do nothing else
 #
 # Environment: REPRISE_LLAMA_JOBS (default 2), REPRISE_LLAMA_DIR (default .deps/llama.cpp), REPRISE_LLAMA_OPT
 # (the compiler's optimisation flag, default -O3; CI builds with -O1, which halves the compile time on 2 cores,
-# and its tests compare runs of one build, so the level does not change what they check).
+# and its tests compare runs of one build, so the level does not change what they check). Each level builds in
+# a folder of its own (build for -O3, build-O1 for -O1, ...), so switching levels rebuilds nothing.
+# The server embeds no web UI: the build never downloads llama.cpp's prebuilt UI assets (unpinned).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 version=0.3.36
@@ -20,8 +23,11 @@ patch_file="$root/integrations/llama.cpp/llama-server-reprise.patch"
 jobs="${REPRISE_LLAMA_JOBS:-2}"
 opt="${REPRISE_LLAMA_OPT:--O3}"
 case "$opt" in -O0|-O1|-O2|-O3|-Os) ;; *) echo "fetch-llama: REPRISE_LLAMA_OPT must be one of -O0 -O1 -O2 -O3 -Os, not '$opt'" >&2; exit 2;; esac
+bdir="$dir/build"
+[ "$opt" = -O3 ] || bdir="$dir/build$opt"
 build=1
 [ "${1:-}" = --no-build ] && build=0
+if [ "${1:-}" = --bin-dir ]; then echo "$bdir/bin"; exit 0; fi
 
 mkdir -p "$root/.deps"
 if [ ! -f "$archive" ] || ! echo "$sha256  $archive" | sha256sum -c --status; then
@@ -43,11 +49,15 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   tar -xzf "$archive" -C "$tmp" "llama_cpp_python-$version/vendor/llama.cpp"
   src="$tmp/llama_cpp_python-$version/vendor/llama.cpp"
   (cd "$src" && patch -p1 --forward --quiet < "$patch_file")
-  # Keep an existing build folder (ccache and ninja then rebuild only what the patch changed).
-  if [ -d "$dir/build" ]; then mv "$dir/build" "$tmp/build"; fi
+  # Keep the existing build folders (ccache and ninja then rebuild only what the patch changed).
+  for b in "$dir"/build "$dir"/build-O*; do
+    if [ -d "$b" ]; then mv "$b" "$tmp/"; fi
+  done
   rm -rf "$dir"
   mv "$src" "$dir"
-  if [ -d "$tmp/build" ]; then mv "$tmp/build" "$dir/build"; fi
+  for b in "$tmp"/build "$tmp"/build-O*; do
+    if [ -d "$b" ]; then mv "$b" "$dir/"; fi
+  done
   rm -rf "$tmp"
   echo "$want" > "$stamp"
 fi
@@ -59,12 +69,14 @@ if command -v ccache >/dev/null; then
   # Paths below the checkout are hashed relative to it, so another clone or worktree reuses the objects.
   export CCACHE_BASEDIR="$root"
 fi
-if [ ! -f "$dir/build/build.ninja" ] || ! grep -q "REPRISE_SOURCE_DIR:PATH=$root\$" "$dir/build/CMakeCache.txt" 2>/dev/null ||
-   ! grep -q "CMAKE_CXX_FLAGS_RELEASE:STRING=$opt -DNDEBUG\$" "$dir/build/CMakeCache.txt" 2>/dev/null; then
-  cmake -S "$dir" -B "$dir/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF \
+if [ ! -f "$bdir/build.ninja" ] || ! grep -q "REPRISE_SOURCE_DIR:PATH=$root\$" "$bdir/CMakeCache.txt" 2>/dev/null ||
+   ! grep -q "CMAKE_CXX_FLAGS_RELEASE:STRING=$opt -DNDEBUG\$" "$bdir/CMakeCache.txt" 2>/dev/null ||
+   ! grep -q "LLAMA_USE_PREBUILT_UI:BOOL=OFF\$" "$bdir/CMakeCache.txt" 2>/dev/null; then
+  cmake -S "$dir" -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF \
     -DCMAKE_C_FLAGS_RELEASE="$opt -DNDEBUG" -DCMAKE_CXX_FLAGS_RELEASE="$opt -DNDEBUG" \
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON \
-    -DLLAMA_BUILD_SERVER=ON -DREPRISE_SOURCE_DIR:PATH="$root" "${launcher[@]}" >/dev/null
+    -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DREPRISE_SOURCE_DIR:PATH="$root" \
+    "${launcher[@]}" >/dev/null
 fi
-ninja -C "$dir/build" -j"$jobs" llama-server test-llama-archs
-echo "fetch-llama: $dir/build/bin/llama-server (and test-llama-archs, which writes random-weight models)"
+ninja -C "$bdir" -j"$jobs" llama-server test-llama-archs
+echo "fetch-llama: $bdir/bin/llama-server (and test-llama-archs, which writes random-weight models)"

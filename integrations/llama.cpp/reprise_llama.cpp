@@ -5,15 +5,19 @@
 #include <reprise/reprise.hpp>
 
 #include <algorithm>
-#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <optional>
 #include <span>
-#include <string_view>
 #include <utility>
 #include <vector>
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <sys/resource.h>
+#include <unistd.h>
+#endif
 
 namespace reprise::llama {
 
@@ -23,24 +27,23 @@ bool parse_mode(const std::string& text, mode& out) noexcept {
   return false;
 }
 
-bool parse_bytes(const std::string& whole, std::size_t& out) noexcept {
-  std::string_view text = whole;
-  std::size_t unit = 1;
-  if (!text.empty()) {
-    switch (text.back()) {
-    case 'K': case 'k': unit = std::size_t{1} << 10; break;
-    case 'M': case 'm': unit = std::size_t{1} << 20; break;
-    case 'G': case 'g': unit = std::size_t{1} << 30; break;
-    default: break;
-    }
-    if (unit != 1) text.remove_suffix(1);
+bool check_budget(std::uint64_t bytes, std::string& error) {
+  if (bytes == 0) return true;
+#if defined(__unix__) || defined(__APPLE__)
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0 && bytes / static_cast<std::uint64_t>(page) >= static_cast<std::uint64_t>(pages)) {
+    error = std::to_string(bytes) + " bytes is more than this machine's memory (" +
+            std::to_string(static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page)) + " bytes)";
+    return false;
   }
-  if (text.empty()) return false;
-  std::size_t v = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc{} || end != text.data() + text.size() || v == 0) return false;
-  if (v > std::numeric_limits<std::size_t>::max() / unit) return false;
-  out = v * unit;
+  rlimit as{};
+  if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY && bytes >= as.rlim_cur) {
+    error = std::to_string(bytes) + " bytes is more than this process's address-space limit (" +
+            std::to_string(static_cast<std::uint64_t>(as.rlim_cur)) + " bytes, ulimit -v)";
+    return false;
+  }
+#endif
   return true;
 }
 
@@ -50,7 +53,9 @@ std::string to_string(const adapter_stats& s) {
          " snapshot bytes held " + std::to_string(s.snapshot_bytes_held) + " of budget " +
          std::to_string(s.snapshot_budget_bytes) + " (slots " + std::to_string(s.snapshot_slots) + ") kept KV cells " +
          std::to_string(s.kv_cells_kept) + " requests out of cell order " + std::to_string(s.requests_out_of_order) +
-         " last in order " + (s.last_in_order ? "yes" : "no");
+         " last in order " + (s.last_in_order ? std::string("yes")
+                                              : "no from position " + std::to_string(s.last_order_break) +
+                                                    " (skipped " + std::to_string(s.last_skipped) + ")");
 }
 
 namespace {
@@ -71,24 +76,50 @@ fault fault_from_env() {
 
 std::string errc_text(reprise::errc e) { return std::string(reprise::to_string(e)); }
 
-/// The model's layers as Reprise layer groups (consecutive equal shapes merged), or an error message.
-std::optional<std::vector<reprise::layer_spec>> layers_of(const llama_model* model, std::uint32_t block_size,
+/// The dtype whose size gives the bytes of the KV cache's K and V elements (llama.cpp's -ctk / -ctv), or none:
+/// a quantized type, or K and V of different sizes (Reprise's KV shape has one element type).
+std::optional<reprise::dtype> kv_type(ggml_type k, ggml_type v) {
+  auto of = [](ggml_type t) -> std::optional<reprise::dtype> {
+    switch (t) {
+    case GGML_TYPE_F32: return reprise::dtype::f32;
+    case GGML_TYPE_F16: return reprise::dtype::f16;
+    case GGML_TYPE_BF16: return reprise::dtype::bf16;
+    default: return std::nullopt;
+    }
+  };
+  const auto a = of(k), b = of(v);
+  if (!a || !b || reprise::size_of(*a) != reprise::size_of(*b)) return std::nullopt;
+  return a;
+}
+
+/// The model's layer states as Reprise layer groups (consecutive equal shapes merged), or an error message. A
+/// layer that runs attention and Mamba2 side by side (Falcon-H1) gives both: its KV in the attention memory
+/// and its Mamba2 state in the snapshots.
+std::optional<std::vector<reprise::layer_spec>> layers_of(const llama_model* model, const options& o,
                                                           bool& recurrent, std::string& error) {
+  const std::uint32_t block_size = o.block_size;
   const int n = llama_reprise_model_layers(model, nullptr, 0);
   std::vector<llama_reprise_layer> ls(static_cast<std::size_t>(n));
   llama_reprise_model_layers(model, ls.data(), n);
   std::vector<reprise::layer_spec> groups;
   recurrent = false;
   bool any = false;
-  for (int il = 0; il < n; ++il) {
-    const llama_reprise_layer& l = ls[static_cast<std::size_t>(il)];
+  for (const llama_reprise_layer& l : ls) {
+    const int il = l.layer;
     reprise::layer_spec spec{reprise::kv_shape{}, 1};
     switch (l.kind) {
     case LLAMA_REPRISE_LAYER_NONE: continue;
-    case LLAMA_REPRISE_LAYER_ATTENTION:
+    case LLAMA_REPRISE_LAYER_ATTENTION: {
+      const std::optional<reprise::dtype> type = kv_type(o.type_k, o.type_v);
+      if (!type) {
+        error = std::string("Reprise accounts a KV cache of f32, f16 or bf16 with K and V of one size, not -ctk ") +
+                ggml_type_name(o.type_k) + " -ctv " + ggml_type_name(o.type_v);
+        return std::nullopt;
+      }
       spec.shape = reprise::kv_shape{.kv_heads = l.kv_heads, .head_dim = l.head_dim, .block_size = block_size,
-                                     .type = reprise::dtype::f16};
+                                     .type = *type};
       break;
+    }
     case LLAMA_REPRISE_LAYER_MAMBA2:
       // llama.cpp's ssm_scan and ssm_conv are per-token recurrences on the CPU (docs/llama.cpp.md): any
       // position is exact. Reprise's shapes take a chunk of 64 at least, so snapshots sit on that grid.
@@ -142,6 +173,19 @@ class cache_impl final : public server_cache {
     std::uint32_t committed = 0;
     std::uint32_t tagged = 0; ///< blocks [0, tagged) of the table have their cells kept
     std::vector<reprise::capture_point> pending;
+    /// The order of the sequence's KV cells, checked for positions [0, order_checked): the first position
+    /// whose cell lies below an earlier position's (`ordered_until`, unbounded while none), and the highest
+    /// cell seen. Cells never move while the request runs, so what was checked stays true.
+    std::uint32_t order_checked = 0;
+    std::uint32_t ordered_until = std::numeric_limits<std::uint32_t>::max();
+    std::uint32_t top_cell = 0;
+    /// The highest kept cell of the blocks the admit shared (their cells, not the slot's own recomputation of
+    /// them past the usable skip), and where the slot's own blocks start: a block of its own published with
+    /// cells below that one would hand a later hit a prefix out of position order.
+    std::uint32_t chain_top = 0;
+    std::uint32_t chain_from = std::numeric_limits<std::uint32_t>::max();
+    std::uint32_t chain_until = std::numeric_limits<std::uint32_t>::max(); ///< the first position that breaks it
+    slot_figures figures; ///< kept across the slot's requests
   };
 
 public:
@@ -150,6 +194,9 @@ public:
         has_attention_(llama_reprise_kv_cells(ctx, 0, 0, 1, nullptr, 0) >= 0),
         keeper_(static_cast<llama_seq_id>(llama_max_parallel_sequences()) - 1), text_(std::move(text)),
         fault_(fault_from_env()) {
+    // a slot's new cells go above every cell its sequence holds (shared ones included) while there is room:
+    // llama.cpp would otherwise refill the first free cells, below a conversation's prefix
+    if (has_attention_) llama_reprise_kv_alloc_above_seq(ctx_);
     block_cells_.resize(cache_.kv_blocks());
     cell_refs_.resize(llama_n_ctx(ctx_) + 1024, 0);
     snapshots_.resize(cache_.snapshot_slots());
@@ -161,7 +208,7 @@ public:
     if (s.live) drop(slot);
     const auto sid = static_cast<llama_seq_id>(slot);
     llama_memory_seq_rm(llama_get_memory(ctx_), sid, -1, -1);
-    s = slot_state{};
+    s = slot_state{.figures = s.figures};
     s.seq = next_seq_++;
     s.tokens.assign(prompt.begin(), prompt.end());
     s.prompt_len = static_cast<std::uint32_t>(prompt.size());
@@ -217,15 +264,20 @@ public:
           return -1;
         }
         ++stats_.snapshot_restores;
+        ++s.figures.restores;
       }
     }
     s.committed = usable;
     // Shared blocks' cells are kept already. Those past the usable skip are recomputed into cells of the slot's
     // own (llama.cpp writes KV for every token it decodes), which the block's kept cells do not include.
     s.tagged = plan->shared_blocks;
+    for (std::size_t i = 0; i < plan->shared_blocks; ++i)
+      for (const cell_ref& c : block_cells_[static_cast<std::size_t>(s.table[i])]) s.chain_top = std::max(s.chain_top, c.cell);
+    if (plan->shared_blocks != 0) s.chain_from = plan->shared_blocks * b;
     s.pending.assign(plan->captures.begin(), plan->captures.end());
     stats_.prompt_tokens += prompt.size();
     stats_.skipped_tokens += usable;
+    stats_.last_skipped = usable;
     return static_cast<std::int32_t>(usable);
   }
 
@@ -239,24 +291,36 @@ public:
 
   bool before_feed(int slot, std::uint32_t n_fed, std::string& error) override {
     slot_state& s = slots_[static_cast<std::size_t>(slot)];
-    // An attention-only model (`block_sharing`) publishes only what its prompts prefilled: llama.cpp's CPU
-    // kernels give a decoded token's KV other bits than a prefilled one's (docs/llama.cpp.md), and
-    // block_sharing has no exactness class to tell them apart. Decoded tokens are extended, never committed.
-    if (!restores) n_fed = std::min(n_fed, s.prompt_len);
-    if (!s.live || n_fed <= s.committed) return true;
+    if (!s.live) return true;
+    // What may be published: an attention-only model (`block_sharing`) publishes only what its prompts
+    // prefilled: llama.cpp's CPU kernels give a decoded token's KV other bits than a prefilled one's
+    // (docs/llama.cpp.md), and block_sharing has no exactness class to tell them apart. Decoded tokens are
+    // extended, never committed.
+    std::uint32_t publish = restores ? n_fed : std::min(n_fed, s.prompt_len);
+    // Nor is anything computed once the sequence's cells left position order: the flash-attention kernel
+    // folds cells in cell order, so those tokens' KV and every state after them carry other bits than a cold
+    // prefill's (`strict`) or the never-ending session's (`chat`). They stay uncommitted: no block or snapshot
+    // of them is published, and the request ends with `release` (no turn-end snapshot).
+    publish = std::min(publish, in_order_until(slot, publish));
+    // Nor a block whose cells lie below the kept cells of the blocks before it in the cache (the prefix a
+    // later hit shares would be out of order there).
+    publish = std::min(publish, s.chain_until);
+    if (publish <= s.committed) return true;
     std::vector<std::uint32_t> written;
     for (const reprise::capture_point& c : s.pending) {
-      if (c.position == static_cast<std::int64_t>(n_fed)) {
+      // the live state has folded n_fed tokens: a capture is due only there
+      if (c.position == static_cast<std::int64_t>(n_fed) && n_fed == publish) {
         capture(slot, c.slot);
         written.push_back(n_fed);
       }
     }
     std::erase_if(s.pending, [&](const reprise::capture_point& c) { return c.position <= static_cast<std::int64_t>(n_fed); });
-    auto r = cache_.commit(s.seq, n_fed, written);
+    auto r = cache_.commit(s.seq, publish, written);
     if (!r) {
       error = "Reprise: commit failed: " + errc_text(r.error());
       return false;
     }
+    n_fed = publish;
     s.committed = n_fed;
     // Keep the cells of every block that became full (one scan of the cells for all of them).
     const std::uint32_t b = opts_.block_size;
@@ -295,7 +359,17 @@ public:
       drop(slot);
       return;
     }
-    note_order(slot, n_fed);
+    const bool ordered = in_order_until(slot, n_fed) >= n_fed;
+    stats_.last_in_order = ordered;
+    stats_.last_order_break = ordered ? 0 : s.ordered_until;
+    s.figures.last_in_order = ordered;
+    if (!ordered) ++stats_.requests_out_of_order;
+    if (!ordered || (restores && s.committed < n_fed)) {
+      // the state at n_fed was computed out of cell order, or past a block kept unpublished: nothing of it is kept
+      (void)cache_.release(s.seq);
+      s.live = false;
+      return;
+    }
     auto fin = cache_.finish(s.seq, {.last_turn = last_turn});
     if (fin && fin->capture.slot != reprise::no_slot) {
       capture(slot, fin->capture.slot);
@@ -311,6 +385,7 @@ public:
   void drop(int slot) override {
     slot_state& s = slots_[static_cast<std::size_t>(slot)];
     stats_.last_in_order = true; // nothing of the request is kept or compared
+    s.figures.last_in_order = true;
     if (!s.live) return;
     (void)cache_.release(s.seq);
     s.live = false;
@@ -330,20 +405,38 @@ public:
     return a;
   }
 
+  slot_figures slot_stats(int slot) const override {
+    if (slot < 0 || static_cast<std::size_t>(slot) >= slots_.size()) return {};
+    return slots_[static_cast<std::size_t>(slot)].figures;
+  }
+
   std::string describe() const override { return text_; }
 
 private:
-  /// Whether the slot's cells for [0, n) sit in position order (cell index increasing with position).
-  void note_order(int slot, std::uint32_t n) {
-    if (!has_attention_) return;
-    std::vector<std::uint32_t> cells(n);
-    const int32_t got = llama_reprise_kv_cells(ctx_, static_cast<llama_seq_id>(slot), 0, static_cast<llama_pos>(n),
-                                               cells.data(), static_cast<int32_t>(n));
-    bool ordered = got >= 0;
-    for (std::size_t j = 1; ordered && j < cells.size() && j < static_cast<std::size_t>(got); ++j)
-      ordered = cells[j] > cells[j - 1];
-    stats_.last_in_order = ordered;
-    if (!ordered) ++stats_.requests_out_of_order;
+  /// The first position below `n` whose KV cell lies below the cell of an earlier position of the slot's
+  /// sequence (its cells, shared ones included, are then out of position order from there on), or
+  /// `std::numeric_limits<std::uint32_t>::max()` when [0, n) is in order. Checks only what is new since the
+  /// last call; a model without attention layers has no cells and is always in order.
+  std::uint32_t in_order_until(int slot, std::uint32_t n) {
+    slot_state& s = slots_[static_cast<std::size_t>(slot)];
+    if (!has_attention_ || n <= s.order_checked || s.ordered_until != std::numeric_limits<std::uint32_t>::max())
+      return s.ordered_until;
+    std::vector<std::uint32_t> cells(n - s.order_checked);
+    const int32_t got = llama_reprise_kv_cells(ctx_, static_cast<llama_seq_id>(slot), static_cast<llama_pos>(s.order_checked),
+                                               static_cast<llama_pos>(n), cells.data(), static_cast<int32_t>(cells.size()));
+    // (a position without a cell, which only a deliberately wrong restore leaves, is not an order question)
+    cells.resize(std::min(cells.size(), static_cast<std::size_t>(std::max(got, 0))));
+    for (std::size_t j = 0; j < cells.size(); ++j) {
+      const auto pos = static_cast<std::uint32_t>(s.order_checked + j);
+      if (pos >= s.chain_from && cells[j] <= s.chain_top) s.chain_until = std::min(s.chain_until, pos);
+      if (pos > 0 && cells[j] < s.top_cell) {
+        s.ordered_until = pos;
+        break;
+      }
+      s.top_cell = cells[j];
+    }
+    s.order_checked = n;
+    return s.ordered_until;
   }
 
   void capture(int slot, reprise::slot_id dst) {
@@ -354,6 +447,7 @@ private:
     buf.resize(n);
     snapshot_bytes_ = std::max(snapshot_bytes_, n);
     ++stats_.captures;
+    ++slots_[static_cast<std::size_t>(slot)].figures.captures;
   }
 
   /// Keeps the cells of positions [p0, p1) of the slot for `ids` (consecutive blocks from position p0, the
@@ -409,8 +503,21 @@ std::unique_ptr<server_cache> make(const reprise::model_config& cfg, llama_conte
   reprise::cache_options co;
   co.kv_blocks = llama_n_ctx(ctx) / o.block_size;
   co.max_sequences = static_cast<std::uint32_t>(n_slots);
-  co.snapshot_budget_bytes = o.snapshot_budget_bytes;
-  auto c = reprise::prefix_cache<reprise::dynamic_model, Policy>::create(cfg, co);
+  co.snapshot_budget_bytes = static_cast<std::size_t>(o.snapshot_budget_bytes);
+  // Every snapshot sits on a KV block (a full one, or a kept partial one), at most one of each exactness class
+  // per block: slots past two per KV block are never used, so a larger budget is not spent on their records.
+  const std::size_t per_snapshot = cfg.facts().bytes_per_snapshot;
+  if (per_snapshot != 0 && co.snapshot_budget_bytes / per_snapshot > 2 * std::size_t{co.kv_blocks})
+    co.snapshot_budget_bytes = 2 * std::size_t{co.kv_blocks} * per_snapshot;
+  std::optional<reprise::result<reprise::prefix_cache<reprise::dynamic_model, Policy>>> made;
+  try {
+    made.emplace(reprise::prefix_cache<reprise::dynamic_model, Policy>::create(cfg, co));
+  } catch (const std::bad_alloc&) {
+    error = "not enough memory for Reprise's pools (" + std::to_string(co.kv_blocks) + " KV blocks, " +
+            std::to_string(co.snapshot_budget_bytes / std::max<std::size_t>(per_snapshot, 1)) + " snapshot slots)";
+    return nullptr;
+  }
+  auto& c = *made;
   if (!c) {
     error = "Reprise cannot cache this model with these options: " + errc_text(c.error());
     if (c.error() == reprise::errc::budget_too_small)
@@ -418,7 +525,8 @@ std::unique_ptr<server_cache> make(const reprise::model_config& cfg, llama_conte
                std::to_string(cfg.facts().bytes_per_snapshot) + " bytes)";
     return nullptr;
   }
-  text += ", " + std::to_string(c->kv_blocks()) + " KV blocks of " + std::to_string(o.block_size) + " tokens, " +
+  text += ", " + std::to_string(c->kv_blocks()) + " KV blocks of " + std::to_string(o.block_size) + " tokens (" +
+          std::to_string(cfg.facts().bytes_per_kv_block) + " bytes), " +
           std::to_string(c->snapshot_slots()) + " snapshot slots, alignment " + std::to_string(c->alignment());
   return std::make_unique<cache_impl<Policy>>(std::move(*c), ctx, o, n_slots, std::move(text));
 }
@@ -433,7 +541,7 @@ std::unique_ptr<server_cache> server_cache::create(llama_context* ctx, const lla
     return nullptr;
   }
   bool recurrent = false;
-  auto groups = layers_of(model, o.block_size, recurrent, error);
+  auto groups = layers_of(model, o, recurrent, error);
   if (!groups) return nullptr;
   const bool attention = std::any_of(groups->begin(), groups->end(), [](const reprise::layer_spec& g) {
     return g.family() == reprise::state_family::kv_block;

@@ -32,14 +32,16 @@ enum class mode : std::uint8_t { chat, strict };
 /// Parses "chat" / "strict"; false for anything else.
 bool parse_mode(const std::string& text, mode& out) noexcept;
 
-/// Parses a byte count: digits with an optional K, M or G suffix (binary units); false for anything else,
-/// for 0 and for values that overflow.
-bool parse_bytes(const std::string& text, std::size_t& out) noexcept;
+/// Whether this machine can hold a snapshot budget of `bytes` (0: none asked for): not more than its
+/// physical memory, nor than the process's address-space limit. False with `error` saying why.
+bool check_budget(std::uint64_t bytes, std::string& error);
 
 struct options {
   mode policy = mode::chat;
-  std::size_t snapshot_budget_bytes = 0;
+  std::uint64_t snapshot_budget_bytes = 0;
   std::uint32_t block_size = 32; // a multiple of the ubatches the exactness tests run (docs/llama.cpp.md)
+  ggml_type type_k = GGML_TYPE_F16; ///< the KV cache's types (-ctk / -ctv): the bytes of a KV block
+  ggml_type type_v = GGML_TYPE_F16;
 };
 
 /// What a server reports in its metrics.
@@ -49,13 +51,22 @@ struct adapter_stats {
   std::uint64_t snapshot_restores = 0;
   std::uint64_t captures = 0;
   std::size_t snapshot_bytes_held = 0; ///< bytes in the host buffers of published snapshots
-  std::size_t snapshot_budget_bytes = 0;
+  std::uint64_t snapshot_budget_bytes = 0;
   std::uint32_t snapshot_slots = 0;
   std::uint32_t kv_cells_kept = 0; ///< cells the keeper holds
   /// Requests whose KV cells were not in position order at their end (docs/llama.cpp.md: the CPU flash
   /// attention kernel visits cells in cell order, so such a request may round differently from a cold run).
   std::uint64_t requests_out_of_order = 0;
   bool last_in_order = true; ///< the last finished request's cells were in position order
+  std::uint32_t last_order_break = 0; ///< if not, the first position whose cell lies below an earlier one's
+  std::uint32_t last_skipped = 0;     ///< the prompt tokens the last request skipped
+};
+
+/// What one slot's requests did (llama-server's `/slots`).
+struct slot_figures {
+  std::uint64_t restores = 0;
+  std::uint64_t captures = 0;
+  bool last_in_order = true;
 };
 
 /// One log line: "reprise: prompt tokens P skipped S restores R captures C snapshot bytes held H of budget B
@@ -91,6 +102,9 @@ public:
   virtual void step_complete() = 0;
 
   virtual adapter_stats stats() const = 0;
+  /// One slot's figures: restores and captures of its requests so far, and whether its last request's KV
+  /// cells were in position order.
+  virtual slot_figures slot_stats(int slot) const = 0;
   virtual std::string describe() const = 0;
 };
 

@@ -8,6 +8,6 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 work="${1:-$root/build-llama-tests}"
 shift || true
 "$root/scripts/fetch-llama.sh"
-bin="${REPRISE_LLAMA_DIR:-$root/.deps/llama.cpp}/build/bin"
+bin="$("$root/scripts/fetch-llama.sh" --bin-dir)"
 exec python3 "$root/integrations/llama.cpp/test_llama_server.py" --server "$bin/llama-server" \
   --archs "$bin/test-llama-archs" --workdir "$work" "$@"

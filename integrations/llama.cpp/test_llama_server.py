@@ -11,7 +11,7 @@ For each model (tiny random-weight GGUFs written at test time by llama.cpp's tes
           comparisons;
   errors: bad option values and a model Reprise cannot cache stop the server at startup with a message.
 
-Usage: test_llama_server.py --server BIN --archs BIN --workdir DIR [--only strict,chat,faults,errors]
+Usage: test_llama_server.py --server BIN --archs BIN --workdir DIR [--only strict,chat,branch,faults,errors]
 Exit status 0 when every check passes.
 """
 import argparse
@@ -26,8 +26,12 @@ import urllib.error
 import urllib.request
 import zlib
 
-MODELS = ["nemotron_h", "qwen35", "llama"]  # Mamba2 + attention, gated delta + attention, attention only
-HYBRID = {"nemotron_h", "qwen35"}
+# Mamba2 + attention, gated delta + attention, attention and Mamba2 side by side in each layer, Mamba2 only,
+# attention only
+MODELS = ["nemotron_h", "qwen35", "falcon-h1", "mamba2", "llama"]
+# models with recurrent layers (the last four run with --models only: CI's time goes to the five above)
+HYBRID = {"nemotron_h", "qwen35", "falcon-h1", "mamba2", "granitehybrid", "nemotron_h_moe", "qwen3next", "qwen35moe"}
+ATTENTION_FREE = {"mamba2"}
 # What every server of a comparison shares (docs/llama.cpp.md, "Which equalities hold"): one unified KV cache,
 # flash attention, ubatches of 32 tokens (never the tiled kernel), one thread (one KV chunk in decode).
 COMMON = ["-c", "1024", "-b", "512", "-ub", "32", "-t", "1", "-tb", "1", "-fa", "on", "-kvu", "--no-warmup",
@@ -106,6 +110,30 @@ def workload(seed, n_conv=3, turns=4):
     return system, steps
 
 
+def branching_workload(seed, n_conv=8, n_steps=36):
+    """Interleaved conversations over system prompts of 37, 101 and 333 tokens, with regenerated, edited and
+    forked turns: (operation, conversation, source conversation, user tokens, reply length) in arrival order.
+    `new` opens a conversation on a system prompt (the source names which), `next` continues it, `regen` asks
+    its last prompt again, `edit` replaces its last user message, `fork` opens it as a copy of the source
+    conversation's history with a new message. A quarter of the replies are one token."""
+    rng = random.Random(seed)
+    steps, opened = [], []
+    while len(steps) < n_steps:
+        user = [rng.randrange(4, 128) for _ in range(rng.randrange(1, 91))]
+        reply = 1 if rng.random() < 0.25 else rng.randrange(2, 25)
+        if len(opened) < n_conv and (len(opened) < 2 or rng.random() < 0.3):
+            c = len(opened)
+            if len(opened) >= 3 and rng.random() < 0.4:
+                steps.append(("fork", c, rng.choice(opened), user, reply))
+            else:
+                steps.append(("new", c, c % 3, user, reply))
+            opened.append(c)
+            continue
+        op = rng.choices(["next", "regen", "edit"], weights=[6, 2, 2])[0]
+        steps.append((op, rng.choice(opened), None, user, reply))
+    return steps
+
+
 def output_of(res):
     """What must be equal: the generated tokens and every top-5 log-probability, as the JSON carries them."""
     probs = [(p["id"], p["logprob"], [(t["id"], t["logprob"]) for t in p["top_logprobs"]])
@@ -155,6 +183,84 @@ def run_pair(candidate, reference, system, steps, ref_cache_prompt, ref_slots):
     return r
 
 
+def run_branching(candidate, reference, seed, steps):
+    """The branching workload on both servers (the reference with caching off), compared turn by turn."""
+    rng = random.Random(seed)
+    systems = [[rng.randrange(4, 128) for _ in range(n)] for n in (37, 101, 333)]
+    history, base, last = {}, {}, {}
+    r = Pair()
+    r.turns = len(steps)
+    for i, (op, c, src, user, n) in enumerate(steps):
+        if op == "new":
+            base[c] = list(systems[src])
+        elif op == "fork":
+            base[c] = list(history[src])
+        elif op == "next":
+            base[c] = history[c]
+        prompt = last[c] if op == "regen" else base[c] + user
+        ref = reference.complete(prompt, n, cache_prompt=False)
+        got = candidate.complete(prompt, n)
+        in_order = candidate.last_request_in_order(i + 1)
+        if in_order is None:
+            raise RuntimeError(f"turn {i}: no Reprise log line, see {candidate.log_path}")
+        equal = output_of(got) == output_of(ref)
+        if not in_order:
+            r.out_of_order.append(i)
+        if not equal:
+            (r.mismatches if in_order else r.order_mismatches).append(i)
+        elif in_order and got["timings"]["prompt_n"] < len(prompt):
+            r.hits_in_order += 1
+        r.total += len(prompt)
+        r.computed += got["timings"]["prompt_n"]
+        last[c] = prompt
+        history[c] = prompt + got["tokens"]
+    return r
+
+
+def get_json(server, path):
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.port}{path}", timeout=30) as r:
+        body = r.read().decode()
+    return body if path == "/metrics" else json.loads(body)
+
+
+def check_figures(server, arch, r, failures):
+    """Reprise's figures in /metrics and /slots: equal to what its log says after the last request, and the
+    standard cached-token count equal to the prompt tokens the turns skipped."""
+    with open(server.log_path) as f:
+        line = [x for x in f if "reprise: prompt tokens" in x][-1]
+    words = line.split()
+
+    def after(*key):
+        for i in range(len(words) - len(key)):
+            if tuple(words[i:i + len(key)]) == key:
+                return int(words[i + len(key)])
+        raise RuntimeError(f"no '{' '.join(key)}' in {line}")
+
+    logged = {"reprise_snapshot_restores_total": after("restores"), "reprise_captures_total": after("captures"),
+              "reprise_snapshot_bytes": after("snapshot", "bytes", "held"),
+              "reprise_kv_cells_kept": after("kept", "KV", "cells"),
+              "prompt_tokens_cached_total": r.total - r.computed}
+    metrics = {}
+    for x in get_json(server, "/metrics").splitlines():
+        if x.startswith("llamacpp:"):
+            name, value = x[len("llamacpp:"):].split()
+            metrics[name] = float(value)
+    shown = {k: metrics.get(k) for k in logged}
+    # llama-server prints every metric with 6 significant digits
+    check(all(shown[k] == float(f"{logged[k]:.6g}") for k in logged) and
+          (logged["reprise_kv_cells_kept"] > 0) == (arch not in ATTENTION_FREE),
+          f"{arch}: /metrics shows Reprise's figures {shown}, the log's {logged}", failures)
+    slots = get_json(server, "/slots")
+    per = [s["reprise"] for s in slots if "reprise" in s]
+    summed = {"reprise_snapshot_restores_total": sum(x["snapshot_restores"] for x in per),
+              "reprise_captures_total": sum(x["captures"] for x in per)}
+    held = {(x["snapshot_bytes_held"], x["kv_cells_kept"]) for x in per}
+    check(len(per) >= 1 and all(summed[k] == logged[k] for k in summed) and
+          held == {(logged["reprise_snapshot_bytes"], logged["reprise_kv_cells_kept"])},
+          f"{arch}: /slots shows each slot's restores and captures (summing to {summed}) and the cache's bytes "
+          f"and kept cells {held}", failures)
+
+
 def report(arch, policy, reference, r, failures):
     check(not r.mismatches, f"{arch}: {policy} == {reference} on every turn whose KV cells are in position order "
           f"(mismatching turns: {r.mismatches}; out of cell order: {r.out_of_order}, of which differ: "
@@ -173,6 +279,11 @@ def check(cond, what, failures):
         failures.append(what)
 
 
+def long_context(arch):
+    """test-llama-archs writes a training context of 256 tokens, which llama-server caps each slot to."""
+    return ["--override-kv", f"{arch}.context_length=int:4096"]
+
+
 def test_exactness(args, model, arch, failures):
     system, steps = workload(seed=zlib.crc32(arch.encode()) + args.seed)
     n_conv = 1 + max(c for c, _, _ in steps)
@@ -181,14 +292,15 @@ def test_exactness(args, model, arch, failures):
     def compare(policy, reference, ref_name, ref_options, session):
         """Reprise under `policy` against `reference` (a server run with `ref_options`; `session`: one slot per
         conversation, each turn's prompt extending the last), then, with a deliberate fault, caught."""
-        ref = Server(args.server, model, ref_options + ["--cache-ram", "0", "--ctx-checkpoints", "0"], args.workdir,
-                     f"{arch}-{ref_name}")
+        ref = Server(args.server, model, ref_options + ["--cache-ram", "0", "--ctx-checkpoints", "0"]
+                     + long_context(arch), args.workdir, f"{arch}-{ref_name}")
         try:
             runs = [(None, f"{arch}-{policy}")]
             if "faults" in args.only:
                 runs.append(("state" if arch in HYBRID else "kv", f"{arch}-{policy}-fault"))
             for fault, name in runs:
-                cand = Server(args.server, model, ["-np", "2", "--reprise", policy] + budget, args.workdir, name,
+                cand = Server(args.server, model, ["-np", "2", "--reprise", policy] + budget + long_context(arch),
+                              args.workdir, name,
                               env={"REPRISE_LLAMA_FAULT": fault} if fault else None)
                 try:
                     r = run_pair(cand, ref, system, steps, ref_cache_prompt=session, ref_slots=session)
@@ -204,15 +316,48 @@ def test_exactness(args, model, arch, failures):
 
     if "strict" in args.only:
         compare("strict", "caching off", "off", ["-np", "1"], session=False)
+    if "branch" in args.only:
+        # More conversations than slots, regenerated, edited and forked turns: every turn equals caching off,
+        # which needs each slot's cells in position order, and no state computed out of order ever restored.
+        seed = zlib.crc32(arch.encode()) + args.seed
+        branch_steps = branching_workload(seed)
+        big = ["-c", "4096"] + long_context(arch)
+        ref = Server(args.server, model, ["-np", "1", "--cache-ram", "0", "--ctx-checkpoints", "0"] + big,
+                     args.workdir, f"{arch}-branch-off")
+        try:
+            cand = Server(args.server, model, ["-np", "4", "--reprise", "strict", "--metrics"] + budget + big,
+                          args.workdir, f"{arch}-branch-strict")
+            try:
+                r = run_branching(cand, ref, seed, branch_steps)
+                check_figures(cand, arch, r, failures)
+            finally:
+                cand.stop()
+        finally:
+            ref.stop()
+        print(f"     {arch}: branching workload: {r.turns - len(r.mismatches) - len(r.order_mismatches)} / {r.turns} "
+              f"turns equal, {len(r.out_of_order)} out of cell order ({len(r.order_mismatches)} differ), "
+              f"{r.computed} of {r.total} prompt tokens computed", flush=True)
+        check(not r.mismatches and not r.order_mismatches, f"{arch}: strict == caching off on every branching turn "
+              f"(mismatching turns: {r.mismatches}; out of cell order: {r.out_of_order}, of which differ: "
+              f"{r.order_mismatches})", failures)
+        check(r.hits_in_order >= 3, f"{arch}: strict skipped prefill on {r.hits_in_order} compared branching turns",
+              failures)
     if "chat" in args.only and arch in HYBRID:
         compare("chat", "a never-ending session per conversation", "session", ["-np", str(n_conv)], session=True)
 
 
-def startup_error(args, model, extra):
-    """Runs the server with options that must stop it; returns (exit status, output)."""
-    p = subprocess.run([args.server, "-m", model, "--port", str(free_port())] + COMMON + extra,
-                       capture_output=True, text=True, timeout=120)
+def startup_error(args, model, extra, limit_kib=None):
+    """Runs the server with options that must stop it (under an address-space limit of `limit_kib`, when
+    given); returns (exit status, output)."""
+    cmd = [args.server, "-m", model, "--port", str(free_port())] + COMMON + extra
+    if limit_kib is not None:
+        cmd = ["bash", "-c", f'ulimit -v {limit_kib} && exec "$@"', "bash"] + cmd
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     return p.returncode, p.stdout + p.stderr
+
+
+def machine_bytes():
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 def test_errors(args, models, failures):
@@ -226,11 +371,60 @@ def test_errors(args, models, failures):
         (m, ["--reprise-snapshot-bytes", "1M"], "needs --reprise chat|strict"),
         (models["mamba"], ["--reprise", "chat", "--reprise-snapshot-bytes", "64M"], "Reprise cannot cache"),
         (models["llama"], ["--reprise", "chat"], "--reprise chat needs a model with recurrent layers"),
+        # every option Reprise would override stops the server instead
+        (m, ["--reprise", "strict", "--no-kv-unified"], "--kv-unified cannot be used with --reprise"),
+        (m, ["--reprise", "strict", "--cache-reuse", "256"], "--cache-reuse cannot be used with --reprise"),
+        (m, ["--reprise", "strict", "--ctx-checkpoints", "4"], "--ctx-checkpoints cannot be used with --reprise"),
+        (m, ["--reprise", "strict", "--checkpoint-min-step", "64"], "--checkpoint-min-step cannot be used"),
+        (m, ["--reprise", "strict", "--cache-ram", "100"], "--cache-ram cannot be used with --reprise"),
+        (m, ["--reprise", "strict", "--cache-idle-slots"], "--cache-idle-slots cannot be used with --reprise"),
+        (m, ["--reprise", "strict", "--context-shift"], "--context-shift cannot be used with --reprise"),
+        # a KV cache Reprise cannot account
+        (m, ["--reprise", "strict", "--reprise-snapshot-bytes", "64M", "-ctk", "q8_0", "-ctv", "q8_0"],
+         "Reprise accounts a KV cache of f32, f16 or bf16"),
+        # a budget this machine cannot hold
+        (m, ["--reprise", "strict", "--reprise-snapshot-bytes", f"{machine_bytes() // 2**30 + 1}G"],
+         "is more than this machine's memory"),
     ]
     for model, extra, text in cases:
         rc, out = startup_error(args, model, extra)
         check(rc != 0 and text in out, f"startup error for {' '.join(extra)} on {os.path.basename(model)}: "
               f"exit {rc}, says '{text}'", failures)
+    # under ulimit -v 4G, a budget above it: refused with a message, not an abort on std::bad_alloc
+    rc, out = startup_error(args, m, ["--reprise", "strict", "--reprise-snapshot-bytes", "5G"], limit_kib=4 << 20)
+    check(rc != 0 and "bytes is more than this" in out and "bad_alloc" not in out,
+          f"a 5G budget under ulimit -v 4G stops the server with a message (exit {rc})", failures)
+    # option values are checked before the model loads: a bad one is reported even when the model file is missing
+    for extra, text in [(["--reprise", "chat", "--reprise-snapshot-bytes", "12x"], "is not a positive byte count"),
+                        (["--reprise", "strict", "--cache-reuse", "256"], "--cache-reuse cannot be used")]:
+        rc, out = startup_error(args, os.path.join(args.workdir, "missing.gguf"), extra)
+        check(rc != 0 and text in out and "missing.gguf" not in out,
+              f"{' '.join(extra)} is refused before the model loads (exit {rc})", failures)
+    # a budget far above what the cache can use is not allocated: the cache keeps at most two snapshots per KV
+    # block, and the server's memory stays that of the model
+    big = f"{machine_bytes() // 2**31}G"
+    srv = Server(args.server, m, ["--reprise", "strict", "--reprise-snapshot-bytes", big], args.workdir, "big-budget")
+    try:
+        with open(f"/proc/{srv.proc.pid}/status") as f:
+            rss_kib = int([x for x in f if x.startswith("VmRSS:")][0].split()[1])
+    finally:
+        srv.stop()
+    with open(srv.log_path) as f:
+        text = f.read()
+    check(rss_kib < 512 * 1024 and "32 KV blocks" in text and "64 snapshot slots" in text,
+          f"a budget of {big} starts with 64 snapshot slots for 32 KV blocks and {rss_kib // 1024} MiB resident",
+          failures)
+    # the KV cache is accounted in the types of -ctk / -ctv
+    def block_bytes(extra, name):
+        srv = Server(args.server, m, ["--reprise", "strict", "--reprise-snapshot-bytes", "64M"] + extra,
+                     args.workdir, name)
+        srv.stop()
+        with open(srv.log_path) as f:
+            text = f.read()
+        at = text.index("KV blocks of 32 tokens (")
+        return int(text[at:].split("(")[1].split()[0])
+    f16, f32 = block_bytes([], "kv-f16"), block_bytes(["-ctk", "f32", "-ctv", "f32"], "kv-f32")
+    check(f32 == 2 * f16 > 0, f"a KV block is {f16} bytes in f16 and {f32} in f32 (-ctk f32 -ctv f32)", failures)
 
 
 def main():
@@ -238,7 +432,7 @@ def main():
     ap.add_argument("--server", required=True)
     ap.add_argument("--archs", required=True, help="llama.cpp's test-llama-archs (writes the random models)")
     ap.add_argument("--workdir", required=True)
-    ap.add_argument("--only", default="strict,chat,faults,errors")
+    ap.add_argument("--only", default="strict,chat,branch,faults,errors")
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--seed", type=int, default=0, help="added to each model's workload seed")
     args = ap.parse_args()
@@ -246,11 +440,12 @@ def main():
     os.makedirs(args.workdir, exist_ok=True)
     models = {}
     for arch in args.models.split(",") + (["mamba"] if "errors" in args.only else []):
-        path = os.path.join(args.workdir, f"{arch}-dense.gguf")
-        if not os.path.exists(path):
+        # test-llama-archs writes ARCH-dense.gguf, or ARCH-moe.gguf for an architecture that is MoE only
+        paths = [os.path.join(args.workdir, f"{arch}-{kind}.gguf") for kind in ("dense", "moe")]
+        if not any(os.path.exists(p) for p in paths):
             subprocess.run([args.archs, "-a", arch, "-o", args.workdir, "-s", "42"], check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        models[arch] = path
+        models[arch] = next(p for p in paths if os.path.exists(p))
     failures = []
     t0 = time.time()
     if "errors" in args.only:
