@@ -143,11 +143,11 @@ def main() -> int:
     ap.add_argument("--turns", type=int, default=3)
     ap.add_argument("--concurrent", type=int, default=4)
     ap.add_argument("--seed", type=int, default=2026)
-    ap.add_argument("--configs", default="off,vllm,strict,chat")
+    ap.add_argument("--configs", default="off,vllm,strict,chat",
+                    help="off, vllm, strict, chat (each request passes its system prompt's end as a capture offset, "
+                         "reprise.vllm.extra_args) and chat-unmarked (chat without them)")
     ap.add_argument("--rounds", type=int, default=3, help="the configurations run in turn, this many times over")
     ap.add_argument("--profile", action="store_true", help="print the connector's time per hook")
-    ap.add_argument("--no-system-offsets", action="store_true",
-                    help="Reprise 'chat' without the system prompts' ends as capture offsets (reprise.vllm.extra_args)")
     args = ap.parse_args()
 
     from reprise.vllm import connector as rc
@@ -159,15 +159,14 @@ def main() -> int:
     counts = {}
     for r in range(args.rounds):
         for mode in modes:
-            llm = harness.engine(model, mode)
+            llm = harness.engine(model, mode.removesuffix("-unmarked"))
             stats = instrument(llm)
             admitted = record_admissions(llm) if mode not in ("off", "vllm") else {}
             rc.profile(reset=True)
             run = harness.fresh(convs)
             load0 = open("/proc/loadavg").read().split()[0]
             start = time.perf_counter()
-            harness.serve(llm, run, concurrent=args.concurrent,
-                          system_offsets=mode == "chat" and not args.no_system_offsets)
+            harness.serve(llm, run, concurrent=args.concurrent, system_offsets=mode == "chat")
             wall = time.perf_counter() - start
             load1 = open("/proc/loadavg").read().split()[0]
             counts[mode] = floor_and_computed(run, args.concurrent)
@@ -187,7 +186,7 @@ def main() -> int:
             gc.collect()
 
     names = {"off": "vLLM, caching off", "vllm": "vLLM prefix caching (align)", "strict": "Reprise strict",
-             "chat": "Reprise chat" + ("" if args.no_system_offsets else ", system prompts' ends marked")}
+             "chat": "Reprise chat, system prompts' ends marked", "chat-unmarked": "Reprise chat, unmarked"}
     print(f"\n{args.conversations} conversations x {args.turns} turns over {args.system_prompts} system prompts, "
           f"{args.concurrent} concurrent requests, seed {args.seed}; {os.cpu_count()} CPUs; {args.rounds} rounds "
           f"of {', '.join(modes)} in turn, medians\n")
