@@ -28,3 +28,10 @@ def test_the_plugin_entry_point_is_declared():
 
     names = {e.name: e.value for e in entry_points(group="vllm.general_plugins")}
     assert names.get("reprise") == "reprise.vllm.plugin:register"
+
+
+def test_extra_args_carry_capture_offsets_to_the_connector():
+    args = reprise.vllm.extra_args([300, 64])
+    assert args == {"kv_transfer_params": {reprise.vllm.CAPTURE_OFFSETS: [300, 64]}}
+    with pytest.raises((TypeError, ValueError)):
+        reprise.vllm.extra_args(["end of the system prompt"])
