@@ -458,6 +458,35 @@ TEST_CASE("a turn end at a block boundary where the reader's own prefill-exact m
   CHECK(reader.cache.check_invariants().has_value());
 }
 
+TEST_CASE("a turn end inside the first block is found by a follow-up with no full block") {
+  // A 5-token prompt and 3 tokens decoded: the turn end at 8, keyed by the root (key_{-1}) and boundary 0. The
+  // follow-up (11 tokens) has no full block to match or chain.
+  const content_keyer keys = make_keyer();
+  store_map store, alive_store;
+  process writer(keys), reader(keys), alive(keys);
+  const std::vector<token_id> prompt = turn_tokens(5, 1), reply1 = turn_tokens(4, 70000);
+  std::vector<token_id> tokens = prompt, alive_tokens = prompt;
+  writer.turn(1, tokens, reply1, store);
+  alive.turn(1, alive_tokens, reply1, alive_store);
+  REQUIRE(writer.cache.metrics().remote_turn_ends_put == 1);
+  std::vector<token_id> next = tokens;
+  const std::vector<token_id> user = turn_tokens(2, 90000), reply2 = turn_tokens(6, 95000);
+  next.insert(next.end(), user.begin(), user.end());
+  reader.prefetch(next, store);
+  CHECK(reader.probed_turn_ends == 1);
+  CHECK(reader.cache.metrics().remote_turn_end_hits == 1);
+  CHECK(reader.cache.check_invariants().has_value());
+  const turn_bytes r2 = reader.turn(2, next, reply2, store);
+  CHECK(r2.admitted.usable_tokens == 8);
+  CHECK(r2.admitted.restore_from_host);
+  alive_tokens.insert(alive_tokens.end(), user.begin(), user.end());
+  const turn_bytes a2 = alive.turn(2, alive_tokens, reply2, alive_store);
+  CHECK(a2.admitted.usable_tokens == 8);
+  CHECK(r2.kv == a2.kv);
+  CHECK(r2.turn_end == a2.turn_end);
+  CHECK(reader.cache.check_invariants().has_value());
+}
+
 TEST_CASE("a conversation continues across three engines, each turn from the last writer's turn end") {
   const content_keyer keys = make_keyer();
   store_map store;
