@@ -174,6 +174,11 @@ def run_pair(candidate, reference, system, steps, ref_cache_prompt, ref_slots, d
     r = Pair()
     r.turns = len(steps)
     delimiters = [{"role": "user", "delimiter": USER_DELIMITER}] if delimiter else None
+    if delimiter:
+        # The delimiter's tokens only where a user message starts (a random system prompt may hold them too).
+        free = [t for t in range(4, 128) if t not in delimiter]
+        clean = lambda tokens: [free[t % len(free)] if t in delimiter else t for t in tokens]  # noqa: E731
+        system, steps = clean(system), [(c, clean(user), n) for c, user, n in steps]
     for i, (c, user, n) in enumerate(steps):
         prompt = history.get(c, list(system)) + (delimiter or []) + user
         ref = reference.complete(prompt, n, cache_prompt=ref_cache_prompt, slot=c if ref_slots else -1)
