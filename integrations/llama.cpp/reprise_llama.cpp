@@ -202,7 +202,8 @@ public:
     snapshots_.resize(cache_.snapshot_slots());
   }
 
-  std::int32_t admit(int slot, const llama_token* tokens, std::size_t n_tokens, std::string& error) override {
+  std::int32_t admit(int slot, const llama_token* tokens, std::size_t n_tokens, std::int32_t shared_end,
+                     std::string& error) override {
     const std::span<const llama_token> prompt(tokens, n_tokens);
     slot_state& s = slots_[static_cast<std::size_t>(slot)];
     if (s.live) drop(slot);
@@ -212,7 +213,13 @@ public:
     s.seq = next_seq_++;
     s.tokens.assign(prompt.begin(), prompt.end());
     s.prompt_len = static_cast<std::uint32_t>(prompt.size());
-    auto plan = cache_.admit(s.seq, s.tokens);
+    std::vector<std::uint32_t> offsets;
+    if constexpr (reprise::policy::policy_traits<Policy>::reads_capture_offsets) {
+      // on the block grid: chat captures there off the alignment grid (the prefill is split there)
+      const std::uint32_t at = shared_end > 0 ? static_cast<std::uint32_t>(shared_end) / opts_.block_size * opts_.block_size : 0;
+      if (at > 0 && at <= s.prompt_len) offsets.push_back(at);
+    }
+    auto plan = cache_.admit(s.seq, s.tokens, {}, offsets);
     if (!plan) {
       error = "Reprise: admit failed: " + errc_text(plan.error());
       return -1;

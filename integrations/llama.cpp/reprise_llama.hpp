@@ -84,9 +84,13 @@ public:
                                               int n_slots, std::string& error);
 
   /// A new prompt on slot `slot`: clears the slot's sequence, admits the prompt, shares the cached blocks'
-  /// cells and restores the snapshot. Returns the tokens whose prefill is skipped (< prompt.size()), or -1
-  /// with `error` set (the request then fails; the slot holds nothing).
-  virtual std::int32_t admit(int slot, const llama_token* prompt, std::size_t n, std::string& error) = 0;
+  /// cells and restores the snapshot. `shared_end`: where the prompt's first user message starts (the end of a
+  /// system prompt other conversations share; -1: not known): under `chat` the state there, rounded down to the
+  /// block size, is snapshotted, so the next conversation over it restores there at its first meeting.
+  /// Returns the tokens whose prefill is skipped (< prompt.size()), or -1 with `error` set (the request then
+  /// fails; the slot holds nothing).
+  virtual std::int32_t admit(int slot, const llama_token* prompt, std::size_t n, std::int32_t shared_end,
+                             std::string& error) = 0;
   /// The next position at which the slot's prompt feeding must stop (a capture), or -1.
   virtual std::int32_t next_stop(int slot) const = 0;
   /// Before the slot's next tokens are fed: `n_fed` tokens of the slot have been decoded. Takes the captures

@@ -80,10 +80,18 @@ class Server:
                 return None
             time.sleep(0.05)
 
-    def complete(self, prompt, n_predict, cache_prompt=True, slot=-1):
+    def complete(self, prompt, n_predict, cache_prompt=True, slot=-1, delimiters=None):
         body = {"prompt": prompt, "n_predict": n_predict, "temperature": 0, "n_probs": 5, "return_tokens": True,
                 "ignore_eos": True, "cache_prompt": cache_prompt, "id_slot": slot, "stream": False}
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/completion", data=json.dumps(body).encode(),
+        if delimiters:
+            body["message_delimiters"] = delimiters
+        return self.post("/completion", body)
+
+    def tokenize(self, text):
+        return self.post("/tokenize", {"content": text})["tokens"]
+
+    def post(self, path, body):
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=300) as r:
             return json.loads(r.read())
@@ -151,18 +159,31 @@ class Pair:
         self.hits_in_order = 0      # turns that skipped prefill, cells in order, output compared
         self.total = self.computed = 0
         self.turns = 0
+        self.prompts = []           # (prompt tokens, prompt tokens computed) of each turn
 
 
-def run_pair(candidate, reference, system, steps, ref_cache_prompt, ref_slots):
-    """Feeds the workload to both servers turn by turn and compares every output bit for bit."""
+#: A user message's delimiter: its tokens start every user message of the chat workload, and the candidate is
+#: told (llama-server's message_delimiters), so it knows where the shared system prompt ends.
+USER_DELIMITER = "<user>"
+
+
+def run_pair(candidate, reference, system, steps, ref_cache_prompt, ref_slots, delimiter=None):
+    """Feeds the workload to both servers turn by turn and compares every output bit for bit. `delimiter`: the
+    tokens of USER_DELIMITER, put before every user message."""
     history = {}
     r = Pair()
     r.turns = len(steps)
+    delimiters = [{"role": "user", "delimiter": USER_DELIMITER}] if delimiter else None
+    if delimiter:
+        # The delimiter's tokens only where a user message starts (a random system prompt may hold them too).
+        free = [t for t in range(4, 128) if t not in delimiter]
+        clean = lambda tokens: [free[t % len(free)] if t in delimiter else t for t in tokens]  # noqa: E731
+        system, steps = clean(system), [(c, clean(user), n) for c, user, n in steps]
     for i, (c, user, n) in enumerate(steps):
-        prompt = history.get(c, list(system)) + user
+        prompt = history.get(c, list(system)) + (delimiter or []) + user
         ref = reference.complete(prompt, n, cache_prompt=ref_cache_prompt, slot=c if ref_slots else -1)
         try:
-            got = candidate.complete(prompt, n)
+            got = candidate.complete(prompt, n, delimiters=delimiters)
         except urllib.error.HTTPError as e:
             # a request the candidate fails (a decode refusing inconsistent positions) differs from the reference
             print(f"     turn {i}: the candidate answered HTTP {e.code}", flush=True)
@@ -179,6 +200,7 @@ def run_pair(candidate, reference, system, steps, ref_cache_prompt, ref_slots):
             r.hits_in_order += 1
         r.total += len(prompt)
         r.computed += got["timings"]["prompt_n"]
+        r.prompts.append((len(prompt), got["timings"]["prompt_n"]))
         history[c] = prompt + got["tokens"]
     return r
 
@@ -303,11 +325,23 @@ def test_exactness(args, model, arch, failures):
                               args.workdir, name,
                               env={"REPRISE_LLAMA_FAULT": fault} if fault else None)
                 try:
-                    r = run_pair(cand, ref, system, steps, ref_cache_prompt=session, ref_slots=session)
+                    delimiter = cand.tokenize(USER_DELIMITER) if policy == "chat" else None
+                    r = run_pair(cand, ref, system, steps, ref_cache_prompt=session, ref_slots=session,
+                                 delimiter=delimiter)
                 finally:
                     cand.stop()
                 if fault is None:
                     report(arch, policy, reference, r, failures)
+                    if delimiter:
+                        # The first user message starts after the system prompt: the first conversation snapshots
+                        # there (rounded down to Reprise's 32-token blocks), the second restores it on its first
+                        # turn (without the delimiter it would compute everything, and capture it for the third).
+                        shared = len(system) // 32 * 32
+                        (length, computed), first = r.prompts[1], steps[1][0]
+                        check(steps[0][0] != first and computed == length - shared,
+                              f"{arch}: chat: the second conversation over the system prompt restores its end "
+                              f"(the first user message, marked by a message delimiter) at its first meeting "
+                              f"({length - computed} of {length} prompt tokens skipped, {shared} expected)", failures)
                 else:
                     check(bool(r.mismatches), f"{arch}: a wrong restore ({fault}) under {policy} is caught on turns "
                           f"whose cells are in order (turns {r.mismatches})", failures)
