@@ -51,6 +51,24 @@ def engine(model: str, mode: str, kv_cache_bytes: int = 1 << 30, max_num_seqs: i
     return LLM(**kw)
 
 
+def record_batches(llm) -> list[tuple[tuple[int, int], ...]]:
+    """From now on, each step's batch as vLLM's scheduler forms it: (request, tokens scheduled) pairs, requests
+    numbered in order of first appearance (vLLM's own ids count across engines). Returns the list it fills."""
+    core = llm.llm_engine.engine_core.engine_core
+    schedule = getattr(core.scheduler.schedule, "__wrapped__", core.scheduler.schedule)
+    steps: list[tuple[tuple[int, int], ...]] = []
+    ids: dict[str, int] = {}
+
+    def recorded(*args, **kwargs):
+        out = schedule(*args, **kwargs)
+        steps.append(tuple(sorted((ids.setdefault(r, len(ids)), n) for r, n in out.num_scheduled_tokens.items())))
+        return out
+
+    recorded.__wrapped__ = schedule
+    core.scheduler.schedule = recorded
+    return steps
+
+
 def connector(llm):
     """The scheduler side of the connector of an in-process engine."""
     return llm.llm_engine.engine_core.engine_core.scheduler.connector
