@@ -161,6 +161,22 @@ class Pair:
         self.turns = 0
         self.prompts = []           # (prompt tokens, prompt tokens computed) of each turn
 
+    def record(self, i, candidate, prompt, got, ref):
+        """Turn i: the candidate's answer `got` against the reference's `ref`, and whether its cells were in order."""
+        in_order = candidate.last_request_in_order(i + 1)
+        if in_order is None:
+            raise RuntimeError(f"turn {i}: no Reprise log line, see {candidate.log_path}")
+        equal = output_of(got) == output_of(ref)
+        if not in_order:
+            self.out_of_order.append(i)
+        if not equal:
+            (self.mismatches if in_order else self.order_mismatches).append(i)
+        elif in_order and got["timings"]["prompt_n"] < len(prompt):
+            self.hits_in_order += 1
+        self.total += len(prompt)
+        self.computed += got["timings"]["prompt_n"]
+        self.prompts.append((len(prompt), got["timings"]["prompt_n"]))
+
 
 #: A user message's delimiter: its tokens start every user message of the chat workload, and the candidate is
 #: told (llama-server's message_delimiters), so it knows where the shared system prompt ends.
@@ -188,19 +204,7 @@ def run_pair(candidate, reference, system, steps, ref_cache_prompt, ref_slots, d
             # a request the candidate fails (a decode refusing inconsistent positions) differs from the reference
             print(f"     turn {i}: the candidate answered HTTP {e.code}", flush=True)
             got = {"tokens": ref["tokens"], "completion_probabilities": [], "timings": {"prompt_n": len(prompt)}}
-        in_order = candidate.last_request_in_order(i + 1)
-        if in_order is None:
-            raise RuntimeError(f"turn {i}: no Reprise log line, see {candidate.log_path}")
-        equal = output_of(got) == output_of(ref)
-        if not in_order:
-            r.out_of_order.append(i)
-        if not equal:
-            (r.mismatches if in_order else r.order_mismatches).append(i)
-        elif in_order and got["timings"]["prompt_n"] < len(prompt):
-            r.hits_in_order += 1
-        r.total += len(prompt)
-        r.computed += got["timings"]["prompt_n"]
-        r.prompts.append((len(prompt), got["timings"]["prompt_n"]))
+        r.record(i, candidate, prompt, got, ref)
         history[c] = prompt + got["tokens"]
     return r
 
@@ -222,18 +226,7 @@ def run_branching(candidate, reference, seed, steps):
         prompt = last[c] if op == "regen" else base[c] + user
         ref = reference.complete(prompt, n, cache_prompt=False)
         got = candidate.complete(prompt, n)
-        in_order = candidate.last_request_in_order(i + 1)
-        if in_order is None:
-            raise RuntimeError(f"turn {i}: no Reprise log line, see {candidate.log_path}")
-        equal = output_of(got) == output_of(ref)
-        if not in_order:
-            r.out_of_order.append(i)
-        if not equal:
-            (r.mismatches if in_order else r.order_mismatches).append(i)
-        elif in_order and got["timings"]["prompt_n"] < len(prompt):
-            r.hits_in_order += 1
-        r.total += len(prompt)
-        r.computed += got["timings"]["prompt_n"]
+        r.record(i, candidate, prompt, got, ref)
         last[c] = prompt
         history[c] = prompt + got["tokens"]
     return r
@@ -324,12 +317,23 @@ def test_exactness(args, model, arch, failures):
                 cand = Server(args.server, model, ["-np", "2", "--reprise", policy] + budget + long_context(arch),
                               args.workdir, name,
                               env={"REPRISE_LLAMA_FAULT": fault} if fault else None)
+                no_reuse = None
                 try:
                     delimiter = cand.tokenize(USER_DELIMITER) if policy == "chat" else None
                     r = run_pair(cand, ref, system, steps, ref_cache_prompt=session, ref_slots=session,
                                  delimiter=delimiter)
+                    if fault is None and not session:
+                        # A request asking for no prompt reuse (cache_prompt: false) on a prompt Reprise holds.
+                        prompt, n = list(system) + steps[0][1], steps[0][2]
+                        again = cand.complete(prompt, n, cache_prompt=False)
+                        no_reuse = (len(prompt), again["timings"]["prompt_n"],
+                                    output_of(again) == output_of(ref.complete(prompt, n, cache_prompt=False)))
                 finally:
                     cand.stop()
+                if no_reuse:
+                    check(no_reuse[1] == no_reuse[0] and no_reuse[2], f"{arch}: {policy}: a request with "
+                          f"cache_prompt false computes its whole prompt ({no_reuse[1]} of {no_reuse[0]} tokens) "
+                          f"and equals caching off ({no_reuse[2]})", failures)
                 if fault is None:
                     report(arch, policy, reference, r, failures)
                     if delimiter:
