@@ -27,6 +27,17 @@ stream_outcome run_cache_operation_stream(const std::uint8_t* data, std::size_t 
     return run_driver<prefix_cache<Model, Policy, Hasher, Tiers>>(in, o, config, caches, repeat_openings);
   };
   using host_tiers = policy::tiers<policy::host_tier>;
+  // chat as in case 5 with 3 GPU slots, and a host tier of 256 tokens' blocks and 4 snapshots (reads one byte: the
+  // decode checkpoints kept per sequence).
+  const auto chat_on_host = [&] {
+    cache_options o = small;
+    o.snapshot_budget_bytes = 3 * hybrid.bytes_per_snapshot();
+    o.decode_checkpoint_interval = hybrid.alignment();
+    o.decode_checkpoints_per_sequence = 1 + in.below(2);
+    o.host_kv_budget_bytes = 256 / block_size * hybrid.bytes_per_kv_block();
+    o.host_snapshot_budget_bytes = 4 * hybrid.bytes_per_snapshot();
+    return o;
+  };
   switch (data[0] % stream_policies) {
   case 0: return run.template operator()<attn_model, policy::block_sharing>(small, attention);
   case 1: return run.template operator()<attn_model, policy::block_sharing, constant_hasher>(small, attention);
@@ -80,12 +91,7 @@ stream_outcome run_cache_operation_stream(const std::uint8_t* data, std::size_t 
     // either way. Two caches share the store and the conversations that ended: a next turn goes to either,
     // which probes the store and fetches the turn end its last writer left (or its own).
     static const test_content_keyer keys;
-    cache_options o = small;
-    o.snapshot_budget_bytes = 3 * hybrid.bytes_per_snapshot();
-    o.decode_checkpoint_interval = hybrid.alignment();
-    o.decode_checkpoints_per_sequence = 1 + in.below(2);
-    o.host_kv_budget_bytes = 256 / block_size * hybrid.bytes_per_kv_block();
-    o.host_snapshot_budget_bytes = 4 * hybrid.bytes_per_snapshot();
+    cache_options o = chat_on_host();
     o.remote_keys = &keys;
     o.remote_write_through = data[0] % stream_policies == 9;
     o.remote_turn_ends = true;
@@ -93,13 +99,7 @@ stream_outcome run_cache_operation_stream(const std::uint8_t* data, std::size_t 
                                    policy::tiers<policy::host_tier, policy::remote_tier>>(o, hybrid, 2);
   }
   default: {
-    // chat as in case 5 with 3 GPU slots, and a host tier of 256 tokens' blocks and 4 snapshots.
-    cache_options o = small;
-    o.snapshot_budget_bytes = 3 * hybrid.bytes_per_snapshot();
-    o.decode_checkpoint_interval = hybrid.alignment();
-    o.decode_checkpoints_per_sequence = 1 + in.below(2);
-    o.host_kv_budget_bytes = 256 / block_size * hybrid.bytes_per_kv_block();
-    o.host_snapshot_budget_bytes = 4 * hybrid.bytes_per_snapshot();
+    const cache_options o = chat_on_host();
     // Every key collides: a host block is told apart from an equal-token block under another parent (decode
     // checkpoints' repeated token patterns make many) by its parent's serial alone.
     return run.template operator()<small_hybrid, policy::chat, constant_hasher, host_tiers>(o, hybrid);
