@@ -52,7 +52,8 @@ std::string to_string(const adapter_stats& s) {
          " restores " + std::to_string(s.snapshot_restores) + " captures " + std::to_string(s.captures) +
          " snapshot bytes held " + std::to_string(s.snapshot_bytes_held) + " of budget " +
          std::to_string(s.snapshot_budget_bytes) + " (slots " + std::to_string(s.snapshot_slots) + ") kept KV cells " +
-         std::to_string(s.kv_cells_kept) + " requests out of cell order " + std::to_string(s.requests_out_of_order) +
+         std::to_string(s.kv_cells_kept) + " (bytes " + std::to_string(s.kv_bytes_held) + " of budget " +
+         std::to_string(s.kv_budget_bytes) + ") requests out of cell order " + std::to_string(s.requests_out_of_order) +
          " last in order " + (s.last_in_order ? std::string("yes")
                                               : "no from position " + std::to_string(s.last_order_break) +
                                                     " (skipped " + std::to_string(s.last_skipped) + ")");
@@ -63,7 +64,8 @@ namespace {
 /// Faults a test injects to show that the exactness checks catch a wrong restore (REPRISE_LLAMA_FAULT):
 /// "state" flips the top exponent bit of every float in the second half of the restored snapshot (the last
 /// recurrent layer's SSM / delta-rule state: a state that survives the decay of the dozens of tokens a `strict`
-/// hit recomputes after the restore), "kv" leaves the first shared cell (position 0) out.
+/// hit recomputes after the restore), "kv" flips a bit of every byte in the second half of the first shared
+/// block's copy (K and V bytes) as it is copied into the slot.
 enum class fault : std::uint8_t { none, state, kv };
 
 fault fault_from_env() {
@@ -160,10 +162,6 @@ class cache_impl final : public server_cache {
   using cache_t = reprise::prefix_cache<reprise::dynamic_model, Policy>;
   static constexpr bool restores = !std::is_same_v<Policy, reprise::policy::block_sharing>;
 
-  struct cell_ref {
-    std::uint32_t cell;
-    llama_pos pos;
-  };
   struct slot_state {
     bool live = false;
     reprise::seq_id seq = 0;
@@ -171,7 +169,7 @@ class cache_impl final : public server_cache {
     std::vector<reprise::token_id> tokens; ///< admitted prompt, then every extended token
     std::uint32_t prompt_len = 0;
     std::uint32_t committed = 0;
-    std::uint32_t tagged = 0; ///< blocks [0, tagged) of the table have their cells kept
+    std::uint32_t tagged = 0; ///< blocks [0, tagged) of the table have their host copies
     std::vector<reprise::capture_point> pending;
     /// The order of the sequence's KV cells, checked for positions [0, order_checked): the first position
     /// whose cell lies below an earlier position's (`ordered_until`, unbounded while none), and the highest
@@ -179,26 +177,23 @@ class cache_impl final : public server_cache {
     std::uint32_t order_checked = 0;
     std::uint32_t ordered_until = std::numeric_limits<std::uint32_t>::max();
     std::uint32_t top_cell = 0;
-    /// The highest kept cell of the blocks the admit shared (their cells, not the slot's own recomputation of
-    /// them past the usable skip), and where the slot's own blocks start: a block of its own published with
-    /// cells below that one would hand a later hit a prefix out of position order.
-    std::uint32_t chain_top = 0;
-    std::uint32_t chain_from = std::numeric_limits<std::uint32_t>::max();
-    std::uint32_t chain_until = std::numeric_limits<std::uint32_t>::max(); ///< the first position that breaks it
     slot_figures figures; ///< kept across the slot's requests
+  };
+
+  /// A published block's cells, copied out of the stream of the slot that wrote them.
+  struct block_copy {
+    std::vector<std::uint8_t> bytes;
+    std::uint32_t cells = 0; ///< positions [i * B, i * B + cells) of the block's table index i
   };
 
 public:
   cache_impl(cache_t c, llama_context* ctx, const options& o, int n_slots, std::string text)
       : cache_(std::move(c)), ctx_(ctx), opts_(o), slots_(static_cast<std::size_t>(n_slots)),
-        has_attention_(llama_reprise_kv_cells(ctx, 0, 0, 1, nullptr, 0) >= 0),
-        keeper_(static_cast<llama_seq_id>(llama_max_parallel_sequences()) - 1), text_(std::move(text)),
-        fault_(fault_from_env()) {
-    // a slot's new cells go above every cell its sequence holds (shared ones included) while there is room:
-    // llama.cpp would otherwise refill the first free cells, below a conversation's prefix
+        has_attention_(llama_reprise_kv_streams(ctx) > 0), text_(std::move(text)), fault_(fault_from_env()) {
+    // a slot's new cells go above every cell its sequence holds while there is room: its stream's cells then
+    // stay in position order even after a rollback frees cells in the middle
     if (has_attention_) llama_reprise_kv_alloc_above_seq(ctx_);
-    block_cells_.resize(cache_.kv_blocks());
-    cell_refs_.resize(llama_n_ctx(ctx_) + 1024, 0);
+    blocks_.resize(cache_.kv_blocks());
     snapshots_.resize(cache_.snapshot_slots());
   }
 
@@ -226,31 +221,36 @@ public:
     }
     s.live = true;
     s.table.assign(plan->block_table.begin(), plan->block_table.end());
-    const std::uint32_t b = opts_.block_size;
-    // Own blocks: whatever cells their ids named before are no longer the cache's.
+    // Own blocks: whatever copies their ids named before are no longer the cache's.
     for (std::size_t i = plan->shared_blocks; i < s.table.size(); ++i) release_block(s.table[i]);
     const std::uint32_t usable = plan->usable_tokens;
-    // Share the cached cells of [0, usable): full shared blocks, then the copied partial block.
-    std::vector<std::uint32_t> add;
-    for (std::uint32_t i = 0; i * b < usable; ++i) {
+    // Copy the cached cells of [0, usable) into the slot's empty stream: full shared blocks, then the partial
+    // block the plan copies from. They land in cells 0, 1, ... as a cold prefill's would.
+    const std::uint32_t b = opts_.block_size;
+    for (std::uint32_t i = 0; has_attention_ && i * b < usable; ++i) {
       const reprise::block_id src = i < plan->shared_blocks ? s.table[i] : plan->copy_src;
-      if (src == reprise::no_block) break;
-      for (const cell_ref& c : block_cells_[static_cast<std::size_t>(src)])
-        if (c.pos < static_cast<llama_pos>(usable)) add.push_back(c.cell);
-    }
-    if (has_attention_ && add.size() != usable) {
-      error = "Reprise: " + std::to_string(usable) + " usable tokens but " + std::to_string(add.size()) +
-              " cached cells (the adapter lost track of a block)";
-      (void)cache_.release(s.seq);
-      s.live = false;
-      return -1;
-    }
-    if (fault_ == fault::kv && !add.empty()) add.erase(add.begin());
-    if (has_attention_ && !add.empty() && !llama_reprise_kv_cells_seq_add(ctx_, add.data(), static_cast<int32_t>(add.size()), sid)) {
-      error = "Reprise: sharing the cached cells failed";
-      (void)cache_.release(s.seq);
-      s.live = false;
-      return -1;
+      const std::uint32_t n = std::min(b, usable - i * b);
+      const block_copy* copy = src == reprise::no_block ? nullptr : &blocks_[static_cast<std::size_t>(src)];
+      if (!copy || copy->cells < n) {
+        error = "Reprise: " + std::to_string(usable) + " usable tokens but block " + std::to_string(i) +
+                " has no copy of its cells (the adapter lost track of a block)";
+        return fail_admit(slot);
+      }
+      std::vector<std::uint8_t> faulty;
+      const std::uint8_t* bytes = copy->bytes.data();
+      if (fault_ == fault::kv && i == 0) {
+        // the second half of the first block's copy (K and V bytes: the positions lie in its first bytes) with
+        // a bit of every byte flipped
+        faulty = copy->bytes;
+        for (std::size_t k = faulty.size() / 2; k < faulty.size(); ++k) faulty[k] ^= 0x40;
+        bytes = faulty.data();
+      }
+      if (!llama_reprise_kv_set(ctx_, sid, bytes, copy->bytes.size(), static_cast<int32_t>(copy->cells),
+                                static_cast<int32_t>(n))) {
+        error = "Reprise: copying " + std::to_string(n) + " cached KV cells into slot " + std::to_string(slot) +
+                "'s stream failed";
+        return fail_admit(slot);
+      }
     }
     if constexpr (restores) {
       if (plan->restore_slot != reprise::no_slot) {
@@ -265,22 +265,16 @@ public:
         if (buf.empty() ||
             llama_state_seq_set_data_ext(ctx_, data, buf.size(), sid, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY) != buf.size()) {
           error = "Reprise: restoring snapshot slot " + std::to_string(plan->restore_slot) + " failed";
-          llama_memory_seq_rm(llama_get_memory(ctx_), sid, -1, -1);
-          (void)cache_.release(s.seq);
-          s.live = false;
-          return -1;
+          return fail_admit(slot);
         }
         ++stats_.snapshot_restores;
         ++s.figures.restores;
       }
     }
     s.committed = usable;
-    // Shared blocks' cells are kept already. Those past the usable skip are recomputed into cells of the slot's
-    // own (llama.cpp writes KV for every token it decodes), which the block's kept cells do not include.
+    // Shared blocks have their copies already. Those past the usable skip are recomputed into the slot's
+    // stream (llama.cpp writes KV for every token it decodes); their copies stay the first writer's.
     s.tagged = plan->shared_blocks;
-    for (std::size_t i = 0; i < plan->shared_blocks; ++i)
-      for (const cell_ref& c : block_cells_[static_cast<std::size_t>(s.table[i])]) s.chain_top = std::max(s.chain_top, c.cell);
-    if (plan->shared_blocks != 0) s.chain_from = plan->shared_blocks * b;
     s.pending.assign(plan->captures.begin(), plan->captures.end());
     stats_.prompt_tokens += prompt.size();
     stats_.skipped_tokens += usable;
@@ -309,9 +303,6 @@ public:
     // prefill's (`strict`) or the never-ending session's (`chat`). They stay uncommitted: no block or snapshot
     // of them is published, and the request ends with `release` (no turn-end snapshot).
     publish = std::min(publish, in_order_until(slot, publish));
-    // Nor a block whose cells lie below the kept cells of the blocks before it in the cache (the prefix a
-    // later hit shares would be out of order there).
-    publish = std::min(publish, s.chain_until);
     if (publish <= s.committed) return true;
     std::vector<std::uint32_t> written;
     for (const reprise::capture_point& c : s.pending) {
@@ -329,14 +320,10 @@ public:
     }
     n_fed = publish;
     s.committed = n_fed;
-    // Keep the cells of every block that became full (one scan of the cells for all of them).
+    // Copy out the cells of every block that became full.
     const std::uint32_t b = opts_.block_size;
     const auto full = std::min<std::uint32_t>(n_fed / b, static_cast<std::uint32_t>(s.table.size()));
-    if (full > s.tagged) {
-      tag_blocks(slot, std::span<const reprise::block_id>(s.table).subspan(s.tagged, full - s.tagged), s.tagged * b,
-                 full * b);
-      s.tagged = full;
-    }
+    for (; s.tagged < full; ++s.tagged) copy_block(slot, s.table[s.tagged], s.tagged * b, (s.tagged + 1) * b);
     return true;
   }
 
@@ -384,7 +371,7 @@ public:
       const auto pos = static_cast<std::uint32_t>(fin->capture.position);
       // The partial last block stays the cache's, kept with the snapshot.
       if (pos % b != 0 && pos / b < s.table.size() && pos / b >= s.tagged)
-        tag_blocks(slot, std::span<const reprise::block_id>(s.table).subspan(pos / b, 1), pos / b * b, pos);
+        copy_block(slot, s.table[pos / b], pos / b * b, pos);
     }
     s.live = false;
   }
@@ -406,9 +393,7 @@ public:
     a.snapshot_slots = cache_.snapshot_slots();
     a.snapshot_budget_bytes = opts_.snapshot_budget_bytes;
     a.snapshot_bytes_held = static_cast<std::size_t>(m.snapshots_held) * snapshot_bytes_;
-    std::uint32_t kept = 0;
-    for (std::uint32_t r : cell_refs_) kept += r > 0 ? 1 : 0;
-    a.kv_cells_kept = kept;
+    a.kv_budget_bytes = opts_.kv_budget_bytes;
     return a;
   }
 
@@ -420,8 +405,18 @@ public:
   std::string describe() const override { return text_; }
 
 private:
+  /// Ends a failed admit: the slot's stream emptied, the sequence released (the request fails, the cache keeps
+  /// what it had).
+  std::int32_t fail_admit(int slot) {
+    slot_state& s = slots_[static_cast<std::size_t>(slot)];
+    llama_memory_seq_rm(llama_get_memory(ctx_), static_cast<llama_seq_id>(slot), -1, -1);
+    (void)cache_.release(s.seq);
+    s.live = false;
+    return -1;
+  }
+
   /// The first position below `n` whose KV cell lies below the cell of an earlier position of the slot's
-  /// sequence (its cells, shared ones included, are then out of position order from there on), or
+  /// sequence (its cells are then out of position order from there on), or
   /// `std::numeric_limits<std::uint32_t>::max()` when [0, n) is in order. Checks only what is new since the
   /// last call; a model without attention layers has no cells and is always in order.
   std::uint32_t in_order_until(int slot, std::uint32_t n) {
@@ -435,7 +430,6 @@ private:
     cells.resize(std::min(cells.size(), static_cast<std::size_t>(std::max(got, 0))));
     for (std::size_t j = 0; j < cells.size(); ++j) {
       const auto pos = static_cast<std::uint32_t>(s.order_checked + j);
-      if (pos >= s.chain_from && cells[j] <= s.chain_top) s.chain_until = std::min(s.chain_until, pos);
       if (pos > 0 && cells[j] < s.top_cell) {
         s.ordered_until = pos;
         break;
@@ -457,58 +451,66 @@ private:
     ++slots_[static_cast<std::size_t>(slot)].figures.captures;
   }
 
-  /// Keeps the cells of positions [p0, p1) of the slot for `ids` (consecutive blocks from position p0, the
-  /// last one possibly partial): the keeper holds them until each id is handed out again. A slot holds one cell
-  /// per position; if the cells found are not exactly that, the blocks stay untracked, and an admit that would
-  /// share them fails its cell count instead of sharing wrong cells.
-  void tag_blocks(int slot, std::span<const reprise::block_id> ids, std::uint32_t p0, std::uint32_t p1) {
-    for (reprise::block_id id : ids) release_block(id);
+  /// Copies the slot's cells of positions [p0, p1) (block `id`, possibly partial) into the block's host copy.
+  /// If they are not one cell per position, the block keeps no copy, and an admit that would share it fails its
+  /// check instead of copying wrong cells.
+  void copy_block(int slot, reprise::block_id id, std::uint32_t p0, std::uint32_t p1) {
+    release_block(id);
     if (!has_attention_) return;
-    std::vector<std::uint32_t> cells(p1 - p0);
-    const int32_t n = llama_reprise_kv_cells(ctx_, static_cast<llama_seq_id>(slot), static_cast<llama_pos>(p0),
-                                             static_cast<llama_pos>(p1), cells.data(), static_cast<int32_t>(cells.size()));
-    if (n != static_cast<int32_t>(cells.size())) return;
-    const std::uint32_t b = opts_.block_size;
-    std::vector<std::uint32_t> fresh;
-    for (std::size_t j = 0; j < cells.size(); ++j) {
-      std::vector<cell_ref>& kept = block_cells_[static_cast<std::size_t>(ids[j / b])];
-      kept.push_back({cells[j], static_cast<llama_pos>(p0 + j)});
-      if (cells[j] >= cell_refs_.size()) cell_refs_.resize(cells[j] + 1, 0);
-      if (cell_refs_[cells[j]]++ == 0) fresh.push_back(cells[j]);
+    block_copy& c = blocks_[static_cast<std::size_t>(id)];
+    c.bytes.resize(llama_reprise_kv_size(ctx_, static_cast<int32_t>(p1 - p0)));
+    const std::size_t n = llama_reprise_kv_get(ctx_, static_cast<llama_seq_id>(slot), static_cast<llama_pos>(p0),
+                                               static_cast<llama_pos>(p1), c.bytes.data(), c.bytes.size());
+    if (n == 0 || n != c.bytes.size()) {
+      std::vector<std::uint8_t>().swap(c.bytes);
+      return;
     }
-    if (!fresh.empty()) llama_reprise_kv_cells_seq_add(ctx_, fresh.data(), static_cast<int32_t>(fresh.size()), keeper_);
+    c.cells = p1 - p0;
+    stats_.kv_cells_kept += c.cells;
+    stats_.kv_bytes_held += c.bytes.size();
   }
 
   void release_block(reprise::block_id id) {
-    std::vector<cell_ref>& kept = block_cells_[static_cast<std::size_t>(id)];
-    std::vector<std::uint32_t> gone;
-    for (const cell_ref& c : kept)
-      if (--cell_refs_[c.cell] == 0) gone.push_back(c.cell);
-    if (!gone.empty()) llama_reprise_kv_cells_seq_rm(ctx_, gone.data(), static_cast<int32_t>(gone.size()), keeper_);
-    kept.clear();
+    block_copy& c = blocks_[static_cast<std::size_t>(id)];
+    if (c.cells == 0) return;
+    stats_.kv_cells_kept -= c.cells;
+    stats_.kv_bytes_held -= c.bytes.size();
+    std::vector<std::uint8_t>().swap(c.bytes);
+    c.cells = 0;
   }
 
   cache_t cache_;
   llama_context* ctx_;
   options opts_;
   std::vector<slot_state> slots_;
-  bool has_attention_; ///< the context has a unified attention memory (a model with attention layers)
-  llama_seq_id keeper_;
+  bool has_attention_; ///< the context has an attention memory (a model with attention layers)
   std::string text_;
   fault fault_;
   reprise::seq_id next_seq_ = 1;
-  std::vector<std::vector<cell_ref>> block_cells_;
-  std::vector<std::uint32_t> cell_refs_;
+  std::vector<block_copy> blocks_; ///< by block id
   std::vector<std::vector<std::uint8_t>> snapshots_;
   std::size_t snapshot_bytes_ = 0;
   adapter_stats stats_;
 };
 
 template <class Policy>
-std::unique_ptr<server_cache> make(const reprise::model_config& cfg, llama_context* ctx, const options& o,
+std::unique_ptr<server_cache> make(const reprise::model_config& cfg, llama_context* ctx, options o,
                                    int n_slots, std::string text, std::string& error) {
   reprise::cache_options co;
-  co.kv_blocks = llama_n_ctx(ctx) / o.block_size;
+  // Blocks for every slot's whole context (each slot's stream holds n_ctx / n_slots cells), and as many more
+  // as the KV budget holds host copies of (by default as many as the context's cells).
+  const std::uint32_t per_slot = (llama_n_ctx(ctx) / static_cast<std::uint32_t>(n_slots) + o.block_size - 1) / o.block_size;
+  const std::size_t block_bytes = cfg.facts().bytes_per_kv_block;
+  const std::uint64_t kv_budget = o.kv_budget_bytes != 0 ? o.kv_budget_bytes : std::uint64_t{llama_n_ctx(ctx)} / o.block_size * block_bytes;
+  // (a model without attention keeps no KV: its blocks only name token ids, as many as the context's cells)
+  const std::uint64_t cached = block_bytes == 0 ? llama_n_ctx(ctx) / o.block_size : kv_budget / block_bytes;
+  if (std::uint64_t{per_slot} * static_cast<std::uint64_t>(n_slots) + cached > std::numeric_limits<std::uint32_t>::max() / 2) {
+    error = "--reprise-kv-bytes " + std::to_string(kv_budget) + " is more KV blocks than Reprise counts (" +
+            std::to_string(block_bytes) + " bytes each)";
+    return nullptr;
+  }
+  co.kv_blocks = per_slot * static_cast<std::uint32_t>(n_slots) + static_cast<std::uint32_t>(cached);
+  o.kv_budget_bytes = kv_budget;
   co.max_sequences = static_cast<std::uint32_t>(n_slots);
   co.snapshot_budget_bytes = static_cast<std::size_t>(o.snapshot_budget_bytes);
   // Every snapshot sits on a KV block (a full one, or a kept partial one), at most one of each exactness class
@@ -533,7 +535,8 @@ std::unique_ptr<server_cache> make(const reprise::model_config& cfg, llama_conte
     return nullptr;
   }
   text += ", " + std::to_string(c->kv_blocks()) + " KV blocks of " + std::to_string(o.block_size) + " tokens (" +
-          std::to_string(cfg.facts().bytes_per_kv_block) + " bytes), " +
+          std::to_string(cfg.facts().bytes_per_kv_block) + " bytes; host copies of cached ones up to " +
+          std::to_string(o.kv_budget_bytes) + " bytes), " +
           std::to_string(c->snapshot_slots()) + " snapshot slots, alignment " + std::to_string(c->alignment());
   return std::make_unique<cache_impl<Policy>>(std::move(*c), ctx, o, n_slots, std::move(text));
 }
@@ -542,9 +545,8 @@ std::unique_ptr<server_cache> make(const reprise::model_config& cfg, llama_conte
 
 std::unique_ptr<server_cache> server_cache::create(llama_context* ctx, const llama_model* model, const options& o,
                                                    int n_slots, std::string& error) {
-  if (n_slots < 1 || n_slots + 1 >= static_cast<int>(llama_max_parallel_sequences())) {
-    error = "Reprise needs a sequence id beyond the slots (at most " +
-            std::to_string(llama_max_parallel_sequences() - 2) + " slots)";
+  if (n_slots < 1) {
+    error = "Reprise needs one slot at least";
     return nullptr;
   }
   bool recurrent = false;
@@ -553,8 +555,12 @@ std::unique_ptr<server_cache> server_cache::create(llama_context* ctx, const lla
   const bool attention = std::any_of(groups->begin(), groups->end(), [](const reprise::layer_spec& g) {
     return g.family() == reprise::state_family::kv_block;
   });
-  if (attention && llama_reprise_kv_cells(ctx, 0, 0, 1, nullptr, 0) < 0) {
-    error = "Reprise needs a unified attention KV cache (--kv-unified)";
+  if (attention && llama_reprise_kv_streams(ctx) < n_slots) {
+    error = "Reprise needs a KV stream per slot (llama.cpp's KV cache without --kv-unified)";
+    return nullptr;
+  }
+  if (attention && llama_reprise_kv_size(ctx, 1) == 0) {
+    error = "Reprise cannot copy this KV cache's cells (a transposed V of a block-quantized type)";
     return nullptr;
   }
   auto cfg = reprise::model_config::make(*groups);

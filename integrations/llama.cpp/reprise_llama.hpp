@@ -4,11 +4,12 @@
 /// Reprise inside llama-server: the adapter that maps a `prefix_cache`'s plans onto llama.cpp's memory.
 ///
 /// Mapping (docs/llama.cpp.md):
-///  - a KV block id names up to B cells of llama.cpp's unified attention memory. A published block's cells are
-///    held by a keeper sequence id (the highest one llama.cpp allows; never decoded), refcounted per cell, so
-///    they outlive the slot that wrote them until the cache hands the block id out again;
-///  - a hit adds the slot's sequence id to the shared blocks' cells (no copy: cells are shared, and llama.cpp
-///    never writes into an occupied cell), up to the usable skip only;
+///  - every slot has a KV stream of its own (llama.cpp's non-unified KV cache): its attention spans its own
+///    cells only, and they stay in position order;
+///  - a KV block id names a host copy of up to B cells (llama_reprise_kv_get: positions and every attention
+///    layer's K and V bytes), taken when the block is published and dropped when the cache hands the id out
+///    again; a hit copies the shared blocks' cells into the slot's stream (llama_reprise_kv_set), up to the
+///    usable skip only, at the cells a cold prefill of the slot would have written;
 ///  - a snapshot slot is a host buffer holding llama_state_seq_get_data_ext(..., PARTIAL_ONLY) of the slot's
 ///    sequence: every recurrent layer's conv and SSM / delta-rule state, nothing of the attention memory;
 ///  - captures end a prompt piece: the server stops filling its batch at a capture position, and the state is
@@ -39,6 +40,8 @@ bool check_budget(std::uint64_t bytes, std::string& error);
 struct options {
   mode policy = mode::chat;
   std::uint64_t snapshot_budget_bytes = 0;
+  /// Host memory for cached KV blocks beyond those of live requests (0: as much as the context's KV cache).
+  std::uint64_t kv_budget_bytes = 0;
   std::uint32_t block_size = 32; // a multiple of the ubatches the exactness tests run (docs/llama.cpp.md)
   ggml_type type_k = GGML_TYPE_F16; ///< the KV cache's types (-ctk / -ctv): the bytes of a KV block
   ggml_type type_v = GGML_TYPE_F16;
@@ -53,7 +56,9 @@ struct adapter_stats {
   std::size_t snapshot_bytes_held = 0; ///< bytes in the host buffers of published snapshots
   std::uint64_t snapshot_budget_bytes = 0;
   std::uint32_t snapshot_slots = 0;
-  std::uint32_t kv_cells_kept = 0; ///< cells the keeper holds
+  std::uint32_t kv_cells_kept = 0;  ///< KV cells in the host copies of published blocks
+  std::size_t kv_bytes_held = 0;    ///< bytes of those copies
+  std::uint64_t kv_budget_bytes = 0; ///< host memory for cached KV blocks beyond those of live requests
   /// Requests whose KV cells were not in position order at their end (docs/llama.cpp.md: the CPU flash
   /// attention kernel visits cells in cell order, so such a request may round differently from a cold run).
   std::uint64_t requests_out_of_order = 0;
@@ -70,7 +75,7 @@ struct slot_figures {
 };
 
 /// One log line: "reprise: prompt tokens P skipped S restores R captures C snapshot bytes held H of budget B
-/// (slots N) kept KV cells K".
+/// (slots N) kept KV cells K (bytes M) ...".
 std::string to_string(const adapter_stats& s);
 
 class server_cache {
@@ -78,13 +83,13 @@ public:
   virtual ~server_cache() = default;
 
   /// Builds the adapter for a loaded model and context. nullptr with `error` set when Reprise cannot cache
-  /// the model (a layer kind it does not know, sliding-window attention, no unified KV cache, too many slots)
+  /// the model (a layer kind it does not know, sliding-window attention, a KV stream shared by slots)
   /// or the options are invalid (a snapshot budget below one snapshot).
   static std::unique_ptr<server_cache> create(llama_context* ctx, const llama_model* model, const options& o,
                                               int n_slots, std::string& error);
 
-  /// A new prompt on slot `slot`: clears the slot's sequence, admits the prompt, shares the cached blocks'
-  /// cells and restores the snapshot. `shared_end`: where the prompt's first user message starts (the end of a
+  /// A new prompt on slot `slot`: clears the slot's sequence, admits the prompt, copies the cached blocks'
+  /// cells into the slot's stream and restores the snapshot. `shared_end`: where the prompt's first user message starts (the end of a
   /// system prompt other conversations share; -1: not known): under `chat` the state there, rounded down to the
   /// block size, is snapshotted, so the next conversation over it restores there at its first meeting.
   /// Returns the tokens whose prefill is skipped (< prompt.size()), or -1 with `error` set (the request then

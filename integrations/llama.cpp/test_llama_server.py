@@ -32,10 +32,14 @@ MODELS = ["nemotron_h", "qwen35", "falcon-h1", "mamba2", "llama"]
 # models with recurrent layers (the last four run with --models only: CI's time goes to the five above)
 HYBRID = {"nemotron_h", "qwen35", "falcon-h1", "mamba2", "granitehybrid", "nemotron_h_moe", "qwen3next", "qwen35moe"}
 ATTENTION_FREE = {"mamba2"}
-# What every server of a comparison shares (docs/llama.cpp.md, "Which equalities hold"): one unified KV cache,
+# What every server of a comparison shares (docs/llama.cpp.md, "Which equalities hold"): a KV stream per slot,
 # flash attention, ubatches of 32 tokens (never the tiled kernel), one thread (one KV chunk in decode).
-COMMON = ["-c", "1024", "-b", "512", "-ub", "32", "-t", "1", "-tb", "1", "-fa", "on", "-kvu", "--no-warmup",
-          "--temp", "0", "--seed", "1"]
+COMMON = ["-c", "1024", "-b", "512", "-ub", "32", "-t", "1", "-tb", "1", "-fa", "on", "--no-warmup", "--temp", "0", "--seed", "1"]
+
+
+def slots(n, per_slot=1024):
+    """n slots of per_slot cells each (every slot has a KV stream of n_ctx / n cells)."""
+    return ["-np", str(n), "-c", str(n * per_slot)]
 SNAPSHOT_BYTES = "64M"
 
 
@@ -314,7 +318,7 @@ def test_exactness(args, model, arch, failures):
             if "faults" in args.only:
                 runs.append(("state" if arch in HYBRID else "kv", f"{arch}-{policy}-fault"))
             for fault, name in runs:
-                cand = Server(args.server, model, ["-np", "2", "--reprise", policy] + budget + long_context(arch),
+                cand = Server(args.server, model, slots(2) + ["--reprise", policy] + budget + long_context(arch),
                               args.workdir, name,
                               env={"REPRISE_LLAMA_FAULT": fault} if fault else None)
                 no_reuse = None
@@ -353,17 +357,17 @@ def test_exactness(args, model, arch, failures):
             ref.stop()
 
     if "strict" in args.only:
-        compare("strict", "caching off", "off", ["-np", "1"], session=False)
+        compare("strict", "caching off", "off", slots(1), session=False)
     if "branch" in args.only:
         # More conversations than slots, regenerated, edited and forked turns: every turn equals caching off,
         # which needs each slot's cells in position order, and no state computed out of order ever restored.
         seed = zlib.crc32(arch.encode()) + args.seed
         branch_steps = branching_workload(seed)
-        big = ["-c", "4096"] + long_context(arch)
-        ref = Server(args.server, model, ["-np", "1", "--cache-ram", "0", "--ctx-checkpoints", "0"] + big,
+        big = long_context(arch)
+        ref = Server(args.server, model, slots(1, 4096) + ["--cache-ram", "0", "--ctx-checkpoints", "0"] + big,
                      args.workdir, f"{arch}-branch-off")
         try:
-            cand = Server(args.server, model, ["-np", "4", "--reprise", "strict", "--metrics"] + budget + big,
+            cand = Server(args.server, model, slots(4, 4096) + ["--reprise", "strict", "--metrics"] + budget + big,
                           args.workdir, f"{arch}-branch-strict")
             try:
                 r = run_branching(cand, ref, seed, branch_steps)
@@ -381,7 +385,7 @@ def test_exactness(args, model, arch, failures):
         check(r.hits_in_order >= 3, f"{arch}: strict skipped prefill on {r.hits_in_order} compared branching turns",
               failures)
     if "chat" in args.only and arch in HYBRID:
-        compare("chat", "a never-ending session per conversation", "session", ["-np", str(n_conv)], session=True)
+        compare("chat", "a never-ending session per conversation", "session", slots(n_conv), session=True)
 
 
 def startup_error(args, model, extra, limit_kib=None):
@@ -410,7 +414,12 @@ def test_errors(args, models, failures):
         (models["mamba"], ["--reprise", "chat", "--reprise-snapshot-bytes", "64M"], "Reprise cannot cache"),
         (models["llama"], ["--reprise", "chat"], "--reprise chat needs a model with recurrent layers"),
         # every option Reprise would override stops the server instead
-        (m, ["--reprise", "strict", "--no-kv-unified"], "--kv-unified cannot be used with --reprise"),
+        (m, ["--reprise", "strict", "-kvu"], "--kv-unified cannot be used with --reprise"),
+        (m, ["--reprise", "strict", "--reprise-snapshot-bytes", "64M", "--reprise-kv-bytes", "0"],
+         "--reprise-kv-bytes: '0' is not a positive byte count"),
+        (m, ["--reprise-kv-bytes", "1M"], "--reprise-kv-bytes needs --reprise chat|strict"),
+        (m, ["--reprise", "strict", "--reprise-snapshot-bytes", "64M", "--reprise-kv-bytes",
+             f"{machine_bytes() // 2**30 + 1}G"], "--reprise-kv-bytes: "),
         (m, ["--reprise", "strict", "--cache-reuse", "256"], "--cache-reuse cannot be used with --reprise"),
         (m, ["--reprise", "strict", "--ctx-checkpoints", "4"], "--ctx-checkpoints cannot be used with --reprise"),
         (m, ["--reprise", "strict", "--checkpoint-min-step", "64"], "--checkpoint-min-step cannot be used"),
@@ -449,8 +458,9 @@ def test_errors(args, models, failures):
         srv.stop()
     with open(srv.log_path) as f:
         text = f.read()
-    check(rss_kib < 512 * 1024 and "32 KV blocks" in text and "64 snapshot slots" in text,
-          f"a budget of {big} starts with 64 snapshot slots for 32 KV blocks and {rss_kib // 1024} MiB resident",
+    # (4 slots, the automatic count, of 256 cells: 32 blocks for their contexts, 32 more for cached ones by default)
+    check(rss_kib < 512 * 1024 and "64 KV blocks" in text and "128 snapshot slots" in text,
+          f"a budget of {big} starts with 128 snapshot slots for 64 KV blocks and {rss_kib // 1024} MiB resident",
           failures)
     # the KV cache is accounted in the types of -ctk / -ctv
     def block_bytes(extra, name):
@@ -463,6 +473,14 @@ def test_errors(args, models, failures):
         return int(text[at:].split("(")[1].split()[0])
     f16, f32 = block_bytes([], "kv-f16"), block_bytes(["-ctk", "f32", "-ctv", "f32"], "kv-f32")
     check(f32 == 2 * f16 > 0, f"a KV block is {f16} bytes in f16 and {f32} in f32 (-ctk f32 -ctv f32)", failures)
+    # the KV budget counts the cached blocks beyond the slots' contexts: ten blocks' bytes, ten blocks
+    srv = Server(args.server, m, ["--reprise", "strict", "--reprise-snapshot-bytes", "64M", "--reprise-kv-bytes",
+                                  f"{10 * f16 + f16 // 2}"], args.workdir, "kv-budget")
+    srv.stop()
+    with open(srv.log_path) as f:
+        text = f.read()
+    check("42 KV blocks of 32 tokens" in text, "--reprise-kv-bytes of 10.5 KV blocks gives 32 + 10 KV blocks",
+          failures)
 
 
 def main():
