@@ -4,13 +4,18 @@
 Reprise chat, Reprise strict. Measures; asserts nothing about time.
 
 The workload: conversations over a few shared system prompts, turn lengths and reply lengths (30-500 tokens)
-drawn at random from a seed, served by 4 client threads over 4 slots. Per configuration it reports the prompt
-tokens the server computed (the sum of timings.prompt_n), their prefill time (timings.prompt_ms), the prefill
-floor (prompt tokens no earlier prompt or reply of the run covers), computed / floor, and the state the cache
-holds at the end (Reprise: snapshot bytes and kept KV cells, from its log line; llama.cpp: context checkpoints
-and the host prompt cache, from its log).
+drawn at random from a seed, served by 4 client threads over 4 slots. Every user message starts with the
+tokens of "<user>", and every request names that delimiter (llama-server's message_delimiters), so both
+llama.cpp's context checkpoints and Reprise know where a user message starts. Per configuration it reports the
+prompt tokens the server computed (the sum of timings.prompt_n), their prefill time (timings.prompt_ms), the
+decode time per generated token (timings.predicted_ms / predicted_n), the prefill floor (prompt tokens no
+earlier prompt or reply of the run covers), computed / floor, wall time, the machine's load average, and the
+state the cache holds at the end (Reprise: snapshot bytes and cached KV cells, from its log line; llama.cpp:
+context checkpoints and the host prompt cache, from its log). With --rounds R the configurations run in turn R
+times (the shared machine's load drifts: compare within a round).
 
-Usage: llama_side_by_side.py --server BIN --model GGUF [--conversations 16 --turns 4 --seed 1 --out FILE.md]
+Usage: llama_side_by_side.py --server BIN --model GGUF [--configs default,chat,strict --rounds 2
+       --conversations 16 --turns 4 --seed 1 --out FILE.md]
 """
 import argparse
 import json
@@ -24,13 +29,14 @@ import threading
 import time
 import urllib.request
 
-CONFIGS = [
+CONFIGS = {
     # -lv 4: llama.cpp logs its context checkpoints and host prompt cache at trace level
-    ("llama.cpp default caching", ["-lv", "4"]),
-    ("caching off", ["--cache-ram", "0", "--ctx-checkpoints", "0"]),
-    ("Reprise chat", ["--reprise", "chat", "--reprise-snapshot-bytes", "256M"]),
-    ("Reprise strict", ["--reprise", "strict", "--reprise-snapshot-bytes", "256M"]),
-]
+    "default": ("llama.cpp default caching", ["-lv", "4"]),
+    "off": ("caching off", ["--cache-ram", "0", "--ctx-checkpoints", "0"]),
+    "chat": ("Reprise chat", ["--reprise", "chat", "--reprise-snapshot-bytes", "256M"]),
+    "strict": ("Reprise strict", ["--reprise", "strict", "--reprise-snapshot-bytes", "256M"]),
+}
+USER_DELIMITER = "<user>"
 
 
 def free_port():
@@ -39,13 +45,15 @@ def free_port():
         return s.getsockname()[1]
 
 
-def workload(seed, n_conv, turns, vocab):
+def workload(seed, n_conv, turns, vocab, delimiter):
+    """Random tokens (never the delimiter's, which only start a user message)."""
     rng = random.Random(seed)
-    systems = [[rng.randrange(4, vocab) for _ in range(rng.randrange(200, 600))] for _ in range(3)]
+    free = [t for t in range(4, vocab) if t not in delimiter]
+    systems = [[rng.choice(free) for _ in range(rng.randrange(200, 600))] for _ in range(3)]
     convs = []
     for c in range(n_conv):
         convs.append({"system": c % len(systems),
-                      "turns": [([rng.randrange(4, vocab) for _ in range(rng.randrange(16, 200))],
+                      "turns": [(list(delimiter) + [rng.choice(free) for _ in range(rng.randrange(16, 200))],
                                  rng.randrange(30, 501)) for _ in range(turns)]})
     return systems, convs
 
@@ -73,25 +81,45 @@ class Trie:
             return n
 
 
-def run_config(args, name, extra, systems, convs):
+def start_server(args, extra, log):
     port = free_port()
-    log_path = os.path.join(args.workdir, re.sub(r"[^a-z]+", "-", name.lower()) + ".log")
-    log = open(log_path, "w")
     proc = subprocess.Popen([args.server, "-m", args.model, "--host", "127.0.0.1", "--port", str(port), "-np", "4",
                              "-c", str(args.ctx), "-t", str(args.threads), "--no-warmup", "--temp", "0"]
                             + (["--override-kv", f"{args.arch}.context_length=int:{args.ctx}"] if args.arch else [])
                             + extra,
                             stdout=log, stderr=subprocess.STDOUT)
+    for _ in range(600):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.2)
+    return proc, port
+
+
+def tokenize(args, text):
+    with open(os.path.join(args.workdir, "tokenize.log"), "w") as log:
+        proc, port = start_server(args, CONFIGS["off"][1], log)
+        try:
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/tokenize",
+                                         data=json.dumps({"content": text, "add_special": False}).encode(),
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return json.loads(r.read())["tokens"]
+        finally:
+            proc.terminate()
+            proc.wait()
+
+
+def run_config(args, name, extra, systems, convs, round_no):
+    log_path = os.path.join(args.workdir, re.sub(r"[^a-z]+", "-", name.lower()) + f"-{round_no}.log")
+    log = open(log_path, "w")
+    proc, port = start_server(args, extra, log)
     try:
-        for _ in range(600):
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.2)
         trie = Trie()
-        totals = {"prompt": 0, "computed": 0, "floor": 0, "prompt_ms": 0.0, "requests": 0}
+        totals = {"prompt": 0, "computed": 0, "floor": 0, "prompt_ms": 0.0, "predicted_ms": 0.0, "predicted": 0,
+                  "requests": 0, "load": os.getloadavg()[0]}
         lock = threading.Lock()
         queue = list(range(len(convs)))
         t0 = time.time()
@@ -107,7 +135,8 @@ def run_config(args, name, extra, systems, convs):
                     prompt = history + user
                     floor = len(prompt) - trie.covered(prompt)
                     body = {"prompt": prompt, "n_predict": reply, "temperature": 0, "ignore_eos": True,
-                            "return_tokens": True, "cache_prompt": "--cache-ram" not in extra}
+                            "return_tokens": True, "cache_prompt": "--cache-ram" not in extra,
+                            "message_delimiters": [{"role": "user", "delimiter": USER_DELIMITER}]}
                     req = urllib.request.Request(f"http://127.0.0.1:{port}/completion",
                                                  data=json.dumps(body).encode(),
                                                  headers={"Content-Type": "application/json"})
@@ -119,6 +148,8 @@ def run_config(args, name, extra, systems, convs):
                         totals["prompt"] += len(prompt)
                         totals["computed"] += res["timings"]["prompt_n"]
                         totals["prompt_ms"] += res["timings"]["prompt_ms"]
+                        totals["predicted_ms"] += res["timings"]["predicted_ms"]
+                        totals["predicted"] += res["timings"]["predicted_n"]
                         totals["floor"] += floor
                         totals["requests"] += 1
 
@@ -128,15 +159,17 @@ def run_config(args, name, extra, systems, convs):
         for t in threads:
             t.join()
         totals["wall_s"] = time.time() - t0
+        totals["load"] = (totals["load"] + os.getloadavg()[0]) / 2
     finally:
         proc.terminate()
         proc.wait()
         log.close()
     text = open(log_path).read()
     state = "-"
-    m = re.findall(r"reprise: .*snapshot bytes held (\d+).*kept KV cells (\d+)", text)
+    m = re.findall(r"reprise: .*snapshot bytes held (\d+).*kept KV cells (\d+) \(bytes (\d+)", text)
     if m:
-        state = f"{int(m[-1][0]) / 2**20:.1f} MiB snapshots, {m[-1][1]} KV cells kept"
+        state = (f"{int(m[-1][0]) / 2**20:.1f} MiB snapshots, {int(m[-1][2]) / 2**20:.1f} MiB KV copies "
+                 f"({m[-1][1]} cells)")
     else:
         # context checkpoints held per slot at the end: the count the last creation reports, less later erasures
         held, size = {}, 0.0
@@ -165,6 +198,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--server", required=True)
     ap.add_argument("--model", required=True)
+    ap.add_argument("--configs", default="default,chat,strict",
+                    help="comma-separated, run in this order each round: " + ",".join(CONFIGS))
+    ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--conversations", type=int, default=16)
     ap.add_argument("--turns", type=int, default=4)
     ap.add_argument("--seed", type=int, default=1)
@@ -177,18 +213,22 @@ def main():
                     "(the random test models declare 256)")
     args = ap.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
-    systems, convs = workload(args.seed, args.conversations, args.turns, args.vocab)
+    systems, convs = workload(args.seed, args.conversations, args.turns, args.vocab,
+                              tokenize(args, USER_DELIMITER))
     rows = []
-    for name, extra in CONFIGS:
-        r = run_config(args, name, extra, systems, convs)
-        rows.append((name, r))
-        print(f"{name}: {r}", flush=True)
-    lines = ["| configuration | prompt tokens | computed (timings.prompt_n) | floor | computed / floor | "
-             "prefill time (s) | wall (s) | state held at the end |",
-             "|---|---:|---:|---:|---:|---:|---:|---|"]
-    for name, r in rows:
-        lines.append(f"| {name} | {r['prompt']} | {r['computed']} | {r['floor']} | "
-                     f"{r['computed'] / r['floor']:.2f} | {r['prompt_ms'] / 1000:.2f} | {r['wall_s']:.1f} | "
+    for round_no in range(1, args.rounds + 1):
+        for key in args.configs.split(","):
+            name, extra = CONFIGS[key]
+            r = run_config(args, name, extra, systems, convs, round_no)
+            rows.append((round_no, name, r))
+            print(f"round {round_no}: {name}: {r}", flush=True)
+    lines = ["| round | configuration | prompt tokens | computed (timings.prompt_n) | floor | computed / floor | "
+             "prefill time (s) | decode ms / token | wall (s) | load | state held at the end |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for round_no, name, r in rows:
+        lines.append(f"| {round_no} | {name} | {r['prompt']} | {r['computed']} | {r['floor']} | "
+                     f"{r['computed'] / r['floor']:.2f} | {r['prompt_ms'] / 1000:.2f} | "
+                     f"{r['predicted_ms'] / max(r['predicted'], 1):.2f} | {r['wall_s']:.1f} | {r['load']:.1f} | "
                      f"{r['state']} |")
     table = "\n".join(lines)
     print(table)

@@ -7,8 +7,8 @@ For each model (tiny random-weight GGUFs written at test time by llama.cpp's tes
           prompt caching off, bit for bit, while Reprise skips prefill;
   chat:   every turn's output equals one never-ending session per conversation (upstream llama-server, one
           slot per conversation, fed each turn's new tokens), bit for bit, while Reprise skips prefill;
-  faults: a deliberately wrong restore (one bit of a snapshot, one KV cell left out) is caught by the same
-          comparisons;
+  faults: a deliberately wrong restore (a snapshot's state, or the K and V bytes of a cached block as they are
+          copied into the slot) is caught by the same comparisons;
   errors: bad option values and a model Reprise cannot cache stop the server at startup with a message.
 
 Usage: test_llama_server.py --server BIN --archs BIN --workdir DIR [--only strict,chat,branch,faults,errors]
@@ -317,6 +317,9 @@ def test_exactness(args, model, arch, failures):
             runs = [(None, f"{arch}-{policy}")]
             if "faults" in args.only:
                 runs.append(("state" if arch in HYBRID else "kv", f"{arch}-{policy}-fault"))
+                if arch in HYBRID and arch not in ATTENTION_FREE and policy == "strict":
+                    # the hybrid's KV blocks, copied into the slot's stream, corrupted
+                    runs.append(("kv", f"{arch}-{policy}-fault-kv"))
             for fault, name in runs:
                 cand = Server(args.server, model, slots(2) + ["--reprise", policy] + budget + long_context(arch),
                               args.workdir, name,
