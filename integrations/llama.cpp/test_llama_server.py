@@ -11,6 +11,11 @@ For each model (tiny random-weight GGUFs written at test time by llama.cpp's tes
           copied into the slot) is caught by the same comparisons;
   errors: bad option values and a model Reprise cannot cache stop the server at startup with a message.
 
+`--only defaults` (not in the default set: a measurement, asserting nothing) runs strict and chat under
+llama-server's own defaults instead (512-token ubatches, every thread, and once with a turn's requests sent
+together so the slots share ubatches) and reports how many turns still equal their reference and the largest
+log-probability difference.
+
 Usage: test_llama_server.py --server BIN --archs BIN --workdir DIR [--only strict,chat,branch,faults,errors]
 Exit status 0 when every check passes.
 """
@@ -35,12 +40,18 @@ ATTENTION_FREE = {"mamba2"}
 # What every server of a comparison shares (docs/llama.cpp.md, "Which equalities hold"): a KV stream per slot,
 # flash attention, ubatches of 32 tokens (never the tiled kernel), one thread (one KV chunk in decode).
 COMMON = ["-c", "1024", "-b", "512", "-ub", "32", "-t", "1", "-tb", "1", "-fa", "on", "--no-warmup", "--temp", "0", "--seed", "1"]
+# llama-server's defaults (`--only defaults`): its ubatch, thread counts and flash-attention choice
+DEFAULTS = ["-c", "1024", "--no-warmup", "--temp", "0", "--seed", "1"]
 
 
 def slots(n, per_slot=1024):
     """n slots of per_slot cells each (every slot has a KV stream of n_ctx / n cells)."""
     return ["-np", str(n), "-c", str(n * per_slot)]
 SNAPSHOT_BYTES = "64M"
+
+
+#: what every server of a run shares (COMMON, or DEFAULTS under `--only defaults`)
+SETTINGS = [COMMON]
 
 
 def free_port():
@@ -57,7 +68,7 @@ class Server:
         e = dict(os.environ)
         e.update(env or {})
         self.proc = subprocess.Popen([binary, "-m", model, "--host", "127.0.0.1", "--port", str(self.port)]
-                                     + COMMON + extra, stdout=self.log, stderr=subprocess.STDOUT, env=e)
+                                     + SETTINGS[0] + extra, stdout=self.log, stderr=subprocess.STDOUT, env=e)
         deadline = time.time() + 120
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -153,6 +164,22 @@ def output_of(res):
     return res["tokens"], probs
 
 
+def drift(got, ref):
+    """(whether the generated tokens are equal, the largest difference of a top-5 log-probability both list at
+    a position whose context is the same in both: up to and including the first differing token)."""
+    (gt, gp), (rt, rp) = output_of(got), output_of(ref)
+    same = 0
+    while same < min(len(gt), len(rt)) and gt[same] == rt[same]:
+        same += 1
+    diff = 0.0
+    for a, b in zip(gp[:same + 1], rp[:same + 1]):
+        top = dict(b[2])
+        for tid, lp in a[2]:
+            if tid in top:
+                diff = max(diff, abs(lp - top[tid]))
+    return gt == rt, diff
+
+
 class Pair:
     """The outcome of one workload on a candidate and its reference, turn by turn."""
 
@@ -164,10 +191,14 @@ class Pair:
         self.total = self.computed = 0
         self.turns = 0
         self.prompts = []           # (prompt tokens, prompt tokens computed) of each turn
+        self.tokens_equal = 0       # turns whose generated tokens equal the reference's
+        self.max_diff = 0.0         # the largest log-probability difference where both had the same context
 
-    def record(self, i, candidate, prompt, got, ref):
-        """Turn i: the candidate's answer `got` against the reference's `ref`, and whether its cells were in order."""
-        in_order = candidate.last_request_in_order(i + 1)
+    def record(self, i, candidate, prompt, got, ref, in_order=None):
+        """Turn i: the candidate's answer `got` against the reference's `ref`, and whether its cells were in order
+        (read from its log unless given)."""
+        if in_order is None:
+            in_order = candidate.last_request_in_order(i + 1)
         if in_order is None:
             raise RuntimeError(f"turn {i}: no Reprise log line, see {candidate.log_path}")
         equal = output_of(got) == output_of(ref)
@@ -177,6 +208,9 @@ class Pair:
             (self.mismatches if in_order else self.order_mismatches).append(i)
         elif in_order and got["timings"]["prompt_n"] < len(prompt):
             self.hits_in_order += 1
+        equal_tokens, diff = drift(got, ref)
+        self.tokens_equal += equal_tokens
+        self.max_diff = max(self.max_diff, diff)
         self.total += len(prompt)
         self.computed += got["timings"]["prompt_n"]
         self.prompts.append((len(prompt), got["timings"]["prompt_n"]))
@@ -211,6 +245,74 @@ def run_pair(candidate, reference, system, steps, ref_cache_prompt, ref_slots, d
         r.record(i, candidate, prompt, got, ref)
         history[c] = prompt + got["tokens"]
     return r
+
+
+def run_together(candidate, reference, system, steps):
+    """The workload with each round's requests (one turn of every conversation) sent to the candidate together,
+    so its slots share ubatches; the reference (caching off) answers them one by one."""
+    import threading
+    history, r = {}, Pair()
+    r.turns = len(steps)
+    n_conv = 1 + max(c for c, _, _ in steps)
+    for start in range(0, len(steps), n_conv):
+        batch = list(enumerate(steps))[start:start + n_conv]
+        prompts = {i: history.get(c, list(system)) + user for i, (c, user, n) in batch}
+        got = {}
+
+        def send(i, n):
+            got[i] = candidate.complete(prompts[i], n)
+        threads = [threading.Thread(target=send, args=(i, n)) for i, (c, user, n) in batch]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for i, (c, user, n) in batch:
+            ref = reference.complete(prompts[i], n, cache_prompt=False)
+            r.record(i, candidate, prompts[i], got[i], ref, in_order=True)
+            history[c] = prompts[i] + got[i]["tokens"]
+    return r
+
+
+def measure_defaults(args, model, arch):
+    """strict and chat under llama-server's defaults: how many turns still equal their reference, and the largest
+    log-probability difference. Prints one line per comparison; asserts nothing."""
+    SETTINGS[0] = DEFAULTS
+    try:
+        system, steps = workload(seed=zlib.crc32(arch.encode()) + args.seed)
+        n_conv = 1 + max(c for c, _, _ in steps)
+        budget = ["--reprise-snapshot-bytes", SNAPSHOT_BYTES] if arch in HYBRID else []
+        rows = []
+
+        def pair(name, cand_opts, ref_opts, run):
+            ref = Server(args.server, model, ref_opts + ["--cache-ram", "0", "--ctx-checkpoints", "0"]
+                         + long_context(arch), args.workdir, f"{arch}-defaults-{name}-ref")
+            try:
+                cand = Server(args.server, model, cand_opts + budget + long_context(arch), args.workdir,
+                              f"{arch}-defaults-{name}")
+                try:
+                    r = run(cand, ref)
+                finally:
+                    cand.stop()
+            finally:
+                ref.stop()
+            rows.append((name, r))
+            print(f"     {arch}: defaults: {name}: {r.tokens_equal} / {r.turns} turns with equal tokens, "
+                  f"{r.turns - len(r.mismatches) - len(r.order_mismatches)} bitwise equal, largest log-probability "
+                  f"difference {r.max_diff:.3g}; {r.computed} of {r.total} prompt tokens computed", flush=True)
+
+        pair("strict, one request at a time", slots(2) + ["--reprise", "strict"], slots(1),
+             lambda c, ref: run_pair(c, ref, system, steps, ref_cache_prompt=False, ref_slots=False))
+        branch_steps = branching_workload(zlib.crc32(arch.encode()) + args.seed)
+        pair("strict, branching", slots(4, 4096) + ["--reprise", "strict"], slots(1, 4096),
+             lambda c, ref: run_branching(c, ref, zlib.crc32(arch.encode()) + args.seed, branch_steps))
+        pair("strict, a round's requests together", slots(n_conv) + ["--reprise", "strict"], slots(1),
+             lambda c, ref: run_together(c, ref, system, steps))
+        if arch in HYBRID:
+            pair("chat, one request at a time", slots(2) + ["--reprise", "chat"], slots(n_conv),
+                 lambda c, ref: run_pair(c, ref, system, steps, ref_cache_prompt=True, ref_slots=True))
+        return rows
+    finally:
+        SETTINGS[0] = COMMON
 
 
 def run_branching(candidate, reference, seed, steps):
@@ -510,6 +612,8 @@ def main():
     if "errors" in args.only:
         test_errors(args, models, failures)
     for arch in args.models.split(","):
+        if "defaults" in args.only:
+            measure_defaults(args, models[arch], arch)
         test_exactness(args, models[arch], arch, failures)
     print(f"{len(failures)} failure(s) in {time.time() - t0:.0f} s")
     return 1 if failures else 0
