@@ -45,17 +45,23 @@ def free_port():
         return s.getsockname()[1]
 
 
-def workload(seed, n_conv, turns, vocab, delimiter):
+def workload(args, delimiter):
     """Random tokens (never the delimiter's, which only start a user message)."""
-    rng = random.Random(seed)
-    free = [t for t in range(4, vocab) if t not in delimiter]
-    systems = [[rng.choice(free) for _ in range(rng.randrange(200, 600))] for _ in range(3)]
+    rng = random.Random(args.seed)
+    free = [t for t in range(4, args.vocab) if t not in delimiter]
+    span = lambda r: rng.randrange(r[0], r[1] + 1)  # noqa: E731
+    systems = [[rng.choice(free) for _ in range(span(args.system_tokens))] for _ in range(3)]
     convs = []
-    for c in range(n_conv):
+    for c in range(args.conversations):
         convs.append({"system": c % len(systems),
-                      "turns": [(list(delimiter) + [rng.choice(free) for _ in range(rng.randrange(16, 200))],
-                                 rng.randrange(30, 501)) for _ in range(turns)]})
+                      "turns": [(list(delimiter) + [rng.choice(free) for _ in range(span(args.user_tokens))],
+                                 span(args.reply_tokens)) for _ in range(args.turns)]})
     return systems, convs
+
+
+def token_range(text):
+    lo, hi = (int(x) for x in text.split(","))
+    return lo, hi
 
 
 class Trie:
@@ -205,6 +211,9 @@ def main():
     ap.add_argument("--turns", type=int, default=4)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--vocab", type=int, default=128)
+    ap.add_argument("--system-tokens", type=token_range, default=(200, 599), help="MIN,MAX of a system prompt")
+    ap.add_argument("--user-tokens", type=token_range, default=(16, 199), help="MIN,MAX of a user message")
+    ap.add_argument("--reply-tokens", type=token_range, default=(30, 500), help="MIN,MAX of a reply")
     ap.add_argument("--ctx", type=int, default=65536)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--workdir", default="build-llama-bench")
@@ -213,8 +222,7 @@ def main():
                     "(the random test models declare 256)")
     args = ap.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
-    systems, convs = workload(args.seed, args.conversations, args.turns, args.vocab,
-                              tokenize(args, USER_DELIMITER))
+    systems, convs = workload(args, tokenize(args, USER_DELIMITER))
     rows = []
     for round_no in range(1, args.rounds + 1):
         for key in args.configs.split(","):
