@@ -204,7 +204,9 @@ public:
     if (s.live) drop(slot);
     const auto sid = static_cast<llama_seq_id>(slot);
     llama_memory_seq_rm(llama_get_memory(ctx_), sid, -1, -1);
-    s = slot_state{.figures = s.figures};
+    const slot_figures figures = s.figures;
+    s = slot_state{};
+    s.figures = figures;
     s.seq = next_seq_++;
     s.tokens.assign(prompt.begin(), prompt.end());
     s.prompt_len = static_cast<std::uint32_t>(prompt.size());
@@ -423,9 +425,17 @@ private:
     slot_state& s = slots_[static_cast<std::size_t>(slot)];
     if (!has_attention_ || n <= s.order_checked || s.ordered_until != std::numeric_limits<std::uint32_t>::max())
       return s.ordered_until;
-    std::vector<std::uint32_t> cells(n - s.order_checked);
-    const int32_t got = llama_reprise_kv_cells(ctx_, static_cast<llama_seq_id>(slot), static_cast<llama_pos>(s.order_checked),
-                                               static_cast<llama_pos>(n), cells.data(), static_cast<int32_t>(cells.size()));
+    const auto sid = static_cast<llama_seq_id>(slot);
+    const auto want = static_cast<int32_t>(n - s.order_checked);
+    std::vector<std::uint32_t> cells(static_cast<std::size_t>(want));
+    // In order, the new positions' cells all lie above the highest cell seen so far: look there first (the cells
+    // of one decode step), and scan the whole stream only when some are not there (order lost).
+    const std::uint32_t above = s.order_checked == 0 ? 0 : s.top_cell + 1;
+    int32_t got = llama_reprise_kv_cells(ctx_, sid, static_cast<llama_pos>(s.order_checked), static_cast<llama_pos>(n),
+                                         above, cells.data(), want);
+    if (above != 0 && got != want)
+      got = llama_reprise_kv_cells(ctx_, sid, static_cast<llama_pos>(s.order_checked), static_cast<llama_pos>(n), 0,
+                                   cells.data(), want);
     // (a position without a cell, which only a deliberately wrong restore leaves, is not an order question)
     cells.resize(std::min(cells.size(), static_cast<std::size_t>(std::max(got, 0))));
     for (std::size_t j = 0; j < cells.size(); ++j) {
