@@ -53,7 +53,8 @@ std::string to_string(const adapter_stats& s) {
          " snapshot bytes held " + std::to_string(s.snapshot_bytes_held) + " of budget " +
          std::to_string(s.snapshot_budget_bytes) + " (slots " + std::to_string(s.snapshot_slots) + ") kept KV cells " +
          std::to_string(s.kv_cells_kept) + " (bytes " + std::to_string(s.kv_bytes_held) + " of budget " +
-         std::to_string(s.kv_budget_bytes) + ") requests out of cell order " + std::to_string(s.requests_out_of_order) +
+         std::to_string(s.kv_budget_bytes) + ") in place " + std::to_string(s.kv_cells_in_place) +
+         " requests out of cell order " + std::to_string(s.requests_out_of_order) +
          " last in order " + (s.last_in_order ? std::string("yes")
                                               : "no from position " + std::to_string(s.last_order_break) +
                                                     " (skipped " + std::to_string(s.last_skipped) + ")");
@@ -65,14 +66,16 @@ namespace {
 /// "state" flips the top exponent bit of every float in the second half of the restored snapshot (the last
 /// recurrent layer's SSM / delta-rule state: a state that survives the decay of the dozens of tokens a `strict`
 /// hit recomputes after the restore), "kv" flips a bit of every byte in the second half of the first shared
-/// block's copy (K and V bytes) as it is copied into the slot.
-enum class fault : std::uint8_t { none, state, kv };
+/// block's copy (K and V bytes) as it is copied into the slot, "stale" keeps whatever cells the slot's stream
+/// holds in place for a hit, whichever conversation left them (block ids and edits not checked).
+enum class fault : std::uint8_t { none, state, kv, stale };
 
 fault fault_from_env() {
   const char* f = std::getenv("REPRISE_LLAMA_FAULT");
   if (!f) return fault::none;
   if (std::strcmp(f, "state") == 0) return fault::state;
   if (std::strcmp(f, "kv") == 0) return fault::kv;
+  if (std::strcmp(f, "stale") == 0) return fault::stale;
   return fault::none;
 }
 
@@ -162,6 +165,30 @@ class cache_impl final : public server_cache {
   using cache_t = reprise::prefix_cache<reprise::dynamic_model, Policy>;
   static constexpr bool restores = !std::is_same_v<Policy, reprise::policy::block_sharing>;
 
+  /// A published block's cells, copied out of the stream of the slot that wrote them.
+  struct block_copy {
+    std::vector<std::uint8_t> bytes;
+    std::uint32_t cells = 0; ///< positions [i * B, i * B + cells) of the block's table index i
+    std::uint64_t generation = 0; ///< changes whenever the copy is taken or dropped
+  };
+
+  /// What a slot's stream holds of a block's copy: its first `cells` cells, bitwise (the slot copied them in,
+  /// or the copy was taken from them), while the copy's generation is `generation`.
+  struct resident_block {
+    reprise::block_id id = reprise::no_block;
+    std::uint64_t generation = 0;
+    std::uint32_t cells = 0;
+  };
+
+  /// What a slot's stream holds once its request finished in order: the cells of positions [i * B, ...) equal
+  /// `blocks[i]`'s copy, as long as nothing edited the stream since (`edits`: llama_reprise_kv_edits then).
+  /// The next request on the slot keeps the cells it would otherwise copy in.
+  struct slot_memory {
+    bool valid = false;
+    std::uint64_t edits = 0;
+    std::vector<resident_block> blocks;
+  };
+
   struct slot_state {
     bool live = false;
     reprise::seq_id seq = 0;
@@ -177,13 +204,8 @@ class cache_impl final : public server_cache {
     std::uint32_t order_checked = 0;
     std::uint32_t ordered_until = std::numeric_limits<std::uint32_t>::max();
     std::uint32_t top_cell = 0;
+    std::vector<resident_block> resident; ///< this request's stream against the block copies (slot_memory)
     slot_figures figures; ///< kept across the slot's requests
-  };
-
-  /// A published block's cells, copied out of the stream of the slot that wrote them.
-  struct block_copy {
-    std::vector<std::uint8_t> bytes;
-    std::uint32_t cells = 0; ///< positions [i * B, i * B + cells) of the block's table index i
   };
 
 public:
@@ -194,6 +216,7 @@ public:
     // stay in position order even after a rollback frees cells in the middle
     if (has_attention_) llama_reprise_kv_alloc_above_seq(ctx_);
     blocks_.resize(cache_.kv_blocks());
+    memory_.resize(static_cast<std::size_t>(n_slots));
     snapshots_.resize(cache_.snapshot_slots());
   }
 
@@ -203,7 +226,6 @@ public:
     slot_state& s = slots_[static_cast<std::size_t>(slot)];
     if (s.live) drop(slot);
     const auto sid = static_cast<llama_seq_id>(slot);
-    llama_memory_seq_rm(llama_get_memory(ctx_), sid, -1, -1);
     const slot_figures figures = s.figures;
     s = slot_state{};
     s.figures = figures;
@@ -223,14 +245,38 @@ public:
     }
     s.live = true;
     s.table.assign(plan->block_table.begin(), plan->block_table.end());
+    const std::uint32_t usable = plan->usable_tokens;
+    const std::uint32_t b = opts_.block_size;
+    auto source = [&](std::uint32_t i) { return i < plan->shared_blocks ? s.table[i] : plan->copy_src; };
+    // The cells of [0, usable) the slot's stream still holds from its last request (bitwise the blocks'
+    // copies) stay where they are; a recurrent state then comes from the plan's snapshot.
+    std::uint32_t keep = 0;
+    slot_memory& m = memory_[static_cast<std::size_t>(slot)];
+    const bool stale = fault_ == fault::stale;
+    if (has_attention_ && m.valid && (stale || llama_reprise_kv_edits(ctx_, sid) == m.edits) &&
+        (!restores || plan->restore_slot != reprise::no_slot) && (fault_ == fault::none || stale)) {
+      for (std::uint32_t i = 0; i * b < usable && i < m.blocks.size(); ++i) {
+        const reprise::block_id src = source(i);
+        const resident_block& r = m.blocks[i];
+        const std::uint32_t n = std::min(b, usable - i * b);
+        if (src == reprise::no_block || r.cells < n) break;
+        if (!stale && (r.id != src || r.generation != blocks_[static_cast<std::size_t>(src)].generation)) break;
+        keep = i * b + n;
+      }
+    }
+    m.valid = false; // the stream changes from here on; finish records it again
+    if (keep > 0) {
+      llama_reprise_kv_seq_rm(ctx_, sid, static_cast<llama_pos>(keep));
+    } else {
+      llama_memory_seq_rm(llama_get_memory(ctx_), sid, -1, -1);
+    }
+    stats_.kv_cells_in_place += keep;
     // Own blocks: whatever copies their ids named before are no longer the cache's.
     for (std::size_t i = plan->shared_blocks; i < s.table.size(); ++i) release_block(s.table[i]);
-    const std::uint32_t usable = plan->usable_tokens;
-    // Copy the cached cells of [0, usable) into the slot's empty stream: full shared blocks, then the partial
-    // block the plan copies from. They land in cells 0, 1, ... as a cold prefill's would.
-    const std::uint32_t b = opts_.block_size;
-    for (std::uint32_t i = 0; has_attention_ && i * b < usable; ++i) {
-      const reprise::block_id src = i < plan->shared_blocks ? s.table[i] : plan->copy_src;
+    // Copy the other cached cells of [0, usable) into the slot's stream: full shared blocks, then the partial
+    // block the plan copies from. They land above the kept ones, in position order, as a cold prefill's would.
+    for (std::uint32_t i = keep / b; has_attention_ && i * b < usable; ++i) {
+      const reprise::block_id src = source(i);
       const std::uint32_t n = std::min(b, usable - i * b);
       const block_copy* copy = src == reprise::no_block ? nullptr : &blocks_[static_cast<std::size_t>(src)];
       if (!copy || copy->cells < n) {
@@ -253,6 +299,11 @@ public:
                 "'s stream failed";
         return fail_admit(slot);
       }
+    }
+    // What the stream now holds of the blocks' copies: [0, usable), the last block possibly in part.
+    for (std::uint32_t i = 0; has_attention_ && i * b < usable; ++i) {
+      const reprise::block_id src = source(i);
+      s.resident.push_back({src, blocks_[static_cast<std::size_t>(src)].generation, std::min(b, usable - i * b)});
     }
     if constexpr (restores) {
       if (plan->restore_slot != reprise::no_slot) {
@@ -376,10 +427,17 @@ public:
         copy_block(slot, s.table[pos / b], pos / b * b, pos);
     }
     s.live = false;
+    if (has_attention_) {
+      slot_memory& m = memory_[static_cast<std::size_t>(slot)];
+      m.blocks = std::move(s.resident);
+      m.edits = llama_reprise_kv_edits(ctx_, static_cast<llama_seq_id>(slot));
+      m.valid = true;
+    }
   }
 
   void drop(int slot) override {
     slot_state& s = slots_[static_cast<std::size_t>(slot)];
+    memory_[static_cast<std::size_t>(slot)].valid = false;
     stats_.last_in_order = true; // nothing of the request is kept or compared
     s.figures.last_in_order = true;
     if (!s.live) return;
@@ -476,12 +534,19 @@ private:
       return;
     }
     c.cells = p1 - p0;
+    ++c.generation;
     stats_.kv_cells_kept += c.cells;
     stats_.kv_bytes_held += c.bytes.size();
+    // the slot's stream holds these cells: the copy's, bitwise
+    std::vector<resident_block>& r = slots_[static_cast<std::size_t>(slot)].resident;
+    const std::uint32_t i = p0 / opts_.block_size;
+    if (r.size() <= i) r.resize(i + 1);
+    r[i] = {id, c.generation, c.cells};
   }
 
   void release_block(reprise::block_id id) {
     block_copy& c = blocks_[static_cast<std::size_t>(id)];
+    ++c.generation;
     if (c.cells == 0) return;
     stats_.kv_cells_kept -= c.cells;
     stats_.kv_bytes_held -= c.bytes.size();
@@ -498,6 +563,7 @@ private:
   fault fault_;
   reprise::seq_id next_seq_ = 1;
   std::vector<block_copy> blocks_; ///< by block id
+  std::vector<slot_memory> memory_; ///< by slot
   std::vector<std::vector<std::uint8_t>> snapshots_;
   std::size_t snapshot_bytes_ = 0;
   adapter_stats stats_;

@@ -9,7 +9,8 @@
 ///  - a KV block id names a host copy of up to B cells (llama_reprise_kv_get: positions and every attention
 ///    layer's K and V bytes), taken when the block is published and dropped when the cache hands the id out
 ///    again; a hit copies the shared blocks' cells into the slot's stream (llama_reprise_kv_set), up to the
-///    usable skip only, at the cells a cold prefill of the slot would have written;
+///    usable skip only, at the cells a cold prefill of the slot would have written; cells the slot's stream
+///    still holds from its last request (the same blocks' bytes, nothing edited the stream since) stay in place;
 ///  - a snapshot slot is a host buffer holding llama_state_seq_get_data_ext(..., PARTIAL_ONLY) of the slot's
 ///    sequence: every recurrent layer's conv and SSM / delta-rule state, nothing of the attention memory;
 ///  - captures end a prompt piece: the server stops filling its batch at a capture position, and the state is
@@ -59,6 +60,9 @@ struct adapter_stats {
   std::uint32_t kv_cells_kept = 0;  ///< KV cells in the host copies of published blocks
   std::size_t kv_bytes_held = 0;    ///< bytes of those copies
   std::uint64_t kv_budget_bytes = 0; ///< host memory for cached KV blocks beyond those of live requests
+  /// Cells a hit found still in the slot's stream from its last request (bitwise the blocks' copies), so kept
+  /// there instead of copied in.
+  std::uint64_t kv_cells_in_place = 0;
   /// Requests whose KV cells were not in position order at their end (docs/llama.cpp.md: the CPU flash
   /// attention kernel visits cells in cell order, so such a request may round differently from a cold run).
   std::uint64_t requests_out_of_order = 0;
@@ -75,7 +79,7 @@ struct slot_figures {
 };
 
 /// One log line: "reprise: prompt tokens P skipped S restores R captures C snapshot bytes held H of budget B
-/// (slots N) kept KV cells K (bytes M) ...".
+/// (slots N) kept KV cells K (bytes M of budget G) in place I ...".
 std::string to_string(const adapter_stats& s);
 
 class server_cache {

@@ -7,8 +7,9 @@ For each model (tiny random-weight GGUFs written at test time by llama.cpp's tes
           prompt caching off, bit for bit, while Reprise skips prefill;
   chat:   every turn's output equals one never-ending session per conversation (upstream llama-server, one
           slot per conversation, fed each turn's new tokens), bit for bit, while Reprise skips prefill;
-  faults: a deliberately wrong restore (a snapshot's state, or the K and V bytes of a cached block as they are
-          copied into the slot) is caught by the same comparisons;
+  faults: a deliberately wrong restore (a snapshot's state, the K and V bytes of a cached block as they are
+          copied into the slot, or another conversation's cells kept in the slot's stream) is caught by the same
+          comparisons;
   errors: bad option values and a model Reprise cannot cache stop the server at startup with a message.
 
 `--only defaults` (not in the default set: a measurement, asserting nothing) runs strict and chat under
@@ -94,6 +95,12 @@ class Server:
             if time.time() > deadline:
                 return None
             time.sleep(0.05)
+
+    def last_figure(self, name):
+        """The number after `name` in Reprise's last log line."""
+        with open(self.log_path) as f:
+            line = [x for x in f if "reprise: prompt tokens" in x][-1]
+        return line.split(name + " ")[1].split()[0]
 
     def complete(self, prompt, n_predict, cache_prompt=True, slot=-1, delimiters=None):
         body = {"prompt": prompt, "n_predict": n_predict, "temperature": 0, "n_probs": 5, "return_tokens": True,
@@ -364,6 +371,7 @@ def check_figures(server, arch, r, failures):
     logged = {"reprise_snapshot_restores_total": after("restores"), "reprise_captures_total": after("captures"),
               "reprise_snapshot_bytes": after("snapshot", "bytes", "held"),
               "reprise_kv_cells_kept": after("kept", "KV", "cells"),
+              "reprise_kv_cells_in_place_total": after("in", "place"),
               "prompt_tokens_cached_total": r.total - r.computed}
     metrics = {}
     for x in get_json(server, "/metrics").splitlines():
@@ -426,6 +434,9 @@ def test_exactness(args, model, arch, failures):
                 if arch in HYBRID and arch not in ATTENTION_FREE and policy == "strict":
                     # the hybrid's KV blocks, copied into the slot's stream, corrupted
                     runs.append(("kv", f"{arch}-{policy}-fault-kv"))
+                if arch not in ATTENTION_FREE and policy == "strict":
+                    # a slot's cells kept in place for a hit whatever conversation left them there
+                    runs.append(("stale", f"{arch}-{policy}-fault-stale"))
             for fault, name in runs:
                 cand = Server(args.server, model, slots(2) + ["--reprise", policy] + budget + long_context(arch),
                               args.workdir, name,
@@ -449,6 +460,11 @@ def test_exactness(args, model, arch, failures):
                           f"and equals caching off ({no_reuse[2]})", failures)
                 if fault is None:
                     report(arch, policy, reference, r, failures)
+                    if arch not in ATTENTION_FREE:
+                        # hits on a slot whose stream still held the prefix kept its cells in place
+                        in_place = int(cand.last_figure("in place"))
+                        check(in_place > 0, f"{arch}: {policy}: hits kept {in_place} KV cells in place (the rest "
+                              f"copied in), every turn compared", failures)
                     if delimiter:
                         # The first user message starts after the system prompt: the first conversation snapshots
                         # there (rounded down to Reprise's 32-token blocks), the second restores it on its first
