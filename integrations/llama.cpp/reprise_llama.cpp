@@ -275,7 +275,8 @@ public:
     for (std::size_t i = plan->shared_blocks; i < s.table.size(); ++i) release_block(s.table[i]);
     // Copy the other cached cells of [0, usable) into the slot's stream: full shared blocks, then the partial
     // block the plan copies from. They land above the kept ones, in position order, as a cold prefill's would.
-    for (std::uint32_t i = keep / b; has_attention_ && i * b < usable; ++i) {
+    // (a kept prefix ends on a block boundary, or at `usable` itself inside its last block)
+    for (std::uint32_t i = (keep + b - 1) / b; has_attention_ && i * b < usable; ++i) {
       const reprise::block_id src = source(i);
       const std::uint32_t n = std::min(b, usable - i * b);
       const block_copy* copy = src == reprise::no_block ? nullptr : &blocks_[static_cast<std::size_t>(src)];

@@ -232,7 +232,7 @@ class Pair:
 USER_DELIMITER = "<user>"
 
 
-def run_pair(candidate, reference, system, steps, ref_cache_prompt, ref_slots, delimiter=None):
+def run_pair(candidate, reference, system, steps, ref_cache_prompt, ref_slots, delimiter=None, cand_slots=False):
     """Feeds the workload to both servers turn by turn and compares every output bit for bit. `delimiter`: the
     tokens of USER_DELIMITER, put before every user message."""
     history = {}
@@ -248,7 +248,7 @@ def run_pair(candidate, reference, system, steps, ref_cache_prompt, ref_slots, d
         prompt = history.get(c, list(system)) + (delimiter or []) + user
         ref = reference.complete(prompt, n, cache_prompt=ref_cache_prompt, slot=c if ref_slots else -1)
         try:
-            got = candidate.complete(prompt, n, delimiters=delimiters)
+            got = candidate.complete(prompt, n, delimiters=delimiters, slot=c if cand_slots else -1)
         except urllib.error.HTTPError as e:
             # a request the candidate fails (a decode refusing inconsistent positions) differs from the reference
             print(f"     turn {i}: the candidate answered HTTP {e.code}", flush=True)
@@ -428,24 +428,29 @@ def test_exactness(args, model, arch, failures):
         ref = Server(args.server, model, ref_options + ["--cache-ram", "0", "--ctx-checkpoints", "0"]
                      + long_context(arch), args.workdir, f"{arch}-{ref_name}")
         try:
-            runs = [(None, f"{arch}-{policy}")]
+            # (fault, server name, slots): 2 slots for 3 conversations (hits copy cells in, or keep them in place
+            # when a conversation returns to its slot), and under chat a slot per conversation (every hit keeps
+            # the slot's cells in place, up to the turn end inside its last block)
+            runs = [(None, f"{arch}-{policy}", 2)]
+            if policy == "chat" and arch not in ATTENTION_FREE:
+                runs.append((None, f"{arch}-{policy}-slot-each", n_conv))
             if "faults" in args.only:
-                runs.append(("state" if arch in HYBRID else "kv", f"{arch}-{policy}-fault"))
+                runs.append(("state" if arch in HYBRID else "kv", f"{arch}-{policy}-fault", 2))
                 if arch in HYBRID and arch not in ATTENTION_FREE and policy == "strict":
                     # the hybrid's KV blocks, copied into the slot's stream, corrupted
-                    runs.append(("kv", f"{arch}-{policy}-fault-kv"))
+                    runs.append(("kv", f"{arch}-{policy}-fault-kv", 2))
                 if arch not in ATTENTION_FREE and policy == "strict":
                     # a slot's cells kept in place for a hit whatever conversation left them there
-                    runs.append(("stale", f"{arch}-{policy}-fault-stale"))
-            for fault, name in runs:
-                cand = Server(args.server, model, slots(2) + ["--reprise", policy] + budget + long_context(arch),
+                    runs.append(("stale", f"{arch}-{policy}-fault-stale", 2))
+            for fault, name, n_slots in runs:
+                cand = Server(args.server, model, slots(n_slots) + ["--reprise", policy] + budget + long_context(arch),
                               args.workdir, name,
                               env={"REPRISE_LLAMA_FAULT": fault} if fault else None)
                 no_reuse = None
                 try:
                     delimiter = cand.tokenize(USER_DELIMITER) if policy == "chat" else None
                     r = run_pair(cand, ref, system, steps, ref_cache_prompt=session, ref_slots=session,
-                                 delimiter=delimiter)
+                                 delimiter=delimiter, cand_slots=n_slots != 2)
                     if fault is None and not session:
                         # A request asking for no prompt reuse (cache_prompt: false) on a prompt Reprise holds.
                         prompt, n = list(system) + steps[0][1], steps[0][2]
@@ -459,13 +464,14 @@ def test_exactness(args, model, arch, failures):
                           f"cache_prompt false computes its whole prompt ({no_reuse[1]} of {no_reuse[0]} tokens) "
                           f"and equals caching off ({no_reuse[2]})", failures)
                 if fault is None:
-                    report(arch, policy, reference, r, failures)
+                    label = policy if n_slots == 2 else f"{policy} (a slot per conversation)"
+                    report(arch, label, reference, r, failures)
                     if arch not in ATTENTION_FREE:
                         # hits on a slot whose stream still held the prefix kept its cells in place
                         in_place = int(cand.last_figure("in place"))
-                        check(in_place > 0, f"{arch}: {policy}: hits kept {in_place} KV cells in place (the rest "
+                        check(in_place > 0, f"{arch}: {label}: hits kept {in_place} KV cells in place (the rest "
                               f"copied in), every turn compared", failures)
-                    if delimiter:
+                    if delimiter and n_slots == 2:
                         # The first user message starts after the system prompt: the first conversation snapshots
                         # there (rounded down to Reprise's 32-token blocks), the second restores it on its first
                         # turn (without the delimiter it would compute everything, and capture it for the third).
