@@ -275,36 +275,34 @@ public:
     for (std::size_t i = plan->shared_blocks; i < s.table.size(); ++i) release_block(s.table[i]);
     // Copy the other cached cells of [0, usable) into the slot's stream: full shared blocks, then the partial
     // block the plan copies from. They land above the kept ones, in position order, as a cold prefill's would.
-    // (a kept prefix ends on a block boundary, or at `usable` itself inside its last block)
-    for (std::uint32_t i = (keep + b - 1) / b; has_attention_ && i * b < usable; ++i) {
+    // Either way the stream then holds each block's copy up to `usable` (s.resident).
+    for (std::uint32_t i = 0; has_attention_ && i * b < usable; ++i) {
       const reprise::block_id src = source(i);
       const std::uint32_t n = std::min(b, usable - i * b);
       const block_copy* copy = src == reprise::no_block ? nullptr : &blocks_[static_cast<std::size_t>(src)];
-      if (!copy || copy->cells < n) {
-        error = "Reprise: " + std::to_string(usable) + " usable tokens but block " + std::to_string(i) +
-                " has no copy of its cells (the adapter lost track of a block)";
-        return fail_admit(slot);
+      if (i * b >= keep) { // (a kept prefix ends on a block boundary, or at `usable` itself inside its last block)
+        if (!copy || copy->cells < n) {
+          error = "Reprise: " + std::to_string(usable) + " usable tokens but block " + std::to_string(i) +
+                  " has no copy of its cells (the adapter lost track of a block)";
+          return fail_admit(slot);
+        }
+        std::vector<std::uint8_t> faulty;
+        const std::uint8_t* bytes = copy->bytes.data();
+        if (fault_ == fault::kv && i == 0) {
+          // the second half of the first block's copy (K and V bytes: the positions lie in its first bytes)
+          // with a bit of every byte flipped
+          faulty = copy->bytes;
+          for (std::size_t k = faulty.size() / 2; k < faulty.size(); ++k) faulty[k] ^= 0x40;
+          bytes = faulty.data();
+        }
+        if (!llama_reprise_kv_set(ctx_, sid, bytes, copy->bytes.size(), static_cast<int32_t>(copy->cells),
+                                  static_cast<int32_t>(n))) {
+          error = "Reprise: copying " + std::to_string(n) + " cached KV cells into slot " + std::to_string(slot) +
+                  "'s stream failed";
+          return fail_admit(slot);
+        }
       }
-      std::vector<std::uint8_t> faulty;
-      const std::uint8_t* bytes = copy->bytes.data();
-      if (fault_ == fault::kv && i == 0) {
-        // the second half of the first block's copy (K and V bytes: the positions lie in its first bytes) with
-        // a bit of every byte flipped
-        faulty = copy->bytes;
-        for (std::size_t k = faulty.size() / 2; k < faulty.size(); ++k) faulty[k] ^= 0x40;
-        bytes = faulty.data();
-      }
-      if (!llama_reprise_kv_set(ctx_, sid, bytes, copy->bytes.size(), static_cast<int32_t>(copy->cells),
-                                static_cast<int32_t>(n))) {
-        error = "Reprise: copying " + std::to_string(n) + " cached KV cells into slot " + std::to_string(slot) +
-                "'s stream failed";
-        return fail_admit(slot);
-      }
-    }
-    // What the stream now holds of the blocks' copies: [0, usable), the last block possibly in part.
-    for (std::uint32_t i = 0; has_attention_ && i * b < usable; ++i) {
-      const reprise::block_id src = source(i);
-      s.resident.push_back({src, blocks_[static_cast<std::size_t>(src)].generation, std::min(b, usable - i * b)});
+      s.resident.push_back({src, copy->generation, n});
     }
     if constexpr (restores) {
       if (plan->restore_slot != reprise::no_slot) {
@@ -534,8 +532,7 @@ private:
       std::vector<std::uint8_t>().swap(c.bytes);
       return;
     }
-    c.cells = p1 - p0;
-    ++c.generation;
+    c.cells = p1 - p0; // (release_block gave the copy a new generation)
     stats_.kv_cells_kept += c.cells;
     stats_.kv_bytes_held += c.bytes.size();
     // the slot's stream holds these cells: the copy's, bitwise
