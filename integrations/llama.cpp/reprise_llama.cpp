@@ -68,7 +68,10 @@ namespace {
 /// hit recomputes after the restore), "kv" flips a bit of every byte in the second half of the first shared
 /// block's copy (K and V bytes) as it is copied into the slot, "stale" keeps whatever cells the slot's stream
 /// holds in place for a hit, whichever conversation left them (block ids and edits not checked).
-enum class fault : std::uint8_t { none, state, kv, stale };
+/// The admit failures, each once, to show that a failed hit loses nothing: "lost" finds the first block a hit
+/// copies in without its copy, "kv-refused" has libllama refuse the first copy into a slot's stream,
+/// "restore-refused" the first snapshot restore.
+enum class fault : std::uint8_t { none, state, kv, stale, lost, kv_refused, restore_refused };
 
 fault fault_from_env() {
   const char* f = std::getenv("REPRISE_LLAMA_FAULT");
@@ -76,6 +79,9 @@ fault fault_from_env() {
   if (std::strcmp(f, "state") == 0) return fault::state;
   if (std::strcmp(f, "kv") == 0) return fault::kv;
   if (std::strcmp(f, "stale") == 0) return fault::stale;
+  if (std::strcmp(f, "lost") == 0) return fault::lost;
+  if (std::strcmp(f, "kv-refused") == 0) return fault::kv_refused;
+  if (std::strcmp(f, "restore-refused") == 0) return fault::restore_refused;
   return fault::none;
 }
 
@@ -254,7 +260,7 @@ public:
     slot_memory& m = memory_[static_cast<std::size_t>(slot)];
     const bool stale = fault_ == fault::stale;
     if (has_attention_ && m.valid && (stale || llama_reprise_kv_edits(ctx_, sid) == m.edits) &&
-        (!restores || plan->restore_slot != reprise::no_slot) && (fault_ == fault::none || stale)) {
+        (!restores || plan->restore_slot != reprise::no_slot) && !corrupts()) {
       for (std::uint32_t i = 0; i * b < usable && i < m.blocks.size(); ++i) {
         const reprise::block_id src = source(i);
         const resident_block& r = m.blocks[i];
@@ -270,7 +276,6 @@ public:
     } else {
       llama_memory_seq_rm(llama_get_memory(ctx_), sid, -1, -1);
     }
-    stats_.kv_cells_in_place += keep;
     // Own blocks: whatever copies their ids named before are no longer the cache's.
     for (std::size_t i = plan->shared_blocks; i < s.table.size(); ++i) release_block(s.table[i]);
     // Copy the other cached cells of [0, usable) into the slot's stream: full shared blocks, then the partial
@@ -281,7 +286,7 @@ public:
       const std::uint32_t n = std::min(b, usable - i * b);
       const block_copy* copy = src == reprise::no_block ? nullptr : &blocks_[static_cast<std::size_t>(src)];
       if (i * b >= keep) { // (a kept prefix ends on a block boundary, or at `usable` itself inside its last block)
-        if (!copy || copy->cells < n) {
+        if (!copy || copy->cells < n || fires(fault::lost)) {
           error = "Reprise: " + std::to_string(usable) + " usable tokens but block " + std::to_string(i) +
                   " has no copy of its cells (the adapter lost track of a block)";
           return fail_admit(slot);
@@ -295,7 +300,8 @@ public:
           for (std::size_t k = faulty.size() / 2; k < faulty.size(); ++k) faulty[k] ^= 0x40;
           bytes = faulty.data();
         }
-        if (!llama_reprise_kv_set(ctx_, sid, bytes, copy->bytes.size(), static_cast<int32_t>(copy->cells),
+        if (fires(fault::kv_refused) ||
+            !llama_reprise_kv_set(ctx_, sid, bytes, copy->bytes.size(), static_cast<int32_t>(copy->cells),
                                   static_cast<int32_t>(n))) {
           error = "Reprise: copying " + std::to_string(n) + " cached KV cells into slot " + std::to_string(slot) +
                   "'s stream failed";
@@ -314,7 +320,7 @@ public:
           for (std::size_t i = faulty.size() - faulty.size() / 8 * 4; i + 4 <= faulty.size(); i += 4) faulty[i + 3] ^= 0x40;
           data = faulty.data();
         }
-        if (buf.empty() ||
+        if (buf.empty() || fires(fault::restore_refused) ||
             llama_state_seq_set_data_ext(ctx_, data, buf.size(), sid, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY) != buf.size()) {
           error = "Reprise: restoring snapshot slot " + std::to_string(plan->restore_slot) + " failed";
           return fail_admit(slot);
@@ -323,6 +329,7 @@ public:
         ++s.figures.restores;
       }
     }
+    stats_.kv_cells_in_place += keep;
     s.committed = usable;
     // Shared blocks have their copies already. Those past the usable skip are recomputed into the slot's
     // stream (llama.cpp writes KV for every token it decodes); their copies stay the first writer's.
@@ -379,10 +386,16 @@ public:
     return true;
   }
 
-  bool extend(int slot, llama_token token, std::string& error) override {
+  bool extend(int slot, std::uint32_t pos, llama_token token, std::string& error) override {
     slot_state& s = slots_[static_cast<std::size_t>(slot)];
     if (!s.live) return true;
     const reprise::token_id t = token;
+    if (pos < s.tokens.size() && pos >= s.committed && s.tokens[pos] == t) return true; // fed again (a replay)
+    if (pos != s.tokens.size()) {
+      error = "Reprise: token " + std::to_string(token) + " at position " + std::to_string(pos) + " but the sequence holds " +
+              std::to_string(s.tokens.size()) + " tokens" + (pos < s.tokens.size() ? " (another token there)" : "");
+      return false;
+    }
     auto plan = cache_.extend(s.seq, {&t, 1});
     if (!plan) {
       error = "Reprise: extend failed: " + errc_text(plan.error());
@@ -464,6 +477,16 @@ public:
   std::string describe() const override { return text_; }
 
 private:
+  /// A fault that makes a hit's result wrong (the in-place path is then not taken, so that every hit copies).
+  bool corrupts() const { return fault_ == fault::state || fault_ == fault::kv; }
+
+  /// Whether the injected failure `f` happens now: the first time only.
+  bool fires(fault f) {
+    if (fault_ != f) return false;
+    fault_ = fault::none;
+    return true;
+  }
+
   /// Ends a failed admit: the slot's stream emptied, the sequence released (the request fails, the cache keeps
   /// what it had).
   std::int32_t fail_admit(int slot) {

@@ -105,8 +105,11 @@ public:
   /// Before the slot's next tokens are fed: `n_fed` tokens of the slot have been decoded. Takes the captures
   /// due at `n_fed` and commits. False with `error` on a failure.
   virtual bool before_feed(int slot, std::uint32_t n_fed, std::string& error) = 0;
-  /// A generated token about to be fed to the slot (after `before_feed`).
-  virtual bool extend(int slot, llama_token token, std::string& error) = 0;
+  /// A generated token the slot's sequence holds at position `pos` once decoded: the sampled token about to be
+  /// fed (after `before_feed`), or a speculative draft token the target accepted. A position already extended
+  /// (llama-server's checkpoint replay after rejected drafts feeds the same sampled token again) must hold the
+  /// same token and is not extended twice; a rejected draft token is never extended.
+  virtual bool extend(int slot, std::uint32_t pos, llama_token token, std::string& error) = 0;
   /// The slot's request ended: `n_fed` tokens were decoded (the last sampled token is never fed).
   virtual void finish(int slot, std::uint32_t n_fed, bool last_turn) = 0;
   /// The slot's request ended without a usable state (an error, a cancel): release without capturing.

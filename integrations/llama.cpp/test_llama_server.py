@@ -10,14 +10,17 @@ For each model (tiny random-weight GGUFs written at test time by llama.cpp's tes
   faults: a deliberately wrong restore (a snapshot's state, the K and V bytes of a cached block as they are
           copied into the slot, or another conversation's cells kept in the slot's stream) is caught by the same
           comparisons;
-  errors: bad option values and a model Reprise cannot cache stop the server at startup with a message.
+  spec:   speculative decoding (n-gram drafts, accepted and rejected) on both servers: strict and chat as above;
+  errors: bad option values, a model Reprise cannot cache and features it cannot cache for (multimodal
+          projectors, a draft model) stop the server at startup with a message; a hit failing while it is set
+          up ends its request with HTTP 500 and leaves the cache as it was.
 
 `--only defaults` (not in the default set: a measurement, asserting nothing) runs strict and chat under
 llama-server's own defaults instead (512-token ubatches, every thread, and once with a turn's requests sent
 together so the slots share ubatches) and reports how many turns still equal their reference and the largest
 log-probability difference.
 
-Usage: test_llama_server.py --server BIN --archs BIN --workdir DIR [--only strict,chat,branch,faults,errors]
+Usage: test_llama_server.py --server BIN --archs BIN --workdir DIR [--only strict,chat,branch,faults,spec,errors]
 Exit status 0 when every check passes.
 """
 import argparse
@@ -519,6 +522,59 @@ def test_exactness(args, model, arch, failures):
         compare("chat", "a never-ending session per conversation", "session", slots(n_conv), session=True)
 
 
+#: n-gram self-speculative decoding (no draft model: drafts come from the tokens alone), tuned to draft often on
+#: random-weight models so that drafts are both accepted and rejected
+SPECULATIVE = ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "1", "--spec-ngram-simple-size-m", "4",
+               "--spec-ngram-simple-min-hits", "1"]
+
+
+def spec_figures(server):
+    """(draft tokens, accepted draft tokens) from llama-server's /metrics."""
+    metrics = {}
+    for x in get_json(server, "/metrics").splitlines():
+        if x.startswith("llamacpp:spec_decode_num_") and "{" not in x:
+            name, value = x[len("llamacpp:spec_decode_num_"):].split()
+            metrics[name] = int(float(value))
+    return metrics.get("draft_tokens_total", 0), metrics.get("accepted_tokens_total", 0)
+
+
+def test_speculative(args, model, arch, failures):
+    """Speculative decoding (n-gram drafts) on both servers: strict equals caching off and chat the never-ending
+    session on every turn, while the target rejects drafts (llama-server rolls a recurrent target back to a
+    checkpoint and replays the accepted tokens; Reprise's sequence grows by accepted tokens only). A wrong
+    snapshot restore under speculation is caught by the same comparison."""
+    system, steps = workload(seed=zlib.crc32(arch.encode()) + args.seed)
+    n_conv = 1 + max(c for c, _, _ in steps)
+    budget = ["--reprise-snapshot-bytes", SNAPSHOT_BYTES] if arch in HYBRID else []
+    runs = [("strict", None)] + ([("chat", None), ("strict", "state")] if arch in HYBRID else [])
+    for policy, fault in runs:
+        session = policy == "chat"
+        ref = Server(args.server, model, slots(n_conv if session else 1) + ["--cache-ram", "0", "--ctx-checkpoints",
+                     "0", "--metrics"] + SPECULATIVE + long_context(arch), args.workdir, f"{arch}-spec-{policy}-ref")
+        try:
+            name = f"{arch}-spec-{policy}" + (f"-fault-{fault}" if fault else "")
+            cand = Server(args.server, model, slots(2) + ["--reprise", policy, "--metrics"] + budget + SPECULATIVE
+                          + long_context(arch), args.workdir, name, env={"REPRISE_LLAMA_FAULT": fault} if fault else None)
+            try:
+                delimiter = cand.tokenize(USER_DELIMITER) if session else None
+                r = run_pair(cand, ref, system, steps, ref_cache_prompt=session, ref_slots=session, delimiter=delimiter)
+                drafted, accepted = spec_figures(cand)
+                ref_drafts = spec_figures(ref)
+            finally:
+                cand.stop()
+        finally:
+            ref.stop()
+        if fault:
+            check(bool(r.mismatches), f"{arch}: a wrong restore ({fault}) under {policy} with speculative decoding "
+                  f"is caught (turns {r.mismatches})", failures)
+            continue
+        reference = "a never-ending session per conversation" if session else "caching off"
+        report(arch, f"{policy} with speculative decoding", f"{reference} (speculative decoding too)", r, failures)
+        check(0 < accepted < drafted and (drafted, accepted) == ref_drafts,
+              f"{arch}: {policy}: the target accepted {accepted} of {drafted} draft tokens (the reference "
+              f"{ref_drafts[1]} of {ref_drafts[0]}): drafts accepted and rejected alike", failures)
+
+
 def startup_error(args, model, extra, limit_kib=None):
     """Runs the server with options that must stop it (under an address-space limit of `limit_kib`, when
     given); returns (exit status, output)."""
@@ -557,6 +613,11 @@ def test_errors(args, models, failures):
         (m, ["--reprise", "strict", "--cache-ram", "100"], "--cache-ram cannot be used with --reprise"),
         (m, ["--reprise", "strict", "--cache-idle-slots"], "--cache-idle-slots cannot be used with --reprise"),
         (m, ["--reprise", "strict", "--context-shift"], "--context-shift cannot be used with --reprise"),
+        # what Reprise cannot cache for: multimodal prompts, a draft model's or head's own context
+        (m, ["--reprise", "strict", "--mmproj", os.path.join(args.workdir, "missing-mmproj.gguf")],
+         "--mmproj cannot be used with --reprise"),
+        (m, ["--reprise", "strict", "-md", m], "a draft model or head cannot be used with --reprise"),
+        (m, ["--reprise", "strict", "--spec-type", "draft-mtp"], "a draft model or head cannot be used"),
         # a KV cache Reprise cannot account
         (m, ["--reprise", "strict", "--reprise-snapshot-bytes", "64M", "-ctk", "q8_0", "-ctv", "q8_0"],
          "Reprise accounts a KV cache of f32, f16 or bf16"),
@@ -574,7 +635,8 @@ def test_errors(args, models, failures):
           f"a 5G budget under ulimit -v 4G stops the server with a message (exit {rc})", failures)
     # option values are checked before the model loads: a bad one is reported even when the model file is missing
     for extra, text in [(["--reprise", "chat", "--reprise-snapshot-bytes", "12x"], "is not a positive byte count"),
-                        (["--reprise", "strict", "--cache-reuse", "256"], "--cache-reuse cannot be used")]:
+                        (["--reprise", "strict", "--cache-reuse", "256"], "--cache-reuse cannot be used"),
+                        (["--reprise", "strict", "--mmproj", "mmproj.gguf"], "--mmproj cannot be used")]:
         rc, out = startup_error(args, os.path.join(args.workdir, "missing.gguf"), extra)
         check(rc != 0 and text in out and "missing.gguf" not in out,
               f"{' '.join(extra)} is refused before the model loads (exit {rc})", failures)
@@ -632,12 +694,56 @@ def test_errors(args, models, failures):
           failures)
 
 
+def reprise_metrics(server):
+    """Reprise's figures in /metrics (name without the llamacpp: prefix -> value)."""
+    out = {}
+    for x in get_json(server, "/metrics").splitlines():
+        if x.startswith("llamacpp:reprise_"):
+            name, value = x[len("llamacpp:"):].split()
+            out[name] = float(value)
+    return out
+
+
+def test_admit_failures(args, models, failures):
+    """A hit that fails while it is set up (a cached block without its copy, libllama refusing to copy cells into
+    the slot's stream, a snapshot restore refused: injected once each) ends that request with HTTP 500 and loses
+    nothing: the cache holds the same blocks and snapshots after it, and the same prompt then hits and answers
+    as the cold request did."""
+    m = models["nemotron_h"]
+    prompt = [4 + (i * 7) % 120 for i in range(100)]
+    for fault in ("lost", "kv-refused", "restore-refused"):
+        srv = Server(args.server, m, slots(2) + ["--reprise", "strict", "--reprise-snapshot-bytes", SNAPSHOT_BYTES,
+                                                 "--metrics"], args.workdir, f"admit-{fault}",
+                     env={"REPRISE_LLAMA_FAULT": fault})
+        try:
+            cold = srv.complete(prompt, 8, slot=0)
+            before = reprise_metrics(srv)
+            try:
+                srv.complete(prompt, 8, slot=1)  # a hit copied into the other slot's stream: fails
+                status, body = 200, ""
+            except urllib.error.HTTPError as e:
+                status, body = e.code, e.read().decode(errors="replace")
+            after = reprise_metrics(srv)
+            again = srv.complete(prompt, 8, slot=1)
+        finally:
+            srv.stop()
+        kept = ("reprise_kv_cells_kept", "reprise_snapshot_bytes", "reprise_snapshot_restores_total",
+                "reprise_captures_total")
+        check(status == 500 and "Reprise: " in body and all(before.get(k) == after.get(k) for k in kept)
+              and before.get("reprise_kv_cells_kept", 0) > 0 and again["timings"]["prompt_n"] < len(prompt)
+              and output_of(again) == output_of(cold),
+              f"a hit failing at admit ({fault}) answers HTTP {status} with Reprise's message and keeps the cache "
+              f"({', '.join(f'{k[8:]} {before.get(k)} -> {after.get(k)}' for k in kept)}); the same prompt then "
+              f"computes {again['timings']['prompt_n']} of {len(prompt)} tokens and equals the cold request",
+              failures)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--server", required=True)
     ap.add_argument("--archs", required=True, help="llama.cpp's test-llama-archs (writes the random models)")
     ap.add_argument("--workdir", required=True)
-    ap.add_argument("--only", default="strict,chat,branch,faults,errors")
+    ap.add_argument("--only", default="strict,chat,branch,faults,spec,errors")
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--seed", type=int, default=0, help="added to each model's workload seed")
     args = ap.parse_args()
@@ -655,10 +761,13 @@ def main():
     t0 = time.time()
     if "errors" in args.only:
         test_errors(args, models, failures)
+        test_admit_failures(args, models, failures)
     for arch in args.models.split(","):
         if "defaults" in args.only:
             measure_defaults(args, models[arch], arch)
         test_exactness(args, models[arch], arch, failures)
+        if "spec" in args.only:
+            test_speculative(args, models[arch], arch, failures)
     print(f"{len(failures)} failure(s) in {time.time() - t0:.0f} s")
     return 1 if failures else 0
 
