@@ -50,8 +50,8 @@ const device_runtime::instance_row<device::gated_delta_instance> rows[] = {
 const device_runtime::instance_table<device::gated_delta_instance> table{rows};
 
 /// The operands both kernels share, from the public argument set.
-template <class T>
-device::gd_operands<T, float> operands_of(const gated_delta_args<T>& a, const gated_delta_options& o) {
+template <class T, class S>
+device::gd_operands<T, S> operands_of(const gated_delta_args<T, S>& a, const gated_delta_options& o) {
   return {a.q.data_handle(),
           a.k.data_handle(),
           a.v.data_handle(),
@@ -126,17 +126,17 @@ result<void> launch_prefill(const gated_delta_args<T>& a, const gated_delta_opti
   return inst->chunked_prefill(p, S, stream);
 }
 
-/// The step kernel over a plan already in the workspace (S > 0).
-template <class T>
-result<void> launch_step(const gated_delta_args<T>& a, const gated_delta_options& o,
+/// The step kernel over a plan already in the workspace (S > 0), for the pool's type `State`.
+template <class T, class State>
+result<void> launch_step(const gated_delta_args<T, State>& a, const gated_delta_options& o,
                          const device::gated_delta_instance<T>* inst, const step_layout& layout, std::int32_t S,
                          std::int32_t ring_size, device_workspace ws, stream_handle stream) {
-  const device::gd_step_params<T, float> p{
+  const device::gd_step_params<T, State> p{
       {operands_of(a, o)},
       device_runtime::at<device::gd_seq>(ws.data, layout.seqs),
       ring_size > 0 ? device_runtime::at<std::int32_t>(ws.data, layout.ring) : nullptr,
       ring_size};
-  return inst->recurrent_step(p, S, stream);
+  return inst->template step_for<State>()(p, S, stream);
 }
 
 /// The prefill launcher; with `query` set, a workspace size query (`device_runtime::workspace_query`).
@@ -158,8 +158,8 @@ result<void> prefill(const gated_delta_args<T>& a, const gated_delta_options& o,
 }
 
 /// The step launcher; with `query` set, a workspace size query.
-template <class T>
-result<void> step(const gated_delta_args<T>& a, const gated_delta_options& o, const varlen_batch& b,
+template <class T, class State>
+result<void> step(const gated_delta_args<T, State>& a, const gated_delta_options& o, const varlen_batch& b,
                   const recurrent_slots& r, device_workspace ws, stream_handle stream, std::size_t* query = nullptr) {
   if (errc e = validate_gated_delta_step(a, o, b, r); e != errc{}) return e;
   const auto inst = table.find<T>(config_of(a, o, false));
@@ -207,8 +207,8 @@ result<void> prefill_planned(const gated_delta_args<T>& a, const gated_delta_opt
 }
 
 /// Host planning for a capture-safe step: the bytes `step` would upload.
-template <class T>
-result<gated_delta_step_shape> step_plan(const gated_delta_args<T>& a, const gated_delta_options& o,
+template <class T, class State>
+result<gated_delta_step_shape> step_plan(const gated_delta_args<T, State>& a, const gated_delta_options& o,
                                          const varlen_batch& b, const recurrent_slots& r, std::span<std::byte> out) {
   if (errc e = validate_gated_delta_step(a, o, b, r); e != errc{}) return e;
   const auto inst = table.find<T>(config_of(a, o, false));
@@ -222,8 +222,8 @@ result<gated_delta_step_shape> step_plan(const gated_delta_args<T>& a, const gat
 }
 
 /// The capture-safe step: the kernel of `step` over a plan already in the workspace.
-template <class T>
-result<void> step_planned(const gated_delta_args<T>& a, const gated_delta_options& o,
+template <class T, class State>
+result<void> step_planned(const gated_delta_args<T, State>& a, const gated_delta_options& o,
                           const gated_delta_step_shape& shape, device_workspace ws, stream_handle stream) {
   if (errc e = validate_gated_delta(a, o); e != errc{}) return e;
   const auto inst = table.find<T>(config_of(a, o, false));
@@ -255,14 +255,11 @@ std::size_t gated_delta_chunked_prefill_workspace_bytes(const gated_delta_args<b
                                                         const prefill_slots& slots) noexcept {
   return device_runtime::workspace_query(prefill<bfloat16>, a, o, b, slots);
 }
-std::size_t gated_delta_recurrent_step_workspace_bytes(const gated_delta_args<float>& a, const gated_delta_options& o,
-                                                       const varlen_batch& b, const recurrent_slots& r) noexcept {
-  return device_runtime::workspace_query(step<float>, a, o, b, r);
-}
-std::size_t gated_delta_recurrent_step_workspace_bytes(const gated_delta_args<bfloat16>& a,
+template <activation_element T, gated_delta_state_element State>
+std::size_t gated_delta_recurrent_step_workspace_bytes(const gated_delta_args<T, State>& a,
                                                        const gated_delta_options& o, const varlen_batch& b,
                                                        const recurrent_slots& r) noexcept {
-  return device_runtime::workspace_query(step<bfloat16>, a, o, b, r);
+  return device_runtime::workspace_query(step<T, State>, a, o, b, r);
 }
 
 result<void> gated_delta_chunked_prefill(const gated_delta_args<float>& a, const gated_delta_options& o,
@@ -275,12 +272,8 @@ result<void> gated_delta_chunked_prefill(const gated_delta_args<bfloat16>& a, co
                                          stream_handle stream) {
   return prefill(a, o, b, slots, ws, stream);
 }
-result<void> gated_delta_recurrent_step(const gated_delta_args<float>& a, const gated_delta_options& o,
-                                        const varlen_batch& b, const recurrent_slots& r, device_workspace ws,
-                                        stream_handle stream) {
-  return step(a, o, b, r, ws, stream);
-}
-result<void> gated_delta_recurrent_step(const gated_delta_args<bfloat16>& a, const gated_delta_options& o,
+template <activation_element T, gated_delta_state_element State>
+result<void> gated_delta_recurrent_step(const gated_delta_args<T, State>& a, const gated_delta_options& o,
                                         const varlen_batch& b, const recurrent_slots& r, device_workspace ws,
                                         stream_handle stream) {
   return step(a, o, b, r, ws, stream);
@@ -308,27 +301,39 @@ result<void> gated_delta_chunked_prefill_planned(const gated_delta_args<bfloat16
                                                  stream_handle stream) {
   return prefill_planned(a, o, shape, ws, stream);
 }
-result<gated_delta_step_shape> gated_delta_recurrent_step_plan(const gated_delta_args<float>& a,
+template <activation_element T, gated_delta_state_element State>
+result<gated_delta_step_shape> gated_delta_recurrent_step_plan(const gated_delta_args<T, State>& a,
                                                                const gated_delta_options& o, const varlen_batch& b,
                                                                const recurrent_slots& r,
                                                                std::span<std::byte> metadata) {
   return step_plan(a, o, b, r, metadata);
 }
-result<gated_delta_step_shape> gated_delta_recurrent_step_plan(const gated_delta_args<bfloat16>& a,
-                                                               const gated_delta_options& o, const varlen_batch& b,
-                                                               const recurrent_slots& r,
-                                                               std::span<std::byte> metadata) {
-  return step_plan(a, o, b, r, metadata);
-}
-result<void> gated_delta_recurrent_step_planned(const gated_delta_args<float>& a, const gated_delta_options& o,
+template <activation_element T, gated_delta_state_element State>
+result<void> gated_delta_recurrent_step_planned(const gated_delta_args<T, State>& a, const gated_delta_options& o,
                                                 const gated_delta_step_shape& shape, device_workspace ws,
                                                 stream_handle stream) {
   return step_planned(a, o, shape, ws, stream);
 }
-result<void> gated_delta_recurrent_step_planned(const gated_delta_args<bfloat16>& a, const gated_delta_options& o,
-                                                const gated_delta_step_shape& shape, device_workspace ws,
-                                                stream_handle stream) {
-  return step_planned(a, o, shape, ws, stream);
-}
+
+// The recurrent-step entry points of every (activation, pool) pair the header names.
+#define REPRISE_GATED_DELTA_STEP_ENTRY_POINTS(T, S)                                                             \
+  template std::size_t gated_delta_recurrent_step_workspace_bytes(                                              \
+      const gated_delta_args<T, S>&, const gated_delta_options&, const varlen_batch&, const recurrent_slots&) noexcept; \
+  template result<void> gated_delta_recurrent_step(const gated_delta_args<T, S>&, const gated_delta_options&,   \
+                                                   const varlen_batch&, const recurrent_slots&, device_workspace, \
+                                                   stream_handle);                                             \
+  template result<gated_delta_step_shape> gated_delta_recurrent_step_plan(                                      \
+      const gated_delta_args<T, S>&, const gated_delta_options&, const varlen_batch&, const recurrent_slots&,    \
+      std::span<std::byte>);                                                                                   \
+  template result<void> gated_delta_recurrent_step_planned(const gated_delta_args<T, S>&, const gated_delta_options&, \
+                                                           const gated_delta_step_shape&, device_workspace,    \
+                                                           stream_handle);
+REPRISE_GATED_DELTA_STEP_ENTRY_POINTS(float, float)
+REPRISE_GATED_DELTA_STEP_ENTRY_POINTS(float, bfloat16)
+REPRISE_GATED_DELTA_STEP_ENTRY_POINTS(float, float16)
+REPRISE_GATED_DELTA_STEP_ENTRY_POINTS(bfloat16, float)
+REPRISE_GATED_DELTA_STEP_ENTRY_POINTS(bfloat16, bfloat16)
+REPRISE_GATED_DELTA_STEP_ENTRY_POINTS(bfloat16, float16)
+#undef REPRISE_GATED_DELTA_STEP_ENTRY_POINTS
 
 } // namespace reprise::ops

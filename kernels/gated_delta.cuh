@@ -369,28 +369,45 @@ result<void> gd_launch_prefill(const gd_prefill_params<In, float>& p, std::int32
   return device_runtime::launch_status();
 }
 
-/// Launches the recurrent step kernel: grid (sequences, value heads, V / BV).
-template <int K, int V, int BV, class In>
-result<void> gd_launch_step(const gd_step_params<In, float>& p, std::int32_t num_seqs, ops::stream_handle stream) {
-  gd_recurrent_step_kernel<K, V, BV, In, float>
+/// Launches the recurrent step kernel over a state pool of `State`: grid (sequences, value heads, V / BV).
+template <int K, int V, int BV, class In, class State>
+result<void> gd_launch_step(const gd_step_params<In, State>& p, std::int32_t num_seqs, ops::stream_handle stream) {
+  gd_recurrent_step_kernel<K, V, BV, In, State>
       <<<dim3(static_cast<unsigned>(num_seqs), static_cast<unsigned>(p.value_heads), V / BV),
          gd_step_config<K, BV>::threads, 0, stream>>>(p);
   return device_runtime::launch_status();
 }
 
 // ---- instances ----------------------------------------------------------------------------------------------
-/// Entry points of one compiled configuration; the dispatch table in gated_delta.cu lists them.
+/// A recurrent step's entry point for activations `T` over a state pool of `S`.
+template <class T, class S>
+using gd_step_fn = result<void> (*)(const gd_step_params<T, S>&, std::int32_t seqs, ops::stream_handle);
+
+/// Entry points of one compiled configuration; the dispatch table in gated_delta.cu lists them. The recurrent
+/// step comes for an fp32 pool (prefill-exact states) and for bf16 / fp16 pools (decode-continuation states).
 template <class T>
 struct gated_delta_instance {
   ops::gated_delta_kernel_config config;
   result<void> (*chunked_prefill)(const gd_prefill_params<T, float>&, std::int32_t seqs, ops::stream_handle);
-  result<void> (*recurrent_step)(const gd_step_params<T, float>&, std::int32_t seqs, ops::stream_handle);
+  gd_step_fn<T, float> recurrent_step;
+  gd_step_fn<T, ops::bfloat16> recurrent_step_bf16;
+  gd_step_fn<T, ops::float16> recurrent_step_f16;
+
+  /// The recurrent step over a pool of `S`.
+  template <class S>
+  gd_step_fn<T, S> step_for() const noexcept {
+    if constexpr (cuda::std::is_same_v<S, float>) return recurrent_step;
+    else if constexpr (cuda::std::is_same_v<S, ops::bfloat16>) return recurrent_step_bf16;
+    else return recurrent_step_f16;
+  }
 };
 
-/// The instance of (Q, K, V, T) with V tiles of BV columns: chunked prefill for chunk Q and the step for (K, V).
+/// The instance of (Q, K, V, T) with V tiles of BV columns: chunked prefill for chunk Q and the steps for
+/// (K, V), one per pool type.
 template <int Q, int K, int V, int BV, class T>
 inline constexpr gated_delta_instance<T> gated_delta_instance_of{
-    {K, V, Q, ops::dtype_of<T>}, &gd_launch_prefill<Q, K, V, BV, T>, &gd_launch_step<K, V, BV, T>};
+    {K, V, Q, ops::dtype_of<T>}, &gd_launch_prefill<Q, K, V, BV, T>, &gd_launch_step<K, V, BV, T, float>,
+    &gd_launch_step<K, V, BV, T, ops::bfloat16>, &gd_launch_step<K, V, BV, T, ops::float16>};
 
 REPRISE_DEVICE_NAMESPACE_END
 

@@ -26,9 +26,10 @@ const device_runtime::instance_row<device::mamba2_instance> rows[] = {
 /// Decode configs (chunk 0) match the instance of any chunk.
 const device_runtime::instance_table<device::mamba2_instance> table{rows};
 
-/// The kernels move states as 16-byte vectors: the pool must start on a 16-byte boundary (cudaMalloc
-/// gives 256) and N must be a multiple of 4 (every instantiated N is).
-bool vector_aligned(const tensor<float, 4>& pool) noexcept {
+/// The kernels move states four elements at a time (16 bytes of fp32, 8 of bf16 / fp16): the pool must start
+/// on a 16-byte boundary (cudaMalloc gives 256) and N must be a multiple of 4 (every instantiated N is).
+template <class S>
+bool vector_aligned(const tensor<S, 4>& pool) noexcept {
   return reinterpret_cast<std::uintptr_t>(pool.data_handle()) % 16 == 0;
 }
 
@@ -107,8 +108,8 @@ result<void> ssd_prefill(const mamba2_args<T>& a, const varlen_batch& b, const p
 }
 
 /// The decode launcher; with `query` set, a workspace size query.
-template <class T>
-result<void> state_update(const mamba2_args<T>& a, std::span<const copy_pair> pairs, device_workspace ws,
+template <class T, class S>
+result<void> state_update(const mamba2_args<T, S>& a, std::span<const copy_pair> pairs, device_workspace ws,
                           stream_handle stream, std::size_t* query = nullptr) {
   if (errc e = validate_mamba2_update(a, pairs); e != errc{}) return e;
   auto inst = table.find<T>(config_of(a, false));
@@ -121,7 +122,8 @@ result<void> state_update(const mamba2_args<T>& a, std::span<const copy_pair> pa
   device_runtime::metadata_upload up(l.bytes());
   up.put<copy_pair>(off, pairs);
   if (auto r = up.upload(ws.data, stream); !r) return r;
-  return (*inst)->state_update(a, device_runtime::at<copy_pair>(ws.data, off), static_cast<int>(pairs.size()), stream);
+  return (*inst)->template update_for<S>()(a, device_runtime::at<copy_pair>(ws.data, off),
+                                           static_cast<int>(pairs.size()), stream);
 }
 
 /// Host planning for a capture-safe prefill: the bytes `ssd_prefill` would upload.
@@ -169,8 +171,8 @@ result<void> prefill_planned(const mamba2_args<T>& a, const ssd_prefill_shape& s
 }
 
 /// The capture-safe decode update: pairs already in device memory.
-template <class T>
-result<void> state_update_planned(const mamba2_args<T>& a, const copy_pair* pairs, stream_handle stream) {
+template <class T, class S>
+result<void> state_update_planned(const mamba2_args<T, S>& a, const copy_pair* pairs, stream_handle stream) {
   if (errc e = validate_mamba2(a); e != errc{}) return e;
   auto inst = table.find<T>(config_of(a, false));
   if (!inst) return inst.error();
@@ -178,7 +180,7 @@ result<void> state_update_planned(const mamba2_args<T>& a, const copy_pair* pair
   const std::int64_t rows = a.x.extent(0);
   if (rows == 0) return {};
   if (pairs == nullptr) return errc::invalid_argument;
-  return (*inst)->state_update(a, pairs, static_cast<int>(rows), stream);
+  return (*inst)->template update_for<S>()(a, pairs, static_cast<int>(rows), stream);
 }
 } // namespace
 
@@ -205,18 +207,13 @@ result<void> mamba2_ssd_prefill(const mamba2_args<bfloat16>& a, const varlen_bat
                                 device_workspace ws, stream_handle stream) {
   return ssd_prefill(a, b, slots, ws, stream);
 }
-std::size_t mamba2_state_update_workspace_bytes(const mamba2_args<float>& a, std::span<const copy_pair> pairs) noexcept {
-  return device_runtime::workspace_query(state_update<float>, a, pairs);
-}
-std::size_t mamba2_state_update_workspace_bytes(const mamba2_args<bfloat16>& a,
+template <activation_element T, state_element State>
+std::size_t mamba2_state_update_workspace_bytes(const mamba2_args<T, State>& a,
                                                 std::span<const copy_pair> pairs) noexcept {
-  return device_runtime::workspace_query(state_update<bfloat16>, a, pairs);
+  return device_runtime::workspace_query(state_update<T, State>, a, pairs);
 }
-result<void> mamba2_state_update(const mamba2_args<float>& a, std::span<const copy_pair> pairs,
-                                 device_workspace ws, stream_handle stream) {
-  return state_update(a, pairs, ws, stream);
-}
-result<void> mamba2_state_update(const mamba2_args<bfloat16>& a, std::span<const copy_pair> pairs,
+template <activation_element T, state_element State>
+result<void> mamba2_state_update(const mamba2_args<T, State>& a, std::span<const copy_pair> pairs,
                                  device_workspace ws, stream_handle stream) {
   return state_update(a, pairs, ws, stream);
 }
@@ -237,12 +234,25 @@ result<void> mamba2_ssd_prefill_planned(const mamba2_args<bfloat16>& a, const ss
                                         device_workspace ws, stream_handle stream) {
   return prefill_planned(a, shape, ws, stream);
 }
-result<void> mamba2_state_update_planned(const mamba2_args<float>& a, const copy_pair* pairs, stream_handle stream) {
-  return state_update_planned(a, pairs, stream);
-}
-result<void> mamba2_state_update_planned(const mamba2_args<bfloat16>& a, const copy_pair* pairs,
+template <activation_element T, state_element State>
+result<void> mamba2_state_update_planned(const mamba2_args<T, State>& a, const copy_pair* pairs,
                                          stream_handle stream) {
   return state_update_planned(a, pairs, stream);
 }
+
+// The decode entry points of every (activation, pool) pair the header names.
+#define REPRISE_MAMBA2_DECODE_ENTRY_POINTS(T, S)                                                                \
+  template std::size_t mamba2_state_update_workspace_bytes(const mamba2_args<T, S>&,                           \
+                                                           std::span<const copy_pair>) noexcept;               \
+  template result<void> mamba2_state_update(const mamba2_args<T, S>&, std::span<const copy_pair>,              \
+                                            device_workspace, stream_handle);                                  \
+  template result<void> mamba2_state_update_planned(const mamba2_args<T, S>&, const copy_pair*, stream_handle);
+REPRISE_MAMBA2_DECODE_ENTRY_POINTS(float, float)
+REPRISE_MAMBA2_DECODE_ENTRY_POINTS(float, bfloat16)
+REPRISE_MAMBA2_DECODE_ENTRY_POINTS(float, float16)
+REPRISE_MAMBA2_DECODE_ENTRY_POINTS(bfloat16, float)
+REPRISE_MAMBA2_DECODE_ENTRY_POINTS(bfloat16, bfloat16)
+REPRISE_MAMBA2_DECODE_ENTRY_POINTS(bfloat16, float16)
+#undef REPRISE_MAMBA2_DECODE_ENTRY_POINTS
 
 } // namespace reprise::ops

@@ -379,11 +379,36 @@ struct state_update_tiling {
   static_assert(N % 4 == 0 && lanes_per_row <= 32 && 32 % lanes_per_row == 0, "unsupported N");
 };
 
-/// Grid (rows, H). One state row [N] per logical warp of N/4 lanes: 16-byte loads and stores of the
-/// state, y reduced with cub::WarpReduce over the logical warp.
-template <int P, int N, class T>
+/// A lane's four consecutive elements of a state row, widened to fp32 (exactly), and stored back rounded once
+/// (to nearest, ties to even: `ops::from_float`, the host's rounding) when the pool holds bf16 / fp16. An fp32
+/// pool moves 16 bytes per access, a 2-byte pool 8. Plain accesses, not `__ldg`: src and dst may be one slot.
+template <class S>
+__device__ inline float4 load_state4(const S* p) {
+  if constexpr (sizeof(S) == 4) {
+    return *reinterpret_cast<const float4*>(p);
+  } else {
+    const uint2 q = *reinterpret_cast<const uint2*>(p); // element 0 in the low half (little-endian)
+    auto wide = [](std::uint32_t bits) { return ops::to_float(S{static_cast<std::uint16_t>(bits)}); };
+    return make_float4(wide(q.x & 0xffffu), wide(q.x >> 16), wide(q.y & 0xffffu), wide(q.y >> 16));
+  }
+}
+
+template <class S>
+__device__ inline void store_state4(S* p, float4 v) {
+  if constexpr (sizeof(S) == 4) {
+    *reinterpret_cast<float4*>(p) = v;
+  } else {
+    auto bits = [](float f) { return std::uint32_t{ops::from_float<S>(f).bits}; };
+    *reinterpret_cast<uint2*>(p) = make_uint2(bits(v.x) | bits(v.y) << 16, bits(v.z) | bits(v.w) << 16);
+  }
+}
+
+/// Grid (rows, H). One state row [N] per logical warp of N/4 lanes: 16-byte loads and stores of an fp32 state
+/// (8-byte of a bf16 / fp16 one, `S`), y reduced with cub::WarpReduce over the logical warp. The update and y
+/// run in fp32 whatever `S`; only the stored state is rounded.
+template <int P, int N, class T, class S>
 __global__ void __launch_bounds__(128)
-state_update_kernel(ops::mamba2_args<T> a, const ops::copy_pair* __restrict__ pairs) {
+state_update_kernel(ops::mamba2_args<T, S> a, const ops::copy_pair* __restrict__ pairs) {
   using tiling = state_update_tiling<P, N>;
   constexpr int LR = tiling::lanes_per_row;
   using reduce = cub::WarpReduce<float, LR>;
@@ -412,7 +437,7 @@ state_update_kernel(ops::mamba2_args<T> a, const ops::copy_pair* __restrict__ pa
     for (int k = 0; k < in_flight; ++k) {
       const int p = base + k * tiling::rows_per_pass;
       if (p < P) {
-        s[k] = *reinterpret_cast<const float4*>(&a.state_pool(pr.src, h, p, lane * 4));
+        s[k] = load_state4(&a.state_pool(pr.src, h, p, lane * 4));
         x[k] = ld(a.x(r, h, p));
       }
     }
@@ -423,7 +448,7 @@ state_update_kernel(ops::mamba2_args<T> a, const ops::copy_pair* __restrict__ pa
       const float dt_x = dt * x[k];
       const float4 n = make_float4(ops::ssm_step(s[k].x, decay, dt_x, b[0]), ops::ssm_step(s[k].y, decay, dt_x, b[1]),
                                    ops::ssm_step(s[k].z, decay, dt_x, b[2]), ops::ssm_step(s[k].w, decay, dt_x, b[3]));
-      *reinterpret_cast<float4*>(&a.state_pool(pr.dst, h, p, lane * 4)) = n;
+      store_state4(&a.state_pool(pr.dst, h, p, lane * 4), n);
       const float part = n.x * cc[0] + n.y * cc[1] + n.z * cc[2] + n.w * cc[3];
       const float y = reduce(temp[sub]).Sum(part);
       if (lane == 0) {
@@ -435,12 +460,28 @@ state_update_kernel(ops::mamba2_args<T> a, const ops::copy_pair* __restrict__ pa
 }
 
 // ---- instances ----------------------------------------------------------------------------------------------
-/// Entry points of one compiled configuration; the dispatch table in mamba2.cu lists them.
+/// A decode update's entry point for activations `T` over a state pool of `S`.
+template <class T, class S>
+using mamba2_update_fn = result<void> (*)(const ops::mamba2_args<T, S>&, const ops::copy_pair*, int rows,
+                                          ops::stream_handle);
+
+/// Entry points of one compiled configuration; the dispatch table in mamba2.cu lists them. The decode update
+/// comes for an fp32 pool (prefill-exact states) and for bf16 / fp16 pools (decode-continuation states).
 template <class T>
 struct mamba2_instance {
   ops::mamba2_kernel_config config;
   result<void> (*ssd_prefill)(const ops::mamba2_args<T>&, ssd_workspace, int chunks, int seqs, ops::stream_handle);
-  result<void> (*state_update)(const ops::mamba2_args<T>&, const ops::copy_pair*, int rows, ops::stream_handle);
+  mamba2_update_fn<T, float> state_update;
+  mamba2_update_fn<T, ops::bfloat16> state_update_bf16;
+  mamba2_update_fn<T, ops::float16> state_update_f16;
+
+  /// The decode update over a pool of `S`.
+  template <class S>
+  mamba2_update_fn<T, S> update_for() const noexcept {
+    if constexpr (cuda::std::is_same_v<S, float>) return state_update;
+    else if constexpr (cuda::std::is_same_v<S, ops::bfloat16>) return state_update_bf16;
+    else return state_update_f16;
+  }
 };
 
 template <int Q, int P, int N, class T>
@@ -463,18 +504,19 @@ result<void> launch_ssd_prefill(const ops::mamba2_args<T>& a, ssd_workspace ws, 
   return device_runtime::launch_status();
 }
 
-template <int P, int N, class T>
-result<void> launch_state_update(const ops::mamba2_args<T>& a, const ops::copy_pair* pairs, int rows,
+template <int P, int N, class T, class S>
+result<void> launch_state_update(const ops::mamba2_args<T, S>& a, const ops::copy_pair* pairs, int rows,
                                  ops::stream_handle stream) {
   if (rows == 0) return {};
-  state_update_kernel<P, N, T><<<dim3(rows, static_cast<unsigned>(a.x.extent(1))), 128, 0, stream>>>(a, pairs);
+  state_update_kernel<P, N, T, S><<<dim3(rows, static_cast<unsigned>(a.x.extent(1))), 128, 0, stream>>>(a, pairs);
   return device_runtime::launch_status();
 }
 
-/// The instance of (Q, P, N, T): prefill for chunk Q and the decode update for (P, N).
+/// The instance of (Q, P, N, T): prefill for chunk Q and the decode updates for (P, N), one per pool type.
 template <int Q, int P, int N, class T>
 inline constexpr mamba2_instance<T> mamba2_instance_of{
-    {P, N, Q, ops::dtype_of<T>}, &launch_ssd_prefill<Q, P, N, T>, &launch_state_update<P, N, T>};
+    {P, N, Q, ops::dtype_of<T>}, &launch_ssd_prefill<Q, P, N, T>, &launch_state_update<P, N, T, float>,
+    &launch_state_update<P, N, T, ops::bfloat16>, &launch_state_update<P, N, T, ops::float16>};
 
 REPRISE_DEVICE_NAMESPACE_END
 

@@ -1,7 +1,7 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
 // Gated-delta kernels on the device against the host implementation (skipped without a GPU): chunked
-// prefill with captures, bitwise resume on the device, recurrent step with padding and rollback ring, and
-// the launchers' errors.
+// prefill with captures, bitwise resume on the device, recurrent step with padding and rollback ring, the
+// step over bf16 / fp16 pools, and the launchers' errors.
 #include <reprise/ops/gated_delta.hpp>
 
 #include "gpu/harness.cuh"
@@ -14,6 +14,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -114,7 +116,77 @@ void matches_host(gd_dims dims, std::uint32_t chunk) {
   }
 }
 
+/// A bf16 / fp16 pool (decode continuation): the device step reads the state as fp32, steps in fp32 and rounds
+/// once on store, so against the same kernel over an fp32 pool holding the widened states the outputs are
+/// equal bit for bit and every stored state is that pool's state rounded; the capture-safe launch equals the
+/// direct one.
+template <class T, class State>
+void lossy_step(gd_dims dims) {
+  gated_delta_options o;
+  o.l2norm_qk = true;
+  gd_problem<T> host(dims, 6, 8, 11);
+  std::vector<State> lossy(host.pool.size());
+  for (std::size_t i = 0; i < host.pool.size(); ++i) {
+    lossy[i] = from_float<State>(0.5f * std::sin(0.37f * static_cast<float>(i))); // states of every slot
+    host.pool[i] = to_float(lossy[i]); // the fp32 pool holds exactly the lossy values
+  }
+  device_problem<T> wide(host), narrow(host), planned(host);
+  thrust::device_vector<State> pool(lossy.begin(), lossy.end()), planned_pool(lossy.begin(), lossy.end());
+  auto lossy_args = [&](device_problem<T>& d, thrust::device_vector<State>& p) {
+    const gated_delta_args<T> a = d.args();
+    return gated_delta_args<T, State>{a.q, a.k, a.v, a.g, a.beta,
+                                      tensor<State, 4>(thrust::raw_pointer_cast(p.data()), host.slots, dims.hv, dims.k,
+                                                       dims.v),
+                                      a.out};
+  };
+  const std::vector<std::int32_t> cu = {0, 2, 4, 6};
+  const std::vector<std::int64_t> start = {150, 138, 198};
+  const std::vector<copy_pair> pairs = {{1, 1}, {2, 7}, {3, 3}}; // in place, copy-on-write, in place
+  const varlen_batch b{cu, start};
+  REQUIRE(gated_delta_recurrent_step(wide.args(), o, b, recurrent_slots{pairs}, wide.ws(), nullptr));
+  REQUIRE(gated_delta_recurrent_step(lossy_args(narrow, pool), o, b, recurrent_slots{pairs}, narrow.ws(), nullptr));
+  const auto pa = lossy_args(planned, planned_pool);
+  const auto shape = gated_delta_recurrent_step_plan(pa, o, b, recurrent_slots{pairs}, {});
+  REQUIRE(shape.has_value());
+  std::vector<std::byte> plan(shape->metadata_bytes);
+  REQUIRE(gated_delta_recurrent_step_plan(pa, o, b, recurrent_slots{pairs}, plan).has_value());
+  REQUIRE(cudaMemcpy(planned.ws().data, plan.data(), plan.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(gated_delta_recurrent_step_planned(pa, o, *shape, planned.ws(), nullptr));
+  REQUIRE(device_ok());
+
+  CHECK(narrow.outputs() == wide.outputs());
+  CHECK(planned.outputs() == narrow.outputs());
+  const auto p32 = wide.states();
+  const std::vector<State> got = to_host(pool), got_planned = to_host(planned_pool);
+  std::size_t mismatched = 0, rounded = 0, differ = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    mismatched += !(got[i] == from_float<State>(p32[i]));
+    rounded += to_float(got[i]) != p32[i];
+    differ += !(got_planned[i] == got[i]);
+  }
+  CHECK(mismatched == 0);
+  CHECK(rounded > 0); // the stepped states needed rounding: the check can tell a lossy pool from an exact one
+  CHECK(differ == 0);
+}
+
 } // namespace
+
+TEST_CASE("device recurrent step over bf16 / fp16 pools rounds the fp32 step once") {
+  for (const gated_delta_kernel_config& c : gated_delta_instantiated_configs()) {
+    if (c.chunk != 64) continue; // one row per (K, V, input)
+    CAPTURE(c.key_dim);
+    CAPTURE(c.value_dim);
+    CAPTURE(static_cast<int>(c.input));
+    const gd_dims dims{2, 4, c.key_dim, c.value_dim};
+    if (c.input == dtype::f32) {
+      lossy_step<float, bfloat16>(dims);
+      lossy_step<float, float16>(dims);
+    } else {
+      lossy_step<bfloat16, bfloat16>(dims);
+      lossy_step<bfloat16, float16>(dims);
+    }
+  }
+}
 
 TEST_CASE("device chunked prefill and step match the host for every instantiated configuration") {
   const auto configs = gated_delta_instantiated_configs();

@@ -1,6 +1,7 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
 // Device Mamba2 SSD prefill and selective state update vs the host implementation, for every instantiated
-// configuration; bitwise resume between two device runs; dispatch of unsupported sizes.
+// configuration; bitwise resume between two device runs; the update over bf16 / fp16 pools; dispatch of
+// unsupported sizes.
 #include <reprise/ops/mamba2.hpp>
 
 #include "gpu/harness.cuh"
@@ -8,7 +9,10 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 using namespace reprise;
 using namespace reprise::ops;
@@ -95,7 +99,80 @@ void check_update(const mamba2_kernel_config& cfg) {
   CHECK(relative_rms(widen(to_host(d.pool)), widen(k.pool)) <= 1e-5);
 }
 
+/// A bf16 / fp16 pool (decode continuation): the device update reads the state as fp32 and rounds it once on
+/// store, so against the same kernel over an fp32 pool holding the widened states, y is equal bit for bit and
+/// every stored state is that pool's state rounded (to nearest, ties to even); the capture-safe launch equals
+/// the direct one; the host's lossy update agrees within one rounding of the pool's type.
+template <class T, class State>
+void check_lossy_update(const mamba2_kernel_config& cfg) {
+  random_source rng(83);
+  mamba2_case<T> k(rng, 4, 8, cfg.head_dim, 2, cfg.state_dim, 6);
+  std::vector<State> lossy(k.pool.size());
+  for (std::size_t i = 0; i < k.pool.size(); ++i) {
+    lossy[i] = from_float<State>(k.pool[i]);
+    k.pool[i] = to_float(lossy[i]); // the fp32 pool holds exactly the lossy values
+  }
+  const std::vector<copy_pair> pairs{{0, 3}, {-1, 4}, {1, 1}, {2, 5}}; // fork, padding, in place, fork
+  device_case<T> wide(k), narrow(k), planned(k);
+  thrust::device_vector<State> pool = to_device(lossy), planned_pool = to_device(lossy);
+  auto lossy_args = [&](device_case<T>& d, thrust::device_vector<State>& p) {
+    const mamba2_args<T> a = d.args(k, 0);
+    return mamba2_args<T, State>{a.x, a.dt, a.A, a.B, a.C, a.D, a.dt_bias, a.z, dview(p, k.slots, k.H, k.P, k.N), a.y};
+  };
+  scratch ws(mamba2_state_update_workspace_bytes(wide.args(k, 0), pairs));
+  REQUIRE(mamba2_state_update(wide.args(k, 0), pairs, ws.workspace(), nullptr).has_value());
+  const auto a = lossy_args(narrow, pool);
+  REQUIRE(mamba2_state_update_workspace_bytes(a, pairs) > 0); // an instance for the pool type, operands valid
+  scratch ws2(mamba2_state_update_workspace_bytes(a, pairs));
+  REQUIRE(mamba2_state_update(a, pairs, ws2.workspace(), nullptr).has_value());
+  thrust::device_vector<copy_pair> dpairs = to_device(pairs);
+  REQUIRE(mamba2_state_update_planned(lossy_args(planned, planned_pool), thrust::raw_pointer_cast(dpairs.data()),
+                                      nullptr).has_value());
+  REQUIRE(device_ok());
+
+  const auto y32 = to_host(wide.y), y = to_host(narrow.y), yp = to_host(planned.y);
+  CHECK(bitwise_equal(y.data(), y32.data(), y32.size()));
+  CHECK(bitwise_equal(yp.data(), y.data(), y.size()));
+  const auto p32 = to_host(wide.pool);
+  const auto got = to_host(pool), got_planned = to_host(planned_pool);
+  std::size_t mismatched = 0, rounded = 0, differ = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    mismatched += !(got[i] == from_float<State>(p32[i]));
+    rounded += to_float(got[i]) != p32[i];
+    differ += !(got_planned[i] == got[i]);
+  }
+  CHECK(mismatched == 0);
+  CHECK(rounded > 0); // the advanced states needed rounding: the check can tell a lossy pool from an exact one
+  CHECK(differ == 0);
+
+  // The host's lossy update: the same math in another operation order, each state rounded once.
+  std::vector<State> host_pool = lossy;
+  mamba2_case<T> h = k;
+  const auto ha = h.args(0);
+  REQUIRE(mamba2_state_update_host(mamba2_args<T, State>{ha.x, ha.dt, ha.A, ha.B, ha.C, ha.D, ha.dt_bias, ha.z,
+                                                         make_tensor(host_pool.data(), k.slots, k.H, k.P, k.N), ha.y},
+                                   pairs).has_value());
+  std::vector<double> dev_states(got.size()), host_states(got.size());
+  for (std::size_t i = 0; i < got.size(); ++i) dev_states[i] = to_float(got[i]), host_states[i] = to_float(host_pool[i]);
+  CHECK(relative_rms(dev_states, host_states) <= std::ldexp(1.0, std::is_same_v<State, bfloat16> ? -8 : -11));
+}
+
 } // namespace
+
+TEST_CASE("device Mamba2 decode update over bf16 / fp16 pools rounds the fp32 update once") {
+  for (const mamba2_kernel_config& cfg : mamba2_instantiated_configs()) {
+    CAPTURE(cfg.head_dim);
+    CAPTURE(cfg.state_dim);
+    CAPTURE(std::string(to_string(cfg.input)));
+    if (cfg.input == dtype::f32) {
+      check_lossy_update<float, bfloat16>(cfg);
+      check_lossy_update<float, float16>(cfg);
+    } else {
+      check_lossy_update<bfloat16, bfloat16>(cfg);
+      check_lossy_update<bfloat16, float16>(cfg);
+    }
+  }
+}
 
 TEST_CASE("device Mamba2 kernels match the host for every instantiated configuration") {
   REQUIRE(!mamba2_instantiated_configs().empty());

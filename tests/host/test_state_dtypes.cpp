@@ -188,3 +188,96 @@ TEST_CASE("gated-delta recurrent step with an fp16 pool rounds the fp32 step onc
   for (std::size_t i = 0; i < pool.size(); ++i) mismatched += !(lossy[i] == from_float<float16>(pool[i]));
   CHECK(mismatched == 0);
 }
+
+#ifdef REPRISE_TEST_WITH_KERNELS
+// The device launchers take bf16 / fp16 pools for the decode update and the recurrent step. Their host side
+// (validation, dispatch, planning) answers before anything touches the device, so it runs here without a GPU:
+// every instantiated shape has the lossy pools' entry points, and they refuse what the fp32 pool's refuse.
+#include "support/gated_delta_testing.hpp"
+
+namespace {
+
+template <class T, class State>
+void lossy_mamba2_launcher(const mamba2_kernel_config& cfg) {
+  random_source rng(93);
+  mamba2_case<T> k(rng, 3, 4, cfg.head_dim, 2, cfg.state_dim, 6);
+  std::vector<State> lossy(k.pool.size() + 8);
+  const auto a32 = k.args(0);
+  auto with_pool = [&](State* data, std::int64_t slots) {
+    return mamba2_args<T, State>{a32.x, a32.dt, a32.A, a32.B, a32.C, a32.D, a32.dt_bias, a32.z,
+                                 make_tensor(data, slots, k.H, k.P, k.N), a32.y};
+  };
+  // (the vector's storage is 16-byte aligned: operator new's alignment)
+  const std::vector<copy_pair> pairs{{0, 3}, {-1, 4}, {1, 1}}, out_of_pool{{0, 6}, {-1, 4}, {1, 1}};
+  const std::size_t bytes = mamba2_state_update_workspace_bytes(with_pool(lossy.data(), k.slots), pairs);
+  CHECK(bytes > 0);
+  CHECK(bytes == mamba2_state_update_workspace_bytes(a32, pairs)); // the plan does not depend on the pool's type
+  CHECK(mamba2_state_update_workspace_bytes(with_pool(lossy.data(), k.slots), out_of_pool) == 0);
+  CHECK(mamba2_state_update(with_pool(lossy.data(), k.slots), out_of_pool, {}, nullptr).error() == errc::out_of_range);
+  // an 8-byte vector access needs the pool on a 16-byte boundary, as the fp32 pool's 16-byte one does
+  CHECK(mamba2_state_update(with_pool(lossy.data() + 1, k.slots), pairs, {}, nullptr).error() == errc::misaligned);
+  CHECK(mamba2_state_update_planned(with_pool(lossy.data() + 1, k.slots), nullptr, nullptr).error() ==
+        errc::misaligned);
+  CHECK(mamba2_state_update_planned(with_pool(lossy.data(), k.slots), nullptr, nullptr).error() ==
+        errc::invalid_argument); // rows and no pairs
+}
+
+template <class T, class State>
+void lossy_gated_delta_launcher(const gated_delta_kernel_config& cfg) {
+  const testing::gd_dims dims{2, 4, cfg.key_dim, cfg.value_dim};
+  testing::gd_problem<T> p(dims, 6, 8, 11);
+  std::vector<State> lossy(p.pool.size());
+  const auto a32 = p.args();
+  const gated_delta_args<T, State> a{a32.q, a32.k, a32.v, a32.g, a32.beta,
+                                     make_tensor(lossy.data(), p.slots, dims.hv, dims.k, dims.v), a32.out};
+  gated_delta_options o;
+  o.l2norm_qk = true;
+  const std::vector<std::int32_t> cu = {0, 2, 4, 6};
+  const std::vector<std::int64_t> start = {150, 138, 198};
+  const std::vector<copy_pair> pairs = {{1, 1}, {2, 7}, {3, 3}}, out_of_pool = {{1, 1}, {2, 8}, {3, 3}};
+  const varlen_batch b{cu, start};
+  const auto shape = gated_delta_recurrent_step_plan(a, o, b, recurrent_slots{pairs}, {});
+  REQUIRE(shape.has_value());
+  CHECK(shape->sequences == 3);
+  CHECK(*shape == *gated_delta_recurrent_step_plan(a32, o, b, recurrent_slots{pairs}, {}));
+  std::vector<std::byte> lossy_plan(shape->metadata_bytes), plan(shape->metadata_bytes);
+  REQUIRE(gated_delta_recurrent_step_plan(a, o, b, recurrent_slots{pairs}, lossy_plan).has_value());
+  REQUIRE(gated_delta_recurrent_step_plan(a32, o, b, recurrent_slots{pairs}, plan).has_value());
+  CHECK(lossy_plan == plan);
+  CHECK(gated_delta_recurrent_step_workspace_bytes(a, o, b, recurrent_slots{pairs}) == shape->metadata_bytes);
+  CHECK(gated_delta_recurrent_step_workspace_bytes(a, o, b, recurrent_slots{out_of_pool}) == 0);
+  CHECK(gated_delta_recurrent_step(a, o, b, recurrent_slots{out_of_pool}, {}, nullptr).error() == errc::out_of_range);
+  gated_delta_step_shape wrong = *shape;
+  wrong.metadata_bytes += 1;
+  CHECK(gated_delta_recurrent_step_planned(a, o, wrong, {}, nullptr).error() == errc::size_mismatch);
+}
+
+} // namespace
+
+TEST_CASE("the device decode launchers take bf16 / fp16 pools for every instantiated shape (host side)") {
+  REQUIRE(!mamba2_instantiated_configs().empty());
+  for (const mamba2_kernel_config& cfg : mamba2_instantiated_configs()) {
+    CAPTURE(cfg.head_dim);
+    CAPTURE(cfg.state_dim);
+    if (cfg.input == dtype::f32) {
+      lossy_mamba2_launcher<float, bfloat16>(cfg);
+      lossy_mamba2_launcher<float, float16>(cfg);
+    } else {
+      lossy_mamba2_launcher<bfloat16, bfloat16>(cfg);
+      lossy_mamba2_launcher<bfloat16, float16>(cfg);
+    }
+  }
+  REQUIRE(!gated_delta_instantiated_configs().empty());
+  for (const gated_delta_kernel_config& cfg : gated_delta_instantiated_configs()) {
+    CAPTURE(cfg.key_dim);
+    CAPTURE(cfg.value_dim);
+    if (cfg.input == dtype::f32) {
+      lossy_gated_delta_launcher<float, bfloat16>(cfg);
+      lossy_gated_delta_launcher<float, float16>(cfg);
+    } else {
+      lossy_gated_delta_launcher<bfloat16, bfloat16>(cfg);
+      lossy_gated_delta_launcher<bfloat16, float16>(cfg);
+    }
+  }
+}
+#endif

@@ -404,9 +404,10 @@ std::size_t gated_delta_chunked_prefill_workspace_bytes(const gated_delta_args<f
 std::size_t gated_delta_chunked_prefill_workspace_bytes(const gated_delta_args<bfloat16>& a,
                                                         const gated_delta_options& o, const varlen_batch& b,
                                                         const prefill_slots& slots) noexcept;
-std::size_t gated_delta_recurrent_step_workspace_bytes(const gated_delta_args<float>& a, const gated_delta_options& o,
-                                                       const varlen_batch& b, const recurrent_slots& r) noexcept;
-std::size_t gated_delta_recurrent_step_workspace_bytes(const gated_delta_args<bfloat16>& a,
+/// (The recurrent-step entry points are templates over the activation and state-pool types, defined in
+/// reprise::kernels for every pair: fp32 or bf16 activations, an fp32, bf16 or fp16 pool.)
+template <activation_element T, gated_delta_state_element State>
+std::size_t gated_delta_recurrent_step_workspace_bytes(const gated_delta_args<T, State>& a,
                                                        const gated_delta_options& o, const varlen_batch& b,
                                                        const recurrent_slots& r) noexcept;
 
@@ -423,12 +424,14 @@ result<void> gated_delta_chunked_prefill(const gated_delta_args<bfloat16>& a, co
 
 /// Device recurrent step: effects of `gated_delta_recurrent_step_host`, stream-ordered. Bandwidth-bound:
 /// each state is read once and written once (plus once per ring write) whatever the tokens per sequence.
+/// A bf16 / fp16 pool is read as fp32, stepped in fp32 over all of a sequence's tokens, and rounded (to
+/// nearest, ties to even) at each store (the final state, each ring write): the outputs and stored states
+/// equal, bit for bit, those of the same kernel over an fp32 pool holding the widened state, each stored
+/// state rounded.
 /// Errors: as the host version (nothing launched); `unsupported_config`; `size_mismatch` (workspace);
 /// `device_error` / `no_device`.
-result<void> gated_delta_recurrent_step(const gated_delta_args<float>& a, const gated_delta_options& o,
-                                        const varlen_batch& b, const recurrent_slots& r, device_workspace ws,
-                                        stream_handle stream);
-result<void> gated_delta_recurrent_step(const gated_delta_args<bfloat16>& a, const gated_delta_options& o,
+template <activation_element T, gated_delta_state_element State>
+result<void> gated_delta_recurrent_step(const gated_delta_args<T, State>& a, const gated_delta_options& o,
                                         const varlen_batch& b, const recurrent_slots& r, device_workspace ws,
                                         stream_handle stream);
 
@@ -488,11 +491,8 @@ result<void> gated_delta_chunked_prefill_planned(const gated_delta_args<bfloat16
 /// pair; the ring) into `metadata` when it is not empty. Returns the shape (with empty `metadata`: a size
 /// query). Errors: as `gated_delta_recurrent_step`'s validation and dispatch; `size_mismatch` (`metadata`
 /// non-empty and smaller than `metadata_bytes`). Complexity: O(sequences x (1 + ring_size)).
-result<gated_delta_step_shape> gated_delta_recurrent_step_plan(const gated_delta_args<float>& a,
-                                                               const gated_delta_options& o, const varlen_batch& b,
-                                                               const recurrent_slots& r,
-                                                               std::span<std::byte> metadata);
-result<gated_delta_step_shape> gated_delta_recurrent_step_plan(const gated_delta_args<bfloat16>& a,
+template <activation_element T, gated_delta_state_element State>
+result<gated_delta_step_shape> gated_delta_recurrent_step_plan(const gated_delta_args<T, State>& a,
                                                                const gated_delta_options& o, const varlen_batch& b,
                                                                const recurrent_slots& r,
                                                                std::span<std::byte> metadata);
@@ -501,10 +501,8 @@ result<gated_delta_step_shape> gated_delta_recurrent_step_plan(const gated_delta
 /// `gated_delta_recurrent_step_plan` at the start of `ws` (filled by the engine before the launch). Launches
 /// only. Errors: as `validate_gated_delta`; `unsupported_config`; `invalid_argument` (negative counts);
 /// `size_mismatch` (byte count, or `ws` smaller); `device_error`.
-result<void> gated_delta_recurrent_step_planned(const gated_delta_args<float>& a, const gated_delta_options& o,
-                                                const gated_delta_step_shape& shape, device_workspace ws,
-                                                stream_handle stream);
-result<void> gated_delta_recurrent_step_planned(const gated_delta_args<bfloat16>& a, const gated_delta_options& o,
+template <activation_element T, gated_delta_state_element State>
+result<void> gated_delta_recurrent_step_planned(const gated_delta_args<T, State>& a, const gated_delta_options& o,
                                                 const gated_delta_step_shape& shape, device_workspace ws,
                                                 stream_handle stream);
 

@@ -30,8 +30,8 @@
 namespace reprise::ops {
 
 /// Operands of a Mamba2 mixer's SSM part. Rows are tokens (prefill) or batch entries (decode). `State` is the
-/// state pool's element type: fp32 (the default, and the only type the prefill and the device launchers
-/// take), or bf16 / fp16 for the host decode update's lossy decode-continuation states.
+/// state pool's element type: fp32 (the default, and the only type the prefill takes), or bf16 / fp16 for the
+/// decode update's lossy decode-continuation states (host and device).
 template <activation_element T, state_element State = float>
 struct mamba2_args {
   tensor<const T, 3> x;           ///< [rows, H, P]
@@ -265,14 +265,18 @@ result<void> mamba2_ssd_prefill(const mamba2_args<bfloat16>& a, const varlen_bat
                                 device_workspace ws, stream_handle stream);
 
 /// Device workspace `mamba2_state_update` needs for these operands, answered like the prefill's.
-std::size_t mamba2_state_update_workspace_bytes(const mamba2_args<float>& a, std::span<const copy_pair> pairs) noexcept;
-std::size_t mamba2_state_update_workspace_bytes(const mamba2_args<bfloat16>& a,
+/// (The decode entry points are templates over the activation and state-pool types, defined in
+/// reprise::kernels for every pair: fp32 or bf16 activations, an fp32, bf16 or fp16 pool.)
+template <activation_element T, state_element State>
+std::size_t mamba2_state_update_workspace_bytes(const mamba2_args<T, State>& a,
                                                 std::span<const copy_pair> pairs) noexcept;
 
-/// Device selective state update: as the host version, plus the device errors above.
-result<void> mamba2_state_update(const mamba2_args<float>& a, std::span<const copy_pair> pairs,
-                                 device_workspace ws, stream_handle stream);
-result<void> mamba2_state_update(const mamba2_args<bfloat16>& a, std::span<const copy_pair> pairs,
+/// Device selective state update: as the host version (a bf16 / fp16 pool read as fp32 and rounded once on
+/// store, to nearest, ties to even: the stored state and y equal, bit for bit, those of the same kernel over
+/// an fp32 pool holding the widened state, the stored state rounded), plus the device errors above
+/// (`misaligned`: a pool not on a 16-byte boundary, whatever its type).
+template <activation_element T, state_element State>
+result<void> mamba2_state_update(const mamba2_args<T, State>& a, std::span<const copy_pair> pairs,
                                  device_workspace ws, stream_handle stream);
 
 // ---- CUDA-graph capture (reprise::kernels) ---------------------------------------------------------------
@@ -319,8 +323,8 @@ result<void> mamba2_ssd_prefill_planned(const mamba2_args<bfloat16>& a, const ss
 /// `validate_decode_slots`, before each replay; a negative index makes a padding row). Launches only.
 /// Errors: as `validate_mamba2`; `invalid_argument` (null `pairs` with rows); `unsupported_config`;
 /// `misaligned`; `device_error`.
-result<void> mamba2_state_update_planned(const mamba2_args<float>& a, const copy_pair* pairs, stream_handle stream);
-result<void> mamba2_state_update_planned(const mamba2_args<bfloat16>& a, const copy_pair* pairs,
+template <activation_element T, state_element State>
+result<void> mamba2_state_update_planned(const mamba2_args<T, State>& a, const copy_pair* pairs,
                                          stream_handle stream);
 
 } // namespace reprise::ops
