@@ -15,7 +15,7 @@ context checkpoints and the host prompt cache, from its log). With --rounds R th
 times (the shared machine's load drifts: compare within a round).
 
 Usage: llama_side_by_side.py --server BIN --model GGUF [--configs default,chat,strict --rounds 2
-       --conversations 16 --turns 4 --seed 1 --out FILE.md]
+       --conversations 16 --turns 4 --seed 1 --server-args '...' --out FILE.md]
 """
 import argparse
 import json
@@ -92,7 +92,7 @@ def start_server(args, extra, log):
     proc = subprocess.Popen([args.server, "-m", args.model, "--host", "127.0.0.1", "--port", str(port), "-np", "4",
                              "-c", str(args.ctx), "-t", str(args.threads), "--no-warmup", "--temp", "0"]
                             + (["--override-kv", f"{args.arch}.context_length=int:{args.ctx}"] if args.arch else [])
-                            + extra,
+                            + args.server_args.split() + extra,
                             stdout=log, stderr=subprocess.STDOUT)
     for _ in range(600):
         try:
@@ -218,6 +218,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--workdir", default="build-llama-bench")
     ap.add_argument("--out", default="")
+    ap.add_argument("--server-args", default="", help="options every configuration's server gets, e.g. "
+                    "'--spec-type ngram-simple' (speculative decoding on both sides)")
     ap.add_argument("--arch", default="", help="the GGUF's architecture: lifts its training context to --ctx "
                     "(the random test models declare 256)")
     args = ap.parse_args()
