@@ -49,4 +49,24 @@ struct scratch {
 /// Waits for the device and reports any asynchronous error.
 inline bool device_ok() { return cudaDeviceSynchronize() == cudaSuccess && cudaGetLastError() == cudaSuccess; }
 
+/// How a lossy (bf16 / fp16) pool's states after a kernel compare with an fp32 pool's after the same kernel over
+/// the widened states: `mismatched` stored states that are not the fp32 state rounded (to nearest, ties to
+/// even), `rounded` ones the rounding changed (none would mean the check cannot tell a lossy pool from an exact
+/// one), `differ` ones a second run's pool (`again`) holds otherwise.
+struct rounding_count {
+  std::size_t mismatched = 0, rounded = 0, differ = 0;
+};
+
+template <class State>
+rounding_count count_rounding(const std::vector<State>& got, const std::vector<State>& again,
+                              const std::vector<float>& wide) {
+  rounding_count c;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    c.mismatched += !(got[i] == ops::from_float<State>(wide[i]));
+    c.rounded += ops::to_float(got[i]) != wide[i];
+    c.differ += !(again[i] == got[i]);
+  }
+  return c;
+}
+
 } // namespace reprise::testing

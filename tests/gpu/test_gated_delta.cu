@@ -158,15 +158,10 @@ void lossy_step(gd_dims dims) {
   CHECK(planned.outputs() == narrow.outputs());
   const auto p32 = wide.states();
   const std::vector<State> got = to_host(pool), got_planned = to_host(planned_pool);
-  std::size_t mismatched = 0, rounded = 0, differ = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    mismatched += !(got[i] == from_float<State>(p32[i]));
-    rounded += to_float(got[i]) != p32[i];
-    differ += !(got_planned[i] == got[i]);
-  }
-  CHECK(mismatched == 0);
-  CHECK(rounded > 0); // the stepped states needed rounding: the check can tell a lossy pool from an exact one
-  CHECK(differ == 0);
+  const auto r = reprise::testing::count_rounding(got, got_planned, p32);
+  CHECK(r.mismatched == 0);
+  CHECK(r.rounded > 0); // the stepped states needed rounding
+  CHECK(r.differ == 0);
 }
 
 } // namespace

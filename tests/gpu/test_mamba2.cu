@@ -135,15 +135,10 @@ void check_lossy_update(const mamba2_kernel_config& cfg) {
   CHECK(bitwise_equal(yp.data(), y.data(), y.size()));
   const auto p32 = to_host(wide.pool);
   const auto got = to_host(pool), got_planned = to_host(planned_pool);
-  std::size_t mismatched = 0, rounded = 0, differ = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    mismatched += !(got[i] == from_float<State>(p32[i]));
-    rounded += to_float(got[i]) != p32[i];
-    differ += !(got_planned[i] == got[i]);
-  }
-  CHECK(mismatched == 0);
-  CHECK(rounded > 0); // the advanced states needed rounding: the check can tell a lossy pool from an exact one
-  CHECK(differ == 0);
+  const auto r = reprise::testing::count_rounding(got, got_planned, p32);
+  CHECK(r.mismatched == 0);
+  CHECK(r.rounded > 0); // the advanced states needed rounding
+  CHECK(r.differ == 0);
 
   // The host's lossy update: the same math in another operation order, each state rounded once.
   std::vector<State> host_pool = lossy;
