@@ -390,10 +390,11 @@ public:
     slot_state& s = slots_[static_cast<std::size_t>(slot)];
     if (!s.live) return true;
     const reprise::token_id t = token;
-    if (pos < s.tokens.size() && pos >= s.committed && s.tokens[pos] == t) return true; // fed again (a replay)
+    // the last token fed again, not yet committed: a checkpoint replay after rejected draft tokens
+    if (pos + 1 == s.tokens.size() && pos >= s.committed && s.tokens[pos] == t) return true;
     if (pos != s.tokens.size()) {
       error = "Reprise: token " + std::to_string(token) + " at position " + std::to_string(pos) + " but the sequence holds " +
-              std::to_string(s.tokens.size()) + " tokens" + (pos < s.tokens.size() ? " (another token there)" : "");
+              std::to_string(s.tokens.size()) + " tokens" + (pos < s.tokens.size() ? " (that position is extended already)" : "");
       return false;
     }
     auto plan = cache_.extend(s.seq, {&t, 1});

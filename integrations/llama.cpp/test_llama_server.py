@@ -570,6 +570,11 @@ def test_speculative(args, model, arch, failures):
             continue
         reference = "a never-ending session per conversation" if session else "caching off"
         report(arch, f"{policy} with speculative decoding", f"{reference} (speculative decoding too)", r, failures)
+        # a checkpoint replay feeds the sampled token again: recognized, never an error that drops the request
+        with open(cand.log_path) as f:
+            errors = [x.strip() for x in f if "Reprise: token" in x or "Reprise: commit failed" in x
+                      or "Reprise: extend failed" in x]
+        check(not errors, f"{arch}: {policy}: every speculative step kept Reprise's sequence ({errors[:1]})", failures)
         check(0 < accepted < drafted and (drafted, accepted) == ref_drafts,
               f"{arch}: {policy}: the target accepted {accepted} of {drafted} draft tokens (the reference "
               f"{ref_drafts[1]} of {ref_drafts[0]}): drafts accepted and rejected alike", failures)
