@@ -122,6 +122,18 @@ std::size_t workspace_query(result<void> (*launcher)(Params...), const Operands&
   return launcher(operands..., ops::device_workspace{}, nullptr, &bytes).has_value() ? bytes : 0;
 }
 
+/// Of an instance's three entry points of one kind, for an fp32, a bf16 and an fp16 state pool, the one for
+/// pool type `S` (the decode kernels take all three; prefill-exact states are fp32 only).
+template <class S, class F32, class BF16, class F16>
+constexpr auto for_pool(F32 f32, BF16 bf16, F16 f16) noexcept {
+  if constexpr (std::is_same_v<S, float>)
+    return f32;
+  else if constexpr (std::is_same_v<S, ops::bfloat16>)
+    return bf16;
+  else
+    return f16;
+}
+
 /// One row of a kernel family's instance table: the fp32-input and bf16-input instances of one shape.
 template <template <class> class Instance>
 struct instance_row {

@@ -396,9 +396,7 @@ struct gated_delta_instance {
   /// The recurrent step over a pool of `S`.
   template <class S>
   gd_step_fn<T, S> step_for() const noexcept {
-    if constexpr (cuda::std::is_same_v<S, float>) return recurrent_step;
-    else if constexpr (cuda::std::is_same_v<S, ops::bfloat16>) return recurrent_step_bf16;
-    else return recurrent_step_f16;
+    return device_runtime::for_pool<S>(recurrent_step, recurrent_step_bf16, recurrent_step_f16);
   }
 };
 

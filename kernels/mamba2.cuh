@@ -478,9 +478,7 @@ struct mamba2_instance {
   /// The decode update over a pool of `S`.
   template <class S>
   mamba2_update_fn<T, S> update_for() const noexcept {
-    if constexpr (cuda::std::is_same_v<S, float>) return state_update;
-    else if constexpr (cuda::std::is_same_v<S, ops::bfloat16>) return state_update_bf16;
-    else return state_update_f16;
+    return device_runtime::for_pool<S>(state_update, state_update_bf16, state_update_f16);
   }
 };
 
