@@ -3,6 +3,7 @@
 
 #include <llama-reprise.h>
 #include <reprise/reprise.hpp>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -70,8 +71,9 @@ namespace {
 /// holds in place for a hit, whichever conversation left them (block ids and edits not checked).
 /// The admit failures, each once, to show that a failed hit loses nothing: "lost" finds the first block a hit
 /// copies in without its copy, "kv-refused" has libllama refuse the first copy into a slot's stream,
-/// "restore-refused" the first snapshot restore.
-enum class fault : std::uint8_t { none, state, kv, stale, lost, kv_refused, restore_refused };
+/// "restore-refused" the first snapshot restore. "adapters" keys every request as the base model's, whatever
+/// adapters it computes with (as requests were keyed before adapters were part of the key).
+enum class fault : std::uint8_t { none, state, kv, stale, lost, kv_refused, restore_refused, adapters };
 
 fault fault_from_env() {
   const char* f = std::getenv("REPRISE_LLAMA_FAULT");
@@ -82,10 +84,27 @@ fault fault_from_env() {
   if (std::strcmp(f, "lost") == 0) return fault::lost;
   if (std::strcmp(f, "kv-refused") == 0) return fault::kv_refused;
   if (std::strcmp(f, "restore-refused") == 0) return fault::restore_refused;
+  if (std::strcmp(f, "adapters") == 0) return fault::adapters;
   return fault::none;
 }
 
 std::string errc_text(reprise::errc e) { return std::string(reprise::to_string(e)); }
+
+/// The `lora_id` of Reprise's extra keys for a set of adapters: 0 for none (the base model), else a nonzero
+/// 64-bit hash of each adapter's index, scale bits and first position, in the order given (llama-server's adapter
+/// order, so equal sets give equal keys).
+std::uint64_t adapter_key(std::span<const adapter_use> adapters) {
+  if (adapters.empty()) return 0;
+  std::vector<std::uint32_t> words;
+  words.reserve(3 * adapters.size());
+  for (const adapter_use& a : adapters) {
+    std::uint32_t scale = 0;
+    std::memcpy(&scale, &a.scale, sizeof scale);
+    words.insert(words.end(), {static_cast<std::uint32_t>(a.index), scale, static_cast<std::uint32_t>(a.from)});
+  }
+  const std::uint64_t h = XXH3_64bits(words.data(), words.size() * sizeof(std::uint32_t));
+  return h != 0 ? h : 1;
+}
 
 /// The dtype whose size gives the bytes of the KV cache's K and V elements (llama.cpp's -ctk / -ctv), or none:
 /// a quantized type, or K and V of different sizes (Reprise's KV shape has one element type).
@@ -227,7 +246,7 @@ public:
   }
 
   std::int32_t admit(int slot, const llama_token* tokens, std::size_t n_tokens, std::int32_t shared_end,
-                     std::string& error) override {
+                     const adapter_use* adapters, std::size_t n_adapters, std::string& error) override {
     const std::span<const llama_token> prompt(tokens, n_tokens);
     slot_state& s = slots_[static_cast<std::size_t>(slot)];
     if (s.live) drop(slot);
@@ -244,7 +263,9 @@ public:
       const std::uint32_t at = shared_end > 0 ? static_cast<std::uint32_t>(shared_end) / opts_.block_size * opts_.block_size : 0;
       if (at > 0 && at <= s.prompt_len) offsets.push_back(at);
     }
-    auto plan = cache_.admit(s.seq, s.tokens, {}, offsets);
+    reprise::extra_keys keys;
+    if (fault_ != fault::adapters) keys.lora_id = adapter_key(std::span<const adapter_use>(adapters, n_adapters));
+    auto plan = cache_.admit(s.seq, s.tokens, keys, offsets);
     if (!plan) {
       error = "Reprise: admit failed: " + errc_text(plan.error());
       return -1;

@@ -48,6 +48,16 @@ struct options {
   ggml_type type_v = GGML_TYPE_F16;
 };
 
+/// An adapter a request computes with: llama-server's adapter index (`--lora`, in order), its scale (nonzero: an
+/// adapter of scale 0 changes nothing) and the first position it applies to (an activated LoRA's invocation
+/// start, 0 for a LoRA). The set a request computes with is part of its key: no request restores state computed
+/// under other adapters or scales.
+struct adapter_use {
+  std::int32_t index = 0;
+  float scale = 0.0f;
+  std::int32_t from = 0;
+};
+
 /// What a server reports in its metrics.
 struct adapter_stats {
   std::uint64_t prompt_tokens = 0;  ///< prompt tokens admitted
@@ -96,10 +106,11 @@ public:
   /// cells into the slot's stream and restores the snapshot. `shared_end`: where the prompt's first user message starts (the end of a
   /// system prompt other conversations share; -1: not known): under `chat` the state there, rounded down to the
   /// block size, is snapshotted, so the next conversation over it restores there at its first meeting.
+  /// `adapters`: the `n_adapters` adapters of nonzero scale the request computes with (none: the base model).
   /// Returns the tokens whose prefill is skipped (< prompt.size()), or -1 with `error` set (the request then
   /// fails; the slot holds nothing).
   virtual std::int32_t admit(int slot, const llama_token* prompt, std::size_t n, std::int32_t shared_end,
-                             std::string& error) = 0;
+                             const adapter_use* adapters, std::size_t n_adapters, std::string& error) = 0;
   /// The next position at which the slot's prompt feeding must stop (a capture), or -1.
   virtual std::int32_t next_stop(int slot) const = 0;
   /// Before the slot's next tokens are fed: `n_fed` tokens of the slot have been decoded. Takes the captures

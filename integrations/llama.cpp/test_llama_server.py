@@ -11,6 +11,8 @@ For each model (tiny random-weight GGUFs written at test time by llama.cpp's tes
           copied into the slot, or another conversation's cells kept in the slot's stream) is caught by the same
           comparisons;
   spec:   speculative decoding (n-gram drafts, accepted and rejected) on both servers: strict and chat as above;
+  keys:   a LoRA adapter's scale (the request's `lora`, the server's /lora-adapters) is part of the key: a request
+          never restores state computed under another scale, and equals caching off under its own;
   errors: bad option values, a model Reprise cannot cache and features it cannot cache for (multimodal
           projectors, a draft model) stop the server at startup with a message; a hit failing while it is set
           up ends its request with HTTP 500 and leaves the cache as it was.
@@ -20,7 +22,7 @@ llama-server's own defaults instead (512-token ubatches, every thread, and once 
 together so the slots share ubatches) and reports how many turns still equal their reference and the largest
 log-probability difference.
 
-Usage: test_llama_server.py --server BIN --archs BIN --workdir DIR [--only strict,chat,branch,faults,spec,errors]
+Usage: test_llama_server.py --server BIN --archs BIN --workdir DIR [--only strict,chat,branch,faults,spec,keys,errors]
 Exit status 0 when every check passes.
 """
 import argparse
@@ -709,6 +711,115 @@ def reprise_metrics(server):
     return out
 
 
+def write_lora(args, model, path, seed=7, rank=4):
+    """A random LoRA adapter GGUF for `model` (every 2-D weight of its blocks: attention, recurrent and MLP
+    projections), written with llama.cpp's own gguf-py, strong enough to change the model's outputs."""
+    if os.path.exists(path):
+        return path
+    sys.path.insert(0, args.gguf_py)
+    import numpy as np
+    import gguf
+
+    reader = gguf.GGUFReader(model)
+    arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
+    rng = np.random.default_rng(seed)
+    writer = gguf.GGUFWriter(path, arch)
+    writer.add_string("general.type", "adapter")
+    writer.add_string("adapter.type", "lora")
+    writer.add_float32("adapter.lora.alpha", float(rank))
+    n = 0
+    for t in reader.tensors:
+        dims = [int(d) for d in t.shape]   # ggml order: ne0 (inputs), ne1 (outputs)
+        if not t.name.startswith("blk.") or not t.name.endswith(".weight") or len(dims) != 2 or min(dims) < 8:
+            continue
+        n_in, n_out = dims
+        writer.add_tensor(t.name[: -len(".weight")] + ".weight.lora_a",
+                          (rng.standard_normal((rank, n_in)) * 0.3).astype(np.float32))
+        writer.add_tensor(t.name[: -len(".weight")] + ".weight.lora_b",
+                          (rng.standard_normal((n_out, rank)) * 0.3).astype(np.float32))
+        n += 1
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    assert n > 0, f"no 2-D block weight in {model}"
+    return path
+
+
+def test_adapters(args, model, arch, failures):
+    """The adapters a request computes with are part of its key: the same prompt under a LoRA scale of 0, 1, 0.5
+    (the request's `lora`) and the server's own scale (POST /lora-adapters): a request under a scale nothing was
+    computed with computes its whole prompt and equals caching off under that scale bit for bit; under a scale
+    that was, it hits and equals it too. Under chat a continued turn that changes the scale restores nothing. With
+    the adapters left out of the key (fault 'adapters') the same checks fail."""
+    adapter = write_lora(args, model, os.path.join(args.workdir, f"{arch}-lora.gguf"))
+    lora = ["--lora", adapter]
+    budget = ["--reprise-snapshot-bytes", SNAPSHOT_BYTES] if arch in HYBRID else []
+    rng = random.Random(zlib.crc32(arch.encode()) + args.seed)
+    prompt = [rng.randrange(4, 128) for _ in range(200)]
+    n = 8
+
+    def ask(server, tokens, scale, cache_prompt=True, slot=-1):
+        body = {"prompt": tokens, "n_predict": n, "temperature": 0, "n_probs": 5, "return_tokens": True,
+                "ignore_eos": True, "cache_prompt": cache_prompt, "id_slot": slot, "stream": False}
+        if scale is not None:
+            body["lora"] = [{"id": 0, "scale": scale}]
+        r = server.post("/completion", body)
+        return output_of(r), r["timings"]["prompt_n"]
+
+    ref = Server(args.server, model, slots(1) + lora + ["--cache-ram", "0", "--ctx-checkpoints", "0"]
+                 + long_context(arch), args.workdir, f"{arch}-lora-off")
+    try:
+        cold = {s: ask(ref, prompt, s, cache_prompt=False)[0] for s in (0.0, 1.0, 0.5)}
+        # turn 2 of a conversation whose turn 1 ran at scale 0: its prompt, and its cold output at scale 1
+        reply = cold[0.0][0]
+        turn2 = prompt + list(reply) + [rng.randrange(4, 128) for _ in range(40)]
+        cold_turn2 = ask(ref, turn2, 1.0, cache_prompt=False)[0]
+    finally:
+        ref.stop()
+    if cold[0.0] == cold[1.0] or cold[1.0] == cold[0.5]:
+        check(False, f"{arch}: the LoRA adapter changes the outputs (nothing tested otherwise)", failures)
+        return
+    # (scale in the request, or None: the server's own scale, set first by POST /lora-adapters; whether it must hit)
+    plan = [(0.0, None, False), (1.0, None, False), (1.0, None, True), (0.5, None, False), (0.0, None, True),
+            (None, 1.0, True), (None, 0.5, True)]
+    for fault in (None, "adapters"):
+        name = f"{arch}-lora-strict" + (f"-fault-{fault}" if fault else "")
+        cand = Server(args.server, model, slots(2) + lora + ["--reprise", "strict"] + budget + long_context(arch),
+                      args.workdir, name, env={"REPRISE_LLAMA_FAULT": fault} if fault else None)
+        seen = []
+        try:
+            for scale, server_scale, hits in plan:
+                if server_scale is not None:
+                    cand.post("/lora-adapters", [{"id": 0, "scale": server_scale}])
+                out, computed = ask(cand, prompt, scale)
+                s = scale if scale is not None else server_scale
+                seen.append((s, computed, hits, out == cold[s]))
+        finally:
+            cand.stop()
+        good = all(equal and ((computed < len(prompt)) if hits else (computed == len(prompt)))
+                   for _, computed, hits, equal in seen)
+        figures = ", ".join(f"{s}: {c} computed{'' if e else ' DIFFERS'}" for s, c, _, e in seen)
+        if fault is None:
+            check(good, f"{arch}: LoRA scales as keys under strict (scale: prompt tokens computed of {len(prompt)}, "
+                  f"equal to caching off at that scale unless marked): {figures}", failures)
+        else:
+            check(not good, f"{arch}: with the adapters left out of the key the same checks fail ({figures})",
+                  failures)
+    if arch not in HYBRID:
+        return
+    cand = Server(args.server, model, slots(2) + lora + ["--reprise", "chat"] + budget + long_context(arch),
+                  args.workdir, f"{arch}-lora-chat")
+    try:
+        first, _ = ask(cand, prompt, 0.0, slot=0)
+        out, computed = ask(cand, turn2, 1.0, slot=0)
+    finally:
+        cand.stop()
+    check(first == cold[0.0] and computed == len(turn2) and out == cold_turn2,
+          f"{arch}: chat: a continued turn that changes the LoRA scale restores nothing ({computed} of {len(turn2)} "
+          f"prompt tokens computed) and equals caching off at its scale ({out == cold_turn2})", failures)
+
+
 def test_admit_failures(args, models, failures):
     """A hit that fails while it is set up (a cached block without its copy, libllama refusing to copy cells into
     the slot's stream, a snapshot restore refused: injected once each) ends that request with HTTP 500 and loses
@@ -748,11 +859,16 @@ def main():
     ap.add_argument("--server", required=True)
     ap.add_argument("--archs", required=True, help="llama.cpp's test-llama-archs (writes the random models)")
     ap.add_argument("--workdir", required=True)
-    ap.add_argument("--only", default="strict,chat,branch,faults,spec,errors")
+    ap.add_argument("--only", default="strict,chat,branch,faults,spec,keys,errors")
+    ap.add_argument("--gguf-py", help="llama.cpp's gguf-py (writes LoRA adapters; default: beside the server's "
+                    "build folder)")
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--seed", type=int, default=0, help="added to each model's workload seed")
     args = ap.parse_args()
     args.only = set(args.only.split(","))
+    if args.gguf_py is None:   # <llama.cpp>/<build>/bin/llama-server
+        args.gguf_py = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(args.server)))),
+                                    "gguf-py")
     os.makedirs(args.workdir, exist_ok=True)
     models = {}
     for arch in args.models.split(",") + (["mamba"] if "errors" in args.only else []):
@@ -773,6 +889,8 @@ def main():
         test_exactness(args, models[arch], arch, failures)
         if "spec" in args.only:
             test_speculative(args, models[arch], arch, failures)
+        if "keys" in args.only:
+            test_adapters(args, models[arch], arch, failures)
     print(f"{len(failures)} failure(s) in {time.time() - t0:.0f} s")
     return 1 if failures else 0
 
