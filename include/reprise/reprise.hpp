@@ -17,6 +17,7 @@
 #include <reprise/state/presets.hpp>
 #include <reprise/state/shapes.hpp>
 #include <reprise/keys/block_key.hpp>
+#include <reprise/keys/media_keys.hpp>
 #include <reprise/keys/remote_keys.hpp>
 #include <reprise/keys/xxh3_hasher.hpp>
 #include <reprise/cache/types.hpp>

@@ -41,17 +41,59 @@ void bind_ops(nb::module_& m);
 /// Raises the Python exception class of `e` with `message` as it is (a message that already says what and where).
 [[noreturn]] void raise_message(errc e, const std::string& message);
 
-/// `ExtraKeys`: the extra keys of a prompt (`PrefixCache.admit`, `StateRouter.route`), owning the multimodal
-/// digest's bytes.
+/// `ExtraKeys`: the extra keys of a prompt (`PrefixCache.admit`, `StateRouter.route`), owning its media items'
+/// digest bytes (Python `bytes` objects, whose buffers the views point into and which the copies keep alive).
 struct py_extra_keys {
   std::uint64_t model_revision = 0, lora_id = 0, tenant_salt = 0;
-  nb::bytes multimodal_digest{};
+  std::vector<std::uint32_t> positions;
+  std::vector<nb::bytes> digests;
+  std::vector<media_item> items; ///< views of positions[i], digests[i]
+
+  void link() {
+    items.clear();
+    for (std::size_t i = 0; i < positions.size(); ++i)
+      items.push_back({positions[i], {reinterpret_cast<const std::byte*>(digests[i].c_str()), digests[i].size()}});
+  }
+  py_extra_keys() = default;
+  py_extra_keys(const py_extra_keys& o)
+      : model_revision(o.model_revision), lora_id(o.lora_id), tenant_salt(o.tenant_salt), positions(o.positions),
+        digests(o.digests) {
+    link();
+  }
+  py_extra_keys& operator=(const py_extra_keys& o) {
+    if (this != &o) {
+      model_revision = o.model_revision;
+      lora_id = o.lora_id;
+      tenant_salt = o.tenant_salt;
+      positions = o.positions;
+      digests = o.digests;
+      link();
+    }
+    return *this;
+  }
 
   extra_keys view() const noexcept {
-    return {model_revision, lora_id,
-            {reinterpret_cast<const std::byte*>(multimodal_digest.c_str()), multimodal_digest.size()}, tenant_salt};
+    return {.model_revision = model_revision, .lora_id = lora_id, .tenant_salt = tenant_salt, .media = items};
   }
 };
+
+/// What is wrong with media items the cache or the router refused (`check_media`), in words; empty if nothing.
+inline std::string media_problem(std::span<const media_item> media, std::size_t length) {
+  for (std::size_t i = 0; i < media.size(); ++i) {
+    const std::string at = "extra_keys.media[" + std::to_string(i) + "]";
+    if (media[i].digest.size() > max_multimodal_digest_bytes)
+      return at + " has a digest of " + std::to_string(media[i].digest.size()) + " bytes, more than " +
+             std::to_string(max_multimodal_digest_bytes) + " (pass a digest of the media, never the media)";
+    if (i != 0 && media[i].position <= media[i - 1].position)
+      return at + " is at position " + std::to_string(media[i].position) +
+             ", not after the item before it (items are sorted by strictly increasing position)";
+  }
+  for (std::size_t i = 0; i < media.size(); ++i)
+    if (media[i].position >= length)
+      return "extra_keys.media[" + std::to_string(i) + "] is at position " + std::to_string(media[i].position) +
+             ", not inside the prompt of " + std::to_string(length) + " tokens";
+  return {};
+}
 
 /// The words of `exactness` in the package: "prefill_exact", "decode_continuation".
 inline const char* exactness_name(exactness e) noexcept {
@@ -93,6 +135,17 @@ template <class T>
 T value_or_raise(result<T>&& r, std::string_view where) {
   if (!r) raise(r.error(), where);
   return std::move(*r);
+}
+/// The value of `r`, a call given media items `x.media` over a prompt of `length` tokens, or raises its
+/// error, saying what is wrong with the media items when they are why.
+template <class T>
+T keyed_or_raise(result<T>&& r, const extra_keys& x, std::size_t length, std::string_view where) {
+  if (!r && (r.error() == errc::invalid_argument || r.error() == errc::out_of_range)) {
+    const std::string problem = media_problem(x.media, length);
+    if (!problem.empty())
+      raise_message(r.error(), std::string(where) + ": " + std::string(to_string(r.error())) + ": " + problem);
+  }
+  return value_or_raise(std::move(r), where);
 }
 inline void check(const result<void>& r, std::string_view where) {
   if (!r) raise(r.error(), where);

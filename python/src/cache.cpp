@@ -369,8 +369,8 @@ public:
       o = as_uint32_vector(offsets, "capture_offsets");
       capture_offsets = span_of(o);
     }
-    const admit_plan p =
-        value_or_raise(impl_->admit(s, span_of(t), keys ? keys->view() : extra_keys{}, capture_offsets), "admit");
+    const extra_keys x = keys ? keys->view() : extra_keys{};
+    const admit_plan p = keyed_or_raise(impl_->admit(s, span_of(t), x, capture_offsets), x, t.size(), "admit");
     return {owned_array(p.block_table),
             p.shared_blocks,
             p.kv_matched_tokens,
@@ -437,7 +437,8 @@ public:
 
   nb::list probe(nb::handle tokens, const std::optional<py_extra_keys>& keys) {
     const host_vector<token_id> t = as_int32_vector(tokens, "tokens");
-    const probe_plan p = value_or_raise(impl_->probe(span_of(t), keys ? keys->view() : extra_keys{}), "probe");
+    const extra_keys x = keys ? keys->view() : extra_keys{};
+    const probe_plan p = keyed_or_raise(impl_->probe(span_of(t), x), x, t.size(), "probe");
     nb::list out;
     for (const remote_probe& k : p.keys) out.append(nb::make_tuple(item_name(k.item), bytes_of(k.key)));
     return out;
@@ -449,9 +450,9 @@ public:
     if (!in_store.is_none())
       for (nb::handle k : in_store) present.push_back(key_of(k, "prefetch: in_store"));
     const std::span<const content_key> found(present);
-    const fetch_plan p = value_or_raise(
-        impl_->prefetch(span_of(t), keys ? keys->view() : extra_keys{}, in_store.is_none() ? nullptr : &found),
-        "prefetch");
+    const extra_keys x = keys ? keys->view() : extra_keys{};
+    const fetch_plan p =
+        keyed_or_raise(impl_->prefetch(span_of(t), x, in_store.is_none() ? nullptr : &found), x, t.size(), "prefetch");
     py_fetch_plan out{{}, p.blocks};
     for (const remote_fetch& f : p.fetches)
       out.fetches.push_back({item_name(f.item), f.unit, bytes_of(f.key), {f.kv_units.begin(), f.kv_units.end()}});
@@ -525,20 +526,61 @@ catalog::policy_id find_policy(const std::string& name, std::string_view where) 
 void bind_cache(nb::module_& m) {
   nb::class_<py_extra_keys>(m, "ExtraKeys",
                             "What besides the tokens decides whether two prefixes may share cached state. Different "
-                            "values never share a block or a snapshot; different tenant salts never share anything.")
+                            "model revisions, LoRA ids or tenant salts never share a block or a snapshot; different "
+                            "tenant salts never share anything. Media items are positional: each keys the blocks and "
+                            "snapshots from its position on, so a prefix before a prompt's first image is shared "
+                            "with text prompts, and past it only the same item at the same position shares.")
       .def(
           "__init__",
-          [](py_extra_keys* self, std::uint64_t model_revision, std::uint64_t lora_id, nb::bytes multimodal_digest,
-             std::uint64_t tenant_salt) {
-            new (self) py_extra_keys{model_revision, lora_id, tenant_salt, std::move(multimodal_digest)};
+          [](py_extra_keys* self, std::uint64_t model_revision, std::uint64_t lora_id, std::uint64_t tenant_salt,
+             nb::handle media) {
+            py_extra_keys k;
+            k.model_revision = model_revision;
+            k.lora_id = lora_id;
+            k.tenant_salt = tenant_salt;
+            if (!media.is_none()) {
+              std::size_t i = 0;
+              for (nb::handle item : media) {
+                const std::string at = "ExtraKeys: media[" + std::to_string(i++) + "]";
+                if (!nb::isinstance<nb::tuple>(item) || nb::len(item) != 2)
+                  throw nb::type_error((at + ": a media item is a (position, digest bytes) tuple").c_str());
+                const nb::handle position = item[0], digest = item[1];
+                if (!nb::isinstance<nb::int_>(position) || nb::isinstance<nb::bool_>(position))
+                  throw nb::type_error((at + ": the position is an int (the token index of its placeholders)").c_str());
+                const auto p = nb::cast<std::int64_t>(position);
+                if (p < 0 || p > std::int64_t{std::numeric_limits<std::uint32_t>::max()})
+                  throw nb::value_error((at + ": the position " + std::to_string(p) + " is not a token index").c_str());
+                if (!nb::isinstance<nb::bytes>(digest))
+                  throw nb::type_error(
+                      (at + ": the digest is bytes (a digest of the media, at most 32 bytes)").c_str());
+                k.positions.push_back(static_cast<std::uint32_t>(p));
+                k.digests.push_back(nb::borrow<nb::bytes>(digest));
+              }
+            }
+            k.link();
+            new (self) py_extra_keys(k);
           },
-          nb::kw_only(), nb::arg("model_revision") = 0, nb::arg("lora_id") = 0,
-          nb::arg("multimodal_digest") = nb::bytes(""), nb::arg("tenant_salt") = 0,
-          "`multimodal_digest` is a digest of the media (at most 32 bytes), never the media itself.")
+          nb::kw_only(), nb::arg("model_revision") = 0, nb::arg("lora_id") = 0, nb::arg("tenant_salt") = 0,
+          nb::arg("media") = nb::none(),
+          nb::sig("def __init__(self, *, model_revision: int = 0, lora_id: int = 0, tenant_salt: int = 0, "
+                  "media: collections.abc.Iterable[tuple[int, bytes]] | None = None) -> None"),
+          "`media`: (position, digest) per media item of the prompt, sorted by strictly increasing position: the "
+          "token index where its placeholder tokens start, and a digest of the media (at most 32 bytes), never "
+          "the media itself. Items out of order, at one position twice, past the prompt's end or with a longer "
+          "digest are refused by the call that uses them (InvalidArgument, OutOfRange), which changes nothing.")
       .def_ro("model_revision", &py_extra_keys::model_revision, "Model revision.")
       .def_ro("lora_id", &py_extra_keys::lora_id, "LoRA adapter id.")
-      .def_ro("multimodal_digest", &py_extra_keys::multimodal_digest, "Digest of the media in the prompt.")
-      .def_ro("tenant_salt", &py_extra_keys::tenant_salt, "Tenant isolation salt.");
+      .def_ro("tenant_salt", &py_extra_keys::tenant_salt, "Tenant isolation salt.")
+      .def_prop_ro(
+          "media",
+          [](const py_extra_keys& k) {
+            nb::list out;
+            for (std::size_t i = 0; i < k.positions.size(); ++i)
+              out.append(nb::make_tuple(k.positions[i], k.digests[i]));
+            return out;
+          },
+          nb::for_getter(nb::sig("def media(self) -> list[tuple[int, bytes]]")),
+          "The media items, as (position, digest) tuples.");
 
   nb::class_<py_admit_plan>(m, "AdmitPlan",
                             "What `admit` decided. Arrays are read-only copies owned by the plan: they stay valid "

@@ -159,9 +159,7 @@ public:
           if (!std::isfinite(l[i]) || l[i] < 0)
             why = "loads[" + std::to_string(i) + "] = " + nb::cast<std::string>(nb::str(nb::float_(l[i]))) +
                   ": a load is a non-negative, finite figure";
-        if (why.empty())
-          why = "extra_keys.multimodal_digest has " + std::to_string(extra.multimodal_digest.size()) +
-                " bytes, more than " + std::to_string(max_multimodal_digest_bytes);
+        if (why.empty()) why = media_problem(extra.media, t.size());
       }
       raise_message(c.error(), "StateRouter.route: " + std::string(to_string(c.error())) + ": " + why);
     }
@@ -447,7 +445,8 @@ void bind_routing(nb::module_& m) {
            "any unit in which 1 is a small amount of work), None for an idle fleet. The engine under its load "
            "cap with the most usable tokens wins; ties go to the lower load, then the lower index. Returns a "
            "RouteChoice. Raises SizeMismatch (not one load per engine), InvalidArgument (a negative, infinite "
-           "or NaN load; a multimodal digest over 32 bytes).")
+           "or NaN load; media items out of order, at one position twice, or with a digest over 32 bytes; "
+           "OutOfRange: a media item past the prompt's end).")
       .def("clear", &py_state_router::clear, nb::arg("engine"),
            "Forgets everything engine `engine` reported (it restarted, or lost its state): it scores 0 until "
            "it reports again. Raises OutOfRange.")

@@ -254,13 +254,72 @@ def test_extra_keys_separate_prefixes():
     assert cache.admit(3, prompt).kv_matched_tokens == 48
     digest = bytes(range(32))
     serve(cache, 4, prompt + 1000)
-    k = reprise.ExtraKeys(lora_id=3, multimodal_digest=digest)
-    assert k.multimodal_digest == digest and k.lora_id == 3
-    plan = cache.admit(6, prompt + 2000, k)
+    # A media item at position 0 keys every block (items are positional: test_media_items_are_positional).
+    k = reprise.ExtraKeys(lora_id=3, media=[(0, digest)])
+    assert k.media == [(0, digest)] and k.lora_id == 3 and k.tenant_salt == 0
+    plan = cache.admit(6, prompt + 1000, k)
     cache.commit(6, 64)
     cache.release(6)
-    assert cache.admit(7, prompt + 2000, reprise.ExtraKeys(lora_id=3, multimodal_digest=digest)).kv_matched_tokens == 48
     assert plan.kv_matched_tokens == 0
+    assert cache.admit(7, prompt + 1000, reprise.ExtraKeys(lora_id=3, media=[(0, digest)])).kv_matched_tokens == 48
+
+
+def test_media_items_are_positional():
+    """A text request and an image request over one system prompt share its blocks up to the image's block."""
+    cache = make("block_sharing")
+    prompt = np.arange(104, dtype=np.int32)  # a 64-token system prompt (blocks 0-3), then the user's turn
+    cat, dog = b"cat-digest", b"dog-digest"
+
+    def shared(seq, keys=None):
+        plan = cache.admit(seq, prompt, keys)
+        cache.commit(seq, len(prompt))
+        cache.release(seq)
+        return plan.kv_matched_tokens
+
+    assert shared(1) == 0  # the text request
+    assert shared(2, reprise.ExtraKeys(media=[(70, cat)])) == 64  # the image's placeholders start in block 4
+    assert shared(3, reprise.ExtraKeys(media=[(70, cat)])) == 96  # the same image at the same position
+    assert shared(4, reprise.ExtraKeys(media=[(70, dog)])) == 64  # another image there
+    assert shared(5, reprise.ExtraKeys(media=[(75, cat)])) == 64  # the same image elsewhere in the block
+    assert shared(6, reprise.ExtraKeys(media=[(90, cat)])) == 80  # a block later: block 4 is the text's
+    assert shared(7, reprise.ExtraKeys(media=[(70, cat), (90, dog)])) == 80
+    assert shared(8) == 96
+    cache.check_invariants()
+
+
+def test_media_items_snapshots_are_positional():
+    """A hybrid's snapshot before the image is restored by a text request; past it only with the same image."""
+    cache = make("snapshot_interval", capture_interval=64,
+                 snapshot_budget_bytes=16 * hybrid_config().bytes_per_snapshot)  # captures at 64, 128, 192
+    prompt = np.arange(200, dtype=np.int32)
+
+    def usable(seq, keys=None):
+        plan = cache.admit(seq, prompt, keys)
+        cache.commit(seq, len(prompt), plan.captures[:, 0])
+        cache.release(seq)
+        cache.step_complete(cache.current_epoch())
+        return plan.usable_tokens
+
+    image = reprise.ExtraKeys(media=[(100, b"img")])
+    assert usable(1, image) == 0
+    assert usable(2) == 64  # a text request restores the image request's snapshot before the image
+    assert usable(3, image) == 192  # the same image at the same position restores past it
+    assert usable(4, reprise.ExtraKeys(media=[(100, b"other")])) == 64
+    cache.check_invariants()
+
+
+def test_extra_keys_media_types_are_checked():
+    with pytest.raises(TypeError):
+        reprise.ExtraKeys(media=[(1,)])
+    with pytest.raises(TypeError):
+        reprise.ExtraKeys(media=[(1, "not bytes")])
+    with pytest.raises(TypeError):
+        reprise.ExtraKeys(media=[("1", b"d")])
+    with pytest.raises(ValueError):
+        reprise.ExtraKeys(media=[(-1, b"d")])
+    with pytest.raises(TypeError):
+        reprise.ExtraKeys(multimodal_digest=b"d")  # the root-level digest is gone: media are positional
+    assert reprise.ExtraKeys(media=()).media == []
 
 
 def test_fork_copies_the_partial_block():

@@ -54,8 +54,14 @@ def busy_cache(**kw):
 
 CACHE_ERRORS = [
     ("empty prompt", reprise.InvalidArgument, lambda c: c.admit(9, [])),
-    ("digest over 32 bytes", reprise.InvalidArgument,
-     lambda c: c.admit(9, [1, 2, 3], reprise.ExtraKeys(multimodal_digest=bytes(33)))),
+    ("media digest over 32 bytes", reprise.InvalidArgument,
+     lambda c: c.admit(9, [1, 2, 3], reprise.ExtraKeys(media=[(1, bytes(33))]))),
+    ("media items out of order", reprise.InvalidArgument,
+     lambda c: c.admit(9, np.arange(200, dtype=np.int32), reprise.ExtraKeys(media=[(90, b"a"), (80, b"b")]))),
+    ("media items at one position", reprise.InvalidArgument,
+     lambda c: c.admit(9, np.arange(200, dtype=np.int32), reprise.ExtraKeys(media=[(80, b"a"), (80, b"b")]))),
+    ("a media item past the prompt", reprise.OutOfRange,
+     lambda c: c.admit(9, np.arange(200, dtype=np.int32), reprise.ExtraKeys(media=[(80, b"a"), (200, b"b")]))),
     ("commit going back", reprise.InvalidArgument, lambda c: c.commit(2, 50)),
     ("commit of an unplanned capture", reprise.InvalidArgument, lambda c: c.commit(2, 128, [64])),
     ("fork with uncommitted tokens", reprise.InvalidArgument, lambda c: c.fork(2, 9)),

@@ -282,8 +282,12 @@ ROUTER_ERRORS = [
     ("a negative load", reprise.InvalidArgument, lambda r, p: r.route(p, loads=[0, -1])),
     ("a NaN load", reprise.InvalidArgument, lambda r, p: r.route(p, loads=[math.nan, 0])),
     ("an infinite load", reprise.InvalidArgument, lambda r, p: r.route(p, loads=np.array([0, np.inf]))),
-    ("digest over 32 bytes", reprise.InvalidArgument,
-     lambda r, p: r.route(p, extra_keys=reprise.ExtraKeys(multimodal_digest=bytes(33)))),
+    ("media digest over 32 bytes", reprise.InvalidArgument,
+     lambda r, p: r.route(p, extra_keys=reprise.ExtraKeys(media=[(1, bytes(33))]))),
+    ("media items out of order", reprise.InvalidArgument,
+     lambda r, p: r.route(p, extra_keys=reprise.ExtraKeys(media=[(5, b"a"), (1, b"b")]))),
+    ("a media item past the prompt", reprise.OutOfRange,
+     lambda r, p: r.route(p, extra_keys=reprise.ExtraKeys(media=[(len(p), b"a")]))),
 ]
 
 

@@ -42,12 +42,14 @@
 #include <reprise/reprise.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -138,6 +140,9 @@ struct shared_fleet {
     token_id tenant = 0;
     std::vector<token_id> tokens;
     std::uint32_t prompt = 0; ///< its last prompt's length: tokens past it were decoded
+    /// Its media item (`cache_op_driver::oracle_seq::media_at`), which a next turn keeps.
+    std::uint32_t media_at = std::numeric_limits<std::uint32_t>::max();
+    std::uint32_t media_digest = 0;
     /// Its last turn's end, when one was captured: the driver of the cache that holds it, its position, the
     /// step that wrote it, its slot and partial block with their generations then, and that cache's count of
     /// TTL expiries then.
@@ -198,6 +203,9 @@ class cache_op_driver {
   struct oracle_seq {
     std::vector<token_id> tokens;
     token_id tenant = 0;
+    // One media item at most: where its placeholders start (max: none) and which of `media_digests_`.
+    std::uint32_t media_at = std::numeric_limits<std::uint32_t>::max();
+    std::uint32_t media_digest = 0;
     std::uint32_t prompt = 0;    // the admitted prompt's length
     std::uint32_t computed = 0;
     std::uint32_t valid = 0;     // tokens whose KV the blocks hold (computed or shared)
@@ -331,14 +339,34 @@ private:
   }
   std::uint64_t stamp() { return ++fleet_->stamps; }
 
+  /// The oracle's view of token k of `s`: the token, or at its media item's position a value no token has,
+  /// one per (digest, token), so that equal views mean equal tokens and equal media items (positional keys:
+  /// a prefix before the item is the text prompt's, one past it holds the item at its position).
+  static token_id view(const oracle_seq& s, std::size_t k) {
+    const token_id t = s.tokens[k];
+    return k == s.media_at ? static_cast<token_id>(-1 - static_cast<std::int64_t>(s.media_digest << 24) - t) : t;
+  }
   content prefix(const oracle_seq& s, std::uint32_t n) const {
     content c{s.tenant};
-    c.insert(c.end(), s.tokens.begin(), s.tokens.begin() + n);
+    for (std::uint32_t k = 0; k < n; ++k) c.push_back(view(s, k));
     return c;
   }
-  /// Whether `c` is exactly s's tenant followed by its first n tokens (no allocation: this runs per block).
+  /// Whether `c` is exactly s's tenant followed by its first n tokens, its media item included (no
+  /// allocation: this runs per block).
   static bool holds(const content& c, const oracle_seq& s, std::uint32_t n) {
-    return c.size() == std::size_t{n} + 1 && c[0] == s.tenant && std::equal(c.begin() + 1, c.end(), s.tokens.begin());
+    if (c.size() != std::size_t{n} + 1 || c[0] != s.tenant) return false;
+    for (std::uint32_t k = 0; k < n; ++k)
+      if (c[std::size_t{k} + 1] != view(s, k)) return false;
+    return true;
+  }
+  /// The extra keys of `s`'s prompt; `item` holds its media item.
+  extra_keys keys_of(const oracle_seq& s, media_item& item) const {
+    extra_keys keys{.tenant_salt = static_cast<std::uint64_t>(s.tenant)};
+    if (s.media_at < s.tokens.size()) {
+      item = {.position = s.media_at, .digest = media_digests_[s.media_digest]};
+      keys.media = std::span<const media_item>(&item, 1);
+    }
+    return keys;
   }
   bool held_by_live(block_id b) const {
     for (const auto& [id, s] : seqs_)
@@ -410,6 +438,8 @@ private:
       shared_fleet::conversation& earlier = history[in.below(static_cast<std::uint32_t>(history.size()))];
       s.tenant = earlier.tenant;
       s.tokens = earlier.tokens;
+      s.media_at = earlier.media_at;
+      s.media_digest = earlier.media_digest;
       // Sometimes another conversation repeating its opening instead (a regeneration, a retry, an agent with
       // the same first message): its prompt again, decoding the same reply. (Without `repeat_openings` no
       // byte is read here.)
@@ -432,6 +462,8 @@ private:
       const oracle_seq& live = seqs_.at(pick(in));
       s.tenant = live.tenant;
       s.tokens = live.tokens;
+      s.media_at = live.media_at;
+      s.media_digest = live.media_digest;
       depart(in, s.tokens);
     } else {
       const auto& base = bases_[in.below(static_cast<std::uint32_t>(bases_.size()))];
@@ -453,9 +485,28 @@ private:
         cache_.metrics().snapshot_evictions_ttl == continued->expired && reusable(continued->written) &&
         std::equal(s.tokens.begin(), s.tokens.begin() + continued->turn_end, continued->tokens.begin());
     const seq_id id = next_id_++;
+    // Media items, chosen without reading a byte (so that every corpus replays its operations as before):
+    // a fresh prompt of one id in eight gets an image inside its third block, the same digest one token
+    // later, another digest, or one at the very start, so that twins of equal tokens and other media meet
+    // (and the rest still share as much as the coverage checks of the streams expect). Only on caches without
+    // tiers below the GPU (the remote store model compares values with the prompt's plain tokens) and without
+    // share_in_step: those streams keep the interleavings their coverage checks were tuned for, and
+    // test_host_tier, test_remote_tier, test_remote_turn_ends and test_in_step_sharing cover media there.
+    if constexpr (!host_tier && !remote_tier) {
+      if (!share_in_step_ && !continued && s.media_at == std::numeric_limits<std::uint32_t>::max()) {
+        constexpr std::uint32_t at[] = {40, 40, 41, 0};
+        const auto pick = static_cast<std::uint32_t>(id % 32);
+        if (pick < 4) {
+          s.media_at = at[pick];
+          s.media_digest = pick == 1 ? 1 : 0;
+        }
+      }
+      if (s.media_at >= s.tokens.size()) s.media_at = std::numeric_limits<std::uint32_t>::max();
+    }
     if constexpr (remote_tier) prefetch(in, s);
     const observed before = observe();
-    auto plan = cache_.admit(id, s.tokens, {.tenant_salt = static_cast<std::uint64_t>(s.tenant)});
+    media_item item;
+    auto plan = cache_.admit(id, s.tokens, keys_of(s, item));
     if (!plan.has_value()) {
       expect(plan.error() == errc::pool_exhausted, "admit: unexpected error");
       expect(observe() == before, "admit: failed call changed the cache");
@@ -821,6 +872,8 @@ private:
       finish = false; // the engine releases it instead
     }
     shared_fleet::conversation ended{s.tenant, s.tokens, s.prompt};
+    ended.media_at = s.media_at;
+    ended.media_digest = s.media_digest;
     if (finish) {
       auto plan = cache_.finish(id);
       expect(plan.has_value(), "finish failed");
@@ -1111,7 +1164,8 @@ private:
   /// Half the time (always with `remote_turn_ends`: a turn end is fetched only given what a probe found) it
   /// probes first: the probe must change nothing, and the prefetch then fetches only keys the store had.
   void prefetch(byte_source& in, const oracle_seq& s) {
-    const extra_keys keys{.tenant_salt = static_cast<std::uint64_t>(s.tenant)};
+    media_item item;
+    const extra_keys keys = keys_of(s, item);
     if (++prefetches_ % 8 == 0) long_prompt(s, keys); // reads no byte and changes nothing
     const cache_metrics before = cache_.metrics();
     std::vector<content_key> present, listed_turn_ends;
@@ -1463,6 +1517,9 @@ private:
   std::shared_ptr<shared_fleet> fleet_;
   std::map<seq_id, oracle_seq> seqs_;
   std::vector<std::vector<token_id>> bases_;
+  /// The media digests prompts carry (`oracle_seq::media_digest`).
+  const std::array<std::array<std::byte, 3>, 2> media_digests_{{{std::byte{1}, std::byte{2}, std::byte{3}},
+                                                                {std::byte{1}, std::byte{2}, std::byte{4}}}};
   seq_id next_id_ = 1;
   epoch_t safe_before_ = 0;
 };

@@ -34,7 +34,7 @@ cache_options valid_options() {
 /// A keyer that is never called: `check_config` only looks whether one is set.
 struct unused_keyer {
   content_key root(const extra_keys&) const noexcept { return {}; }
-  content_key chain(const content_key&, std::span<const token_id>) const noexcept { return {}; }
+  content_key chain(const content_key&, std::span<const token_id>, const media_digest&) const noexcept { return {}; }
   content_key snapshot(const content_key&, std::uint32_t) const noexcept { return {}; }
   content_key turn_end(const content_key&, std::uint32_t) const noexcept { return {}; }
 };

@@ -34,7 +34,10 @@ constexpr gated_delta_shape tiny_delta{
 constexpr std::string_view tiny_revision = "tiny-hybrid@1";
 constexpr std::uint64_t tiny_seed = 0x0123456789abcdefULL;
 constexpr std::array<std::byte, 4> tiny_digest{std::byte{0xde}, std::byte{0xad}, std::byte{0xbe}, std::byte{0xef}};
-constexpr extra_keys tiny_extra{.lora_id = 7, .multimodal_digest = tiny_digest, .tenant_salt = 42};
+constexpr extra_keys tiny_extra{.lora_id = 7, .tenant_salt = 42};
+// An image whose placeholders start at 10 (block 1 of 8 tokens) and one at 17 (in the tail [16, 20)).
+constexpr media_item tiny_items[] = {{.position = 10, .digest = tiny_digest}, {.position = 17, .digest = tiny_digest}};
+constexpr extra_keys tiny_media{.lora_id = 7, .tenant_salt = 42, .media = tiny_items};
 
 model_config config_of(std::vector<layer_spec> groups) {
   auto c = model_config::make(std::move(groups));
@@ -66,7 +69,7 @@ T ok(result<T> r) {
 struct message {
   std::vector<unsigned char> bytes;
   message& tag(std::string_view label) {
-    for (std::string_view s : {std::string_view("reprise/content-key/v1"), label}) {
+    for (std::string_view s : {std::string_view("reprise/content-key/v2"), label}) {
       bytes.insert(bytes.end(), s.begin(), s.end());
       bytes.push_back(0);
     }
@@ -95,32 +98,40 @@ struct message {
 
 TEST_CASE("content keys: the test vectors of docs/key-format.md") {
   // Any accidental change to the format changes these; an intended one is a new format tag and new vectors.
+  CHECK(content_key_format == "reprise/content-key/v2");
+  CHECK(content_key_format_version == 2);
   const content_key_context c = tiny_context();
   CHECK(c.fingerprint.block_size == 8);
-  CHECK(to_hex(c.fingerprint) == "d830ae274c3e3b1f6ee5074721b4e4164bfc79ad76a4e43f2d6f147ac70417be");
-  CHECK(to_hex(ok(root_key(c, {}))) == "0722a0448aae7eaefe76f0dfae8b31be6fad09db5b2a9653ec0dc307ddacd944");
+  CHECK(to_hex(c.fingerprint) == "b7a63341db90465658b06d92a4275db6c7313bf1e4200d4fc736a153b96bc8fd");
+  CHECK(to_hex(ok(root_key(c, {}))) == "74c0592bb422fd7bf12050e860675e7f37f709c6fb6657b7f1dff8fd82105edd");
   const content_key root = ok(root_key(c, tiny_extra));
-  CHECK(to_hex(root) == "a67d7b2f8277fd4f50050b02a5cb494bceff5052c055cecacb800c4e089a844c");
+  CHECK(to_hex(root) == "10855177aec04a512d85fc10e288951690f437ea605001afb18dc4e77e0906ef");
+  CHECK(ok(root_key(c, tiny_media)) == root); // media items are positional: not in the root
 
   const auto t = iota_tokens(20, 100); // 100 .. 119: two full blocks of 8 and a tail of 4
   const auto keys = ok(block_keys(c, tiny_extra, t, 8));
   REQUIRE(keys.size() == 2);
-  CHECK(to_hex(keys[0]) == "a4c25fa49fb8d4896d8a02f58b21e3e7d91035c1c38fdaabd3ccb62d59fc4af4");
-  CHECK(to_hex(keys[1]) == "a6130e4dc21d7db3014b731324e5cf83a37a992525c1c49147dda20813a764a0");
+  CHECK(to_hex(keys[0]) == "255f0aee642a0364c5b0ea40a28da32f3388bff189bbeb5abb633b3220f6f67c");
+  CHECK(to_hex(keys[1]) == "711abb6a2195f363798ef8d5e9d6186ace6fea3a475d569c9b89dfbe53cbd245");
+  // With the image at 10: block 0 keeps the text key, block 1 folds in its media digest.
+  const auto media_keys = ok(block_keys(c, tiny_media, t, 8));
+  REQUIRE(media_keys.size() == 2);
+  CHECK(media_keys[0] == keys[0]);
+  CHECK(to_hex(media_keys[1]) == "de11e84cf8ecb0dc6ba18ef467cbd2e395bdbfc37425374b3c4b72ee83ddf394");
 
   const std::span<const token_id> all(t);
   const snapshot_dtypes dtypes{dtype::f32, dtype::bf16};
-  CHECK(to_hex(ok(snapshot_key(c, keys[1], all.subspan(16, 4), 20, exactness::prefill_exact, dtypes))) ==
-        "b7a597b1fb3923cbdb715b88ecefa3cc9d068f615f698dd31069541ed3b3b3f2");
-  CHECK(to_hex(ok(snapshot_key(c, keys[1], {}, 16, exactness::decode_continuation, dtypes))) ==
-        "1ac3a271168b691f72146d841041da466222ff4f0acf95062b9c3b90396db086");
-  CHECK(to_hex(ok(snapshot_key(c, root, all.first(3), 3, exactness::prefill_exact, dtypes))) ==
-        "b928dff07b7893e96421110a0534d79d451a2cd4f89186419e4893da31a091df");
+  CHECK(to_hex(ok(snapshot_key(c, keys[1], all.subspan(16, 4), 20, exactness::prefill_exact, dtypes))) == "70606e06117c57827016ad5d878bb188ea0f36d3ba4d678cb9a269c7a0435de4");
+  CHECK(to_hex(ok(snapshot_key(c, keys[1], {}, 16, exactness::decode_continuation, dtypes))) == "213685238194e4b8f58586f921dacc992e9724a93e727838f247527fb4eafcf6");
+  CHECK(to_hex(ok(snapshot_key(c, root, all.first(3), 3, exactness::prefill_exact, dtypes))) == "8836b13ed14837d4f3c5fc4248fca97a304d4cc56b3c1dad961a680294a4b07b");
+  // The item at 17 lies in the tail [16, 20): it keys the snapshot at 20 beside the tail's tokens.
+  CHECK(to_hex(ok(snapshot_key(c, media_keys[1], all.subspan(16, 4), 20, exactness::prefill_exact, dtypes,
+                               tiny_items))) == "31c48b5fc3fb554bd77ee6a338e250b4e17f437996ffa2b700cc92aec636d43f");
+  CHECK(ok(snapshot_key(c, media_keys[1], all.subspan(16, 1), 17, exactness::prefill_exact, dtypes, tiny_items)) ==
+        ok(snapshot_key(c, media_keys[1], all.subspan(16, 1), 17, exactness::prefill_exact, dtypes))); // not before it
   CHECK(ok(snapshot_dtypes::of(tiny_config())) == dtypes);
-  CHECK(to_hex(ok(turn_end_key(c, keys[1], 16, dtypes))) ==
-        "f0763392cdda7707420df399ddd14c96ad8d89f1a740f31a556b32ef63e9cde3");
-  CHECK(to_hex(ok(turn_end_key(c, root, 0, dtypes))) ==
-        "830497d79e108595395d207cc90a560c13abb39f44f4c4a913d41968a03a86f1");
+  CHECK(to_hex(ok(turn_end_key(c, keys[1], 16, dtypes))) == "10c21b06a32497c2f6e160e8dedb10352512f1a49ff0f9cb2a3f57fe811c95b1");
+  CHECK(to_hex(ok(turn_end_key(c, root, 0, dtypes))) == "9ba22a3b4b666da269dfd7886a935bf8efa7ce3e91fc0956843117105771a67a");
 }
 
 TEST_CASE("content keys are SHA-256 of the documented byte layout (recomputed with one-shot SHA256())") {
@@ -139,8 +150,7 @@ TEST_CASE("content keys are SHA-256 of the documented byte layout (recomputed wi
   CHECK(c.fingerprint.digest == fingerprint);
 
   message root;
-  root.tag("root").le(tiny_seed, 8).raw(fingerprint).le(0, 8).le(7, 8).le(42, 8).le(4, 1);
-  for (std::byte b : tiny_digest) root.le(static_cast<std::uint8_t>(b), 1);
+  root.tag("root").le(tiny_seed, 8).raw(fingerprint).le(0, 8).le(7, 8).le(42, 8);
   const auto root_digest = root.sha256();
   CHECK(ok(root_key(c, tiny_extra)).bytes == root_digest);
 
@@ -149,11 +159,37 @@ TEST_CASE("content keys are SHA-256 of the documented byte layout (recomputed wi
   block0.raw(root_digest).tokens(all.first(8));
   CHECK(keys[0].bytes == block0.sha256());
 
+  // A block's media digest: "reprise/block-media/v1" 0, the item count, then per item its offset in the
+  // block, its digest's size and bytes.
+  auto media_of = [](std::initializer_list<std::uint32_t> offsets) {
+    message m;
+    const std::string_view tag = "reprise/block-media/v1";
+    m.bytes.insert(m.bytes.end(), tag.begin(), tag.end());
+    m.bytes.push_back(0);
+    m.le(offsets.size(), 4);
+    for (const std::uint32_t offset : offsets) {
+      m.le(offset, 4).le(tiny_digest.size(), 1);
+      for (std::byte b : tiny_digest) m.le(static_cast<std::uint8_t>(b), 1);
+    }
+    return m.sha256();
+  };
+  const auto media_keys = ok(block_keys(c, tiny_media, t, 8));
+  message block1;
+  block1.raw(keys[0].bytes).tokens(all.subspan(8, 8)).raw(media_of({2}));
+  CHECK(media_keys[1].bytes == block1.sha256());
+
   message snapshot;
-  snapshot.tag("snapshot").raw(keys[1].bytes).tokens(all.subspan(16, 4)).le(20, 8).le(1, 1).le(0, 1).le(1, 1);
+  const std::array<std::uint8_t, 32> no_media{};
+  snapshot.tag("snapshot").raw(keys[1].bytes).raw(no_media).tokens(all.subspan(16, 4)).le(20, 8).le(1, 1).le(0, 1).le(1, 1);
   CHECK(ok(snapshot_key(c, keys[1], all.subspan(16, 4), 20, exactness::decode_continuation,
                         {dtype::f32, dtype::bf16}))
             .bytes == snapshot.sha256());
+  message media_snapshot;
+  media_snapshot.tag("snapshot").raw(media_keys[1].bytes).raw(media_of({1})).tokens(all.subspan(16, 4)).le(20, 8)
+      .le(1, 1).le(0, 1).le(1, 1);
+  CHECK(ok(snapshot_key(c, media_keys[1], all.subspan(16, 4), 20, exactness::decode_continuation,
+                        {dtype::f32, dtype::bf16}, tiny_items))
+            .bytes == media_snapshot.sha256());
 
   message turn_end;
   turn_end.tag("turn-end").le(1, 4).raw(keys[1].bytes).le(16, 8).le(0, 1).le(1, 1);
@@ -161,6 +197,43 @@ TEST_CASE("content keys are SHA-256 of the documented byte layout (recomputed wi
   // Not a snapshot key of the same block: the label keeps the two kinds of name apart.
   CHECK(ok(turn_end_key(c, keys[1], 16, {dtype::f32, dtype::bf16})) !=
         ok(snapshot_key(c, keys[1], {}, 16, exactness::decode_continuation, {dtype::f32, dtype::bf16})));
+}
+
+TEST_CASE("content keys: text-only prompts and prompts with media share keys up to the first media item's block") {
+  const content_key_context c = tiny_context();
+  const auto t = iota_tokens(48, 100); // 6 blocks of 8
+  const auto text = ok(block_keys(c, tiny_extra, t, 8));
+  auto with = [&](std::vector<media_item> items) {
+    extra_keys x = tiny_extra;
+    x.media = items;
+    return ok(block_keys(c, x, t, 8));
+  };
+  const std::array<std::byte, 4> other{std::byte{1}, std::byte{2}, std::byte{3}, std::byte{4}};
+  const auto image = with({{.position = 20, .digest = tiny_digest}}); // block 2
+  REQUIRE(image.size() == text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) CHECK((image[i] == text[i]) == (i < 2));
+  CHECK(with({{.position = 20, .digest = tiny_digest}}) == image); // the same item at the same position
+  const auto moved = with({{.position = 21, .digest = tiny_digest}});
+  const auto changed = with({{.position = 20, .digest = other}});
+  const auto later = with({{.position = 28, .digest = tiny_digest}});
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    CHECK((moved[i] == image[i]) == (i < 2));
+    CHECK((changed[i] == image[i]) == (i < 2));
+    CHECK((later[i] == text[i]) == (i < 3)); // block 2 is the text block again
+    CHECK((later[i] != image[i] || i < 2));
+  }
+  // A second item changes keys from its own block on only.
+  const auto two = with({{.position = 20, .digest = tiny_digest}, {.position = 36, .digest = other}});
+  for (std::size_t i = 0; i < text.size(); ++i) CHECK((two[i] == image[i]) == (i < 4));
+  // Items past the tokens key none of their blocks: a prefix's keys are a prefix of the longer prompt's.
+  CHECK(ok(block_keys(c, tiny_media, std::span<const token_id>(t).first(8), 8)) ==
+        ok(block_keys(c, tiny_extra, std::span<const token_id>(t).first(8), 8)));
+  // block_keys_after continues a chain with media counted from its first token.
+  const std::span<const token_id> all(t);
+  const media_item relative[] = {{.position = 4, .digest = tiny_digest}};
+  const auto rest = ok(block_keys_after(c, text[1], all.subspan(16), 8, relative));
+  REQUIRE(rest.size() == 4);
+  for (std::size_t i = 0; i < rest.size(); ++i) CHECK(rest[i] == image[2 + i]);
 }
 
 TEST_CASE("turn-end keys: every input changes them, and a boundary off the block grid is refused") {
@@ -291,14 +364,16 @@ TEST_CASE("content keys: every input changes the keys") {
     const std::array<std::byte, 5> longer_digest{std::byte{0xde}, std::byte{0xad}, std::byte{0xbe}, std::byte{0xef},
                                                  std::byte{0}};
     const std::array<std::byte, 32> full_digest{};
-    for (extra_keys x : {extra_keys{.model_revision = 1, .lora_id = 7, .multimodal_digest = tiny_digest, .tenant_salt = 42},
-                         extra_keys{.lora_id = 8, .multimodal_digest = tiny_digest, .tenant_salt = 42},
-                         extra_keys{.lora_id = 7, .multimodal_digest = other_digest, .tenant_salt = 42},
-                         extra_keys{.lora_id = 7, .multimodal_digest = longer_digest, .tenant_salt = 42},
-                         extra_keys{.lora_id = 7, .multimodal_digest = full_digest, .tenant_salt = 42},
-                         extra_keys{.lora_id = 7, .tenant_salt = 42},
-                         extra_keys{.lora_id = 7, .multimodal_digest = tiny_digest, .tenant_salt = 43}})
+    for (extra_keys x : {extra_keys{.model_revision = 1, .lora_id = 7, .tenant_salt = 42}, extra_keys{.lora_id = 8, .tenant_salt = 42},
+                         extra_keys{.lora_id = 7}, extra_keys{.lora_id = 7, .tenant_salt = 43}})
       differs_everywhere(c, x);
+    // A media item at position 0 reaches every block too, whatever its digest (an empty one included).
+    for (std::span<const std::byte> d : {std::span<const std::byte>(tiny_digest), std::span<const std::byte>(other_digest),
+                                         std::span<const std::byte>(longer_digest), std::span<const std::byte>(full_digest),
+                                         std::span<const std::byte>{}}) {
+      const media_item at_start[] = {{.position = 0, .digest = d}};
+      differs_everywhere(c, {.lora_id = 7, .tenant_salt = 42, .media = at_start});
+    }
   }
 
   SUBCASE("one token changes its block's key and every later one") {
@@ -328,6 +403,10 @@ TEST_CASE("content keys: every input changes the keys") {
     distinct(snapshot_key(c, base[1], all.subspan(16, 3), 19, exactness::prefill_exact, {dtype::f32, dtype::f32}));
     distinct(snapshot_key(c, base[1], all.subspan(16, 2), 18, exactness::prefill_exact, d));  // a shorter tail
     distinct(snapshot_key(c, base[1], {}, 16, exactness::prefill_exact, d));                  // the block boundary
+    const media_item in_tail[] = {{.position = 17, .digest = tiny_digest}};
+    const media_item at_tail_start[] = {{.position = 16, .digest = tiny_digest}};
+    distinct(snapshot_key(c, base[1], all.subspan(16, 3), 19, exactness::prefill_exact, d, in_tail)); // a tail item
+    distinct(snapshot_key(c, base[1], all.subspan(16, 3), 19, exactness::prefill_exact, d, at_tail_start));
     // The seed, the fingerprint and the extra keys reach a snapshot key through its parent (checked above).
   }
 }
@@ -370,10 +449,17 @@ TEST_CASE("content keys: errors return nothing") {
   CHECK(root_key(empty, tiny_extra).error() == errc::invalid_argument);
   CHECK(snapshot_key(empty, root, {}, 0, exactness::prefill_exact, d).error() == errc::invalid_argument);
 
-  // A multimodal digest longer than the cache stores.
+  // Media items: a digest longer than the cache stores, out of order, or two at one position.
   const std::array<std::byte, max_multimodal_digest_bytes + 1> too_long{};
-  CHECK(root_key(c, {.multimodal_digest = too_long}).error() == errc::invalid_argument);
-  CHECK(block_keys(c, {.multimodal_digest = too_long}, t, 8).error() == errc::invalid_argument);
+  const media_item oversized[] = {{.position = 1, .digest = too_long}};
+  const media_item unsorted[] = {{.position = 9, .digest = tiny_digest}, {.position = 1, .digest = tiny_digest}};
+  const media_item duplicate[] = {{.position = 9, .digest = tiny_digest}, {.position = 9, .digest = tiny_digest}};
+  for (std::span<const media_item> bad : {std::span<const media_item>(oversized), std::span<const media_item>(unsorted),
+                                          std::span<const media_item>(duplicate)}) {
+    CHECK(block_keys(c, {.media = bad}, t, 8).error() == errc::invalid_argument);
+    CHECK(block_keys_after(c, root, t, 8, bad).error() == errc::invalid_argument);
+    CHECK(snapshot_key(c, root, all.first(3), 3, exactness::prefill_exact, d, bad).error() == errc::invalid_argument);
+  }
 
   // Snapshot arguments: the tail must be exactly [floor(p/B) B, p); enumerations must be valid.
   CHECK(snapshot_key(c, root, all.first(3), 4, exactness::prefill_exact, d).error() == errc::size_mismatch);
@@ -418,7 +504,12 @@ TEST_CASE("remote_keys_ref: a content_keyer through the reference gives the keye
   const content_key root = keyer.root(tiny_extra);
   CHECK(root != content_key{});
   CHECK(o.remote_keys->root(tiny_extra) == root);
-  CHECK(copy.chain(root, t) == keyer.chain(root, t));
+  CHECK(copy.chain(root, t, {}) == keyer.chain(root, t, {}));
   CHECK(copy.snapshot(root, 8) == keyer.snapshot(root, 8));
-  CHECK(keyer.chain(root, t) == ok(block_keys(tiny_context(), tiny_extra, t, 8))[0]);
+  CHECK(keyer.chain(root, t, {}) == ok(block_keys(tiny_context(), tiny_extra, t, 8))[0]);
+  // With media: the block's media digest (media_keys.hpp), as block_keys computes it.
+  const media_item image[] = {{.position = 3, .digest = tiny_digest}};
+  const media_digest m = media_digest_of(std::span<const media_item>(image), 0, 8);
+  CHECK(copy.chain(root, t, m) == ok(block_keys(tiny_context(), {.lora_id = 7, .tenant_salt = 42, .media = image}, t, 8))[0]);
+  CHECK(copy.chain(root, t, m) != keyer.chain(root, t, {}));
 }

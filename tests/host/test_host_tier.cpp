@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -141,6 +142,45 @@ TEST_CASE("a host block is verified by its parent's serial: equal tokens under a
   auto t = c.admit(6, x, {.tenant_salt = 9});
   REQUIRE(t.has_value());
   CHECK(t->shared_blocks == 0);
+  CHECK(c.check_invariants().has_value());
+}
+
+TEST_CASE_TEMPLATE("host blocks keep their media digests: twins of equal tokens and other media never match", H,
+                   xxh3_hasher, constant_hasher) {
+  auto c = make_attention<H>(6, 32);
+  const std::array<std::byte, 2> cat{std::byte{1}, std::byte{2}}, dog{std::byte{1}, std::byte{3}};
+  const media_item cat_at_20[] = {{.position = 20, .digest = cat}}; // block 1
+  const media_item dog_at_20[] = {{.position = 20, .digest = dog}};
+  const media_item cat_at_21[] = {{.position = 21, .digest = cat}};
+  const std::vector<token_id> x = iota_tokens(4 * B + 1);
+  auto admit = [&](seq_id s, const extra_keys& keys) {
+    auto plan = c.admit(s, x, keys);
+    REQUIRE(plan.has_value());
+    return *plan;
+  };
+  const admit_plan first = admit(1, {.media = cat_at_20});
+  REQUIRE(c.commit(1, 4 * B + 1).has_value());
+  REQUIRE(c.release(1).has_value());
+  REQUIRE(c.step_complete(c.current_epoch()).has_value());
+  CHECK(first.shared_blocks == 0);
+  serve(c, 2, iota_tokens(6 * B, 7000)); // evicts the image prompt's blocks to the host
+  (void)c.take_transfers();
+  CHECK(c.metrics().host_blocks_held == 4);
+  for (const std::span<const media_item> other :
+       {std::span<const media_item>(dog_at_20), std::span<const media_item>(cat_at_21), std::span<const media_item>{}}) {
+    // Block 0 holds no media: it is onboarded for any of them; block 1 and later only for the same image.
+    const admit_plan p = admit(3, {.media = other});
+    CHECK(p.shared_blocks == 1);
+    CHECK(p.kv_matched_tokens == B);
+    CHECK(c.take_transfers().kv_onboard.size() <= 1); // block 0 stays on the GPU after the first
+    REQUIRE(c.release(3).has_value());
+    REQUIRE(c.step_complete(c.current_epoch()).has_value());
+    REQUIRE(c.check_invariants().has_value());
+  }
+  const admit_plan same = admit(4, {.media = cat_at_20});
+  CHECK(same.shared_blocks == 4);
+  CHECK(same.kv_matched_tokens == 4 * B);
+  CHECK(c.take_transfers().kv_onboard.size() >= 3); // blocks 1 .. 3 come from the host tier
   CHECK(c.check_invariants().has_value());
 }
 

@@ -149,14 +149,32 @@ TEST_CASE("sharing within a step follows the same verification as published bloc
 
   SUBCASE("another tenant or extra key shares nothing") {
     const std::array<std::byte, 2> digest{std::byte{1}, std::byte{2}};
+    const media_item at_start[] = {{.position = 0, .digest = digest}}; // positional: it keys every block
     seq_id s = 10;
     for (const extra_keys& other : {extra_keys{}, extra_keys{.tenant_salt = 8},
                                     extra_keys{.lora_id = 1, .tenant_salt = 7},
-                                    extra_keys{.multimodal_digest = digest, .tenant_salt = 7}}) {
+                                    extra_keys{.tenant_salt = 7, .media = at_start}}) {
       auto p = c.admit(s++, prompt, other);
       REQUIRE(p.has_value());
       CHECK(p->shared_blocks == 0);
     }
+    CHECK(c.check_invariants().has_value());
+  }
+  SUBCASE("a media item inside block 3 shares blocks 0..2, and the same item at the same position more") {
+    const std::array<std::byte, 2> digest{std::byte{1}, std::byte{2}};
+    const media_item at_50[] = {{.position = 50, .digest = digest}};
+    const media_item at_51[] = {{.position = 51, .digest = digest}};
+    auto image = c.admit(2, prompt, {.tenant_salt = 7, .media = at_50});
+    REQUIRE(image.has_value());
+    CHECK(image->shared_blocks == 3);
+    CHECK(table(c, 2)[3] != writer[3]);
+    auto same = c.admit(3, prompt, {.tenant_salt = 7, .media = at_50}); // shares the image writer's blocks
+    REQUIRE(same.has_value());
+    CHECK(same->shared_blocks == 6);
+    CHECK(table(c, 3)[3] == table(c, 2)[3]);
+    auto moved = c.admit(4, prompt, {.tenant_salt = 7, .media = at_51});
+    REQUIRE(moved.has_value());
+    CHECK(moved->shared_blocks == 3);
     CHECK(c.check_invariants().has_value());
   }
   SUBCASE("a prompt that diverges inside block 3 shares blocks 0..2") {

@@ -140,11 +140,14 @@ TEST_CASE("different tenant salts or extra keys never share a block") {
   cache c = make(64);
   const auto prompt = iota_tokens(64);
   const std::array<std::byte, 2> digest{std::byte{7}, std::byte{8}};
+  // Media items are positional: one at position 0 keys every block (one later keys only the blocks from its
+  // own on, "media items key blocks from their position on").
+  const media_item at_start[] = {{.position = 0, .digest = digest}};
   REQUIRE(c.admit(1, prompt, {.tenant_salt = 1}).has_value());
   REQUIRE(c.commit(1, 64).has_value());
   for (const extra_keys& other : {extra_keys{.tenant_salt = 2}, extra_keys{.model_revision = 1, .tenant_salt = 1},
                                   extra_keys{.lora_id = 3, .tenant_salt = 1},
-                                  extra_keys{.multimodal_digest = digest, .tenant_salt = 1}}) {
+                                  extra_keys{.tenant_salt = 1, .media = at_start}}) {
     auto p = c.admit(2, prompt, other);
     REQUIRE(p.has_value());
     CHECK(p->kv_matched_tokens == 0);
@@ -153,6 +156,108 @@ TEST_CASE("different tenant salts or extra keys never share a block") {
   auto same = c.admit(2, prompt, {.tenant_salt = 1});
   REQUIRE(same.has_value());
   CHECK(same->kv_matched_tokens == 48);
+}
+
+TEST_CASE("media items key blocks from their position on") {
+  cache c = make(64);
+  // A 64-token system prompt (blocks 0-3), then 40 tokens of a user turn: an image's placeholders at 70
+  // (block 4).
+  const auto prompt = iota_tokens(104);
+  const std::array<std::byte, 4> cat{std::byte{1}, std::byte{2}, std::byte{3}, std::byte{4}};
+  const std::array<std::byte, 4> dog{std::byte{1}, std::byte{2}, std::byte{3}, std::byte{5}};
+  const media_item cat_at_70[] = {{.position = 70, .digest = cat}};
+  auto serve = [&](seq_id s, const extra_keys& keys) {
+    auto plan = c.admit(s, prompt, keys);
+    REQUIRE(plan.has_value());
+    const std::uint32_t shared = plan->kv_matched_tokens;
+    REQUIRE(c.commit(s, static_cast<std::uint32_t>(prompt.size())).has_value());
+    REQUIRE(c.release(s).has_value());
+    REQUIRE(c.check_invariants().has_value());
+    return shared;
+  };
+  REQUIRE(serve(1, {}) == 0); // the text request
+  SUBCASE("an image request shares the text request's blocks before the image, none from its block on") {
+    CHECK(serve(2, {.media = cat_at_70}) == 64);
+    SUBCASE("the same image at the same position shares past it") { CHECK(serve(3, {.media = cat_at_70}) == 96); }
+    SUBCASE("another digest at the same position shares nothing past the block before it") {
+      const media_item dog_at_70[] = {{.position = 70, .digest = dog}};
+      CHECK(serve(3, {.media = dog_at_70}) == 64);
+    }
+    SUBCASE("the same digest elsewhere in that block shares nothing past it either") {
+      const media_item cat_at_75[] = {{.position = 75, .digest = cat}};
+      CHECK(serve(3, {.media = cat_at_75}) == 64);
+    }
+    SUBCASE("the same digest a block later shares one block more, with the text request") {
+      const media_item cat_at_90[] = {{.position = 90, .digest = cat}};
+      CHECK(serve(3, {.media = cat_at_90}) == 80);
+    }
+    SUBCASE("a second item past the first: the first image's blocks are shared, up to the second's block") {
+      const media_item two[] = {{.position = 70, .digest = cat}, {.position = 90, .digest = dog}};
+      CHECK(serve(3, {.media = two}) == 80);
+    }
+    SUBCASE("the text request still shares every block after the image request") { CHECK(serve(3, {}) == 96); }
+  }
+  SUBCASE("an image at the very start shares nothing with text") {
+    const media_item cat_at_0[] = {{.position = 0, .digest = cat}};
+    CHECK(serve(2, {.media = cat_at_0}) == 0);
+    CHECK(serve(3, {.media = cat_at_0}) == 96);
+  }
+}
+
+TEST_CASE("a constant hasher never confuses blocks that differ only in their media items") {
+  auto made = prefix_cache<attn_model, policy::block_sharing, constant_hasher>::create({.kv_blocks = 256});
+  REQUIRE(made.has_value());
+  auto& c = *made;
+  // Hostile twins: equal tokens, media items at different positions or with different digests. What every
+  // committed block holds is recorded as (prefix tokens, the items before its end), and every block a later
+  // admit shares must hold exactly the prompt's.
+  using identity = std::pair<std::uint32_t, std::vector<std::pair<std::uint32_t, int>>>; // end, items before it
+  std::map<block_id, identity> content;
+  const std::array<std::array<std::byte, 2>, 3> digests{{{std::byte{1}, std::byte{1}},
+                                                         {std::byte{1}, std::byte{2}},
+                                                         {std::byte{2}, std::byte{1}}}};
+  struct variant {
+    std::vector<std::pair<std::uint32_t, int>> items; // position, digest index
+  };
+  const std::vector<variant> variants{{{}},
+                                      {{{40, 0}}},
+                                      {{{40, 1}}},
+                                      {{{41, 0}}},
+                                      {{{20, 0}, {40, 0}}},
+                                      {{{20, 0}, {40, 2}}},
+                                      {{{70, 0}}},
+                                      {{{0, 0}}},
+                                      {{{0, 1}}}};
+  const auto prompt = iota_tokens(90);
+  seq_id next = 0;
+  std::uint64_t shared_total = 0;
+  for (int round = 0; round < 3; ++round) {
+    for (const variant& v : variants) {
+      std::vector<media_item> items;
+      for (const auto& [at, d] : v.items) items.push_back({.position = at, .digest = digests[static_cast<std::size_t>(d)]});
+      const seq_id s = next++;
+      auto plan = c.admit(s, prompt, {.media = items});
+      REQUIRE(plan.has_value());
+      auto identity_of = [&](std::uint32_t i) {
+        identity id{(i + 1) * 16, {}};
+        for (const auto& item : v.items)
+          if (item.first < (i + 1) * 16) id.second.push_back(item);
+        return id;
+      };
+      for (std::uint32_t i = 0; i < plan->shared_blocks; ++i) {
+        REQUIRE(content.count(plan->block_table[i]) == 1);
+        CHECK(content[plan->block_table[i]] == identity_of(i));
+      }
+      shared_total += plan->shared_blocks;
+      for (std::uint32_t i = plan->shared_blocks; (i + 1) * 16 <= prompt.size(); ++i)
+        content[plan->block_table[i]] = identity_of(i);
+      REQUIRE(c.commit(s, static_cast<std::uint32_t>(prompt.size())).has_value());
+      REQUIRE(c.release(s).has_value());
+      REQUIRE(c.check_invariants().has_value());
+    }
+    REQUIRE(c.step_complete(c.current_epoch()));
+  }
+  CHECK(shared_total > 0); // twins do share the blocks before their first difference
 }
 
 TEST_CASE("eviction is least-recently-used among unreferenced blocks, leaf first") {
@@ -314,12 +419,29 @@ TEST_CASE("every error returns an errc and leaves the cache unchanged") {
     CHECK(c.check_invariants().has_value());
   };
   const std::array<std::byte, 33> long_digest{};
+  const std::array<std::byte, 32> digest{};
+  const media_item oversized[] = {{.position = 2, .digest = long_digest}};
+  const media_item unsorted[] = {{.position = 5, .digest = digest}, {.position = 2, .digest = digest}};
+  const media_item duplicate[] = {{.position = 2, .digest = digest}, {.position = 2, .digest = digest}};
+  const media_item past_end[] = {{.position = 2, .digest = digest}, {.position = 10, .digest = digest}};
 
   CHECK(c.admit(1, iota_tokens(10)).error() == errc::duplicate_sequence);
   unchanged();
   CHECK(c.admit(5, {}).error() == errc::invalid_argument);
   unchanged();
-  CHECK(c.admit(5, iota_tokens(10), {.multimodal_digest = long_digest}).error() == errc::invalid_argument);
+  CHECK(c.admit(5, iota_tokens(10), {.media = oversized}).error() == errc::invalid_argument);
+  unchanged();
+  CHECK(c.admit(5, iota_tokens(10), {.media = unsorted}).error() == errc::invalid_argument);
+  unchanged();
+  CHECK(c.admit(5, iota_tokens(10), {.media = duplicate}).error() == errc::invalid_argument);
+  unchanged();
+  CHECK(c.admit(5, iota_tokens(10), {.media = past_end}).error() == errc::out_of_range);
+  unchanged();
+  // Over tokens the cache holds (sequence 1's), so an item wrongly accepted would share or take blocks.
+  const media_item at_end[] = {{.position = 16, .digest = digest}};
+  CHECK(c.admit(5, iota_tokens(16), {.media = at_end}).error() == errc::out_of_range);
+  unchanged();
+  CHECK(c.admit(5, iota_tokens(16), {.media = unsorted}).error() == errc::invalid_argument);
   unchanged();
   CHECK(c.admit(5, iota_tokens(200, 900)).error() == errc::pool_exhausted); // 13 blocks > 8
   unchanged();

@@ -619,7 +619,7 @@ struct turn_bytes {
 /// The store's name of a turn end at a position in [boundary, boundary + B) of `tokens`.
 content_key turn_end_key_of(const content_keyer& keys, std::span<const token_id> tokens, std::uint32_t boundary) {
   content_key k = keys.root({});
-  for (std::uint32_t i = 0; i < boundary / B; ++i) k = keys.chain(k, tokens.subspan(std::size_t{i} * B, B));
+  for (std::uint32_t i = 0; i < boundary / B; ++i) k = keys.chain(k, tokens.subspan(std::size_t{i} * B, B), {});
   return keys.turn_end(k, boundary);
 }
 

@@ -81,8 +81,9 @@ struct process {
   }
 
   /// Serves `prompt` to the end (prefill, captures written, released), as a cold prefill would compute it.
-  admit_plan serve(seq_id s, const std::vector<token_id>& prompt, std::map<content_key, stored_value>& store) {
-    auto plan = cache.admit(s, prompt);
+  admit_plan serve(seq_id s, const std::vector<token_id>& prompt, std::map<content_key, stored_value>& store,
+                   const extra_keys& keys = {}) {
+    auto plan = cache.admit(s, prompt, keys);
     REQUIRE(plan.has_value());
     run_transfers(store);
     shared.clear();
@@ -108,15 +109,15 @@ struct process {
   /// Prefetches `prompt` and answers every fetch from `store` (a corrupted header where `corrupt` says).
   /// With `probed`, asks the store which keys it has first, and fetches only those.
   fetch_plan prefetch(const std::vector<token_id>& prompt, std::map<content_key, stored_value>& store,
-                      bool corrupt = false, bool probed = false) {
+                      bool corrupt = false, bool probed = false, const extra_keys& keys = {}) {
     std::vector<content_key> present;
     if (probed) {
-      auto probe = cache.probe(prompt);
+      auto probe = cache.probe(prompt, keys);
       REQUIRE(probe.has_value());
       for (const remote_probe& k : probe->keys)
         if (store.contains(k.key)) present.push_back(k.key);
     }
-    auto plan = probed ? cache.prefetch(prompt, {}, present) : cache.prefetch(prompt);
+    auto plan = probed ? cache.prefetch(prompt, keys, present) : cache.prefetch(prompt, keys);
     REQUIRE(plan.has_value());
     const std::vector<remote_fetch> fetches(plan->fetches.begin(), plan->fetches.end());
     run_transfers(store); // the puts of what the reservations evicted, before the fetches write the units
@@ -175,6 +176,42 @@ TEST_CASE("a prefix one process computed is restored by another from the store, 
   REQUIRE(p.shared_blocks >= 8);
   for (std::uint32_t i = 0; i < 8; ++i) CHECK(reader.shared[i] == content_of(next, (i + 1) * B, false));
   CHECK(reader.cache.check_invariants().has_value());
+}
+
+TEST_CASE("media items: the store serves blocks before an image to text prompts, and past it the same image only") {
+  const content_keyer keys = make_keyer();
+  std::map<content_key, stored_value> store;
+  process writer(keys);
+  const std::array<std::byte, 3> cat{std::byte{1}, std::byte{2}, std::byte{3}};
+  const media_item cat_at_70[] = {{.position = 70, .digest = cat}}; // block 4, between the grid points 64 and 128
+  const media_item cat_at_71[] = {{.position = 71, .digest = cat}};
+  const std::vector<token_id> prompt = iota_tokens(2 * A + 9); // a snapshot at 128 (last_aligned)
+  writer.serve(1, prompt, store, {.media = cat_at_70});
+  push_out(writer, store, 100);
+  CHECK(writer.cache.check_invariants().has_value());
+  const std::vector<token_id> next = concat(prompt, iota_tokens(20, 5000));
+
+  SUBCASE("the same image at the same position: every block and the snapshot at 128") {
+    process reader(keys, 16);
+    reader.prefetch(next, store, false, false, {.media = cat_at_70});
+    CHECK(reader.cache.metrics().remote_hits == 9);
+    const admit_plan p = reader.serve(1, next, store, {.media = cat_at_70});
+    CHECK(p.usable_tokens == 2 * A);
+    CHECK(p.restore_from_host);
+    CHECK(reader.cache.check_invariants().has_value());
+  }
+  for (const std::span<const media_item> other : {std::span<const media_item>{}, std::span<const media_item>(cat_at_71)}) {
+    // Text, or the image a token later: blocks 0 .. 3 are the writer's (fetched and verified); block 4 on,
+    // and the snapshot at 128 past the image, are other content.
+    process reader(keys, 16);
+    const fetch_plan f = reader.prefetch(next, store, false, false, {.media = other});
+    CHECK(f.blocks >= 4);
+    CHECK(reader.cache.metrics().remote_hits == 4);
+    CHECK(reader.cache.metrics().remote_misses > 0);
+    const admit_plan p = reader.serve(1, next, store, {.media = other});
+    CHECK(p.usable_tokens == 0); // no snapshot at 64 anywhere, and the one at 128 is the image's
+    CHECK(reader.cache.check_invariants().has_value());
+  }
 }
 
 TEST_CASE("a fetched value whose header differs, or a miss, is never used") {
@@ -376,11 +413,14 @@ TEST_CASE("probe: the keys of a prompt do not depend on the prompts probed befor
   // changed in the middle, another tenant or a shorter prompt must still get their own keys.
   const content_keyer keys = make_keyer();
   const std::vector<token_id> a = iota_tokens(5 * A + 9);
+  const std::array<std::byte, 3> digest{std::byte{9}, std::byte{8}, std::byte{7}};
+  const media_item image[] = {{.position = 2 * A + 5, .digest = digest}};
+  const media_item image_later[] = {{.position = 3 * A + 5, .digest = digest}};
   std::vector<token_id> changed = a;
   changed[2 * A + 3] = 99999; // block 2A/B on differ, and so every key after it
   const std::vector<std::pair<std::vector<token_id>, extra_keys>> prompts{
       {a, {}}, {changed, {}}, {a, {.tenant_salt = 4}}, {std::vector<token_id>(a.begin(), a.begin() + 3 * A + 1), {}},
-      {a, {}}};
+      {a, {.media = image}}, {a, {}}, {a, {.media = image_later}}, {a, {}}};
   process seasoned(keys, 24, 24);
   for (const auto& [prompt, extra] : prompts) {
     process fresh(keys, 24, 24);
@@ -414,8 +454,12 @@ TEST_CASE("fetched rejects a unit no fetch is pending for, and changes nothing")
   const cache_metrics after = p.cache.metrics();
   const std::vector<content_key> none;
   const std::array<std::byte, max_multimodal_digest_bytes + 1> digest{};
+  const media_item oversized[] = {{.position = 1, .digest = digest}};
+  const media_item past_end[] = {{.position = A, .digest = std::span(digest).first(4)}};
   CHECK(p.cache.probe({}).error() == errc::invalid_argument);
-  CHECK(p.cache.probe(iota_tokens(A), {.multimodal_digest = digest}).error() == errc::invalid_argument);
+  CHECK(p.cache.probe(iota_tokens(A), {.media = oversized}).error() == errc::invalid_argument);
+  CHECK(p.cache.probe(iota_tokens(A), {.media = past_end}).error() == errc::out_of_range);
+  CHECK(p.cache.prefetch(iota_tokens(A), {.media = past_end}).error() == errc::out_of_range);
   CHECK(p.cache.prefetch({}, {}, none).error() == errc::invalid_argument);
   const huge_tokens huge(std::size_t{max_sequence_tokens(B)} + 1);
   CHECK(p.cache.probe(huge.first(std::size_t{max_sequence_tokens(B)} + 1)).error() == errc::out_of_range);

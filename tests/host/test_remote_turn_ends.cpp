@@ -17,6 +17,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -95,15 +96,16 @@ struct process {
 
   /// Probes `prompt`, prefetches what `store` has and answers every fetch (its header passed through
   /// `tamper` first).
-  fetch_plan prefetch(const std::vector<token_id>& prompt, store_map& store, void (*tamper)(bytes&) = nullptr) {
-    auto probe = cache.probe(prompt);
+  fetch_plan prefetch(const std::vector<token_id>& prompt, store_map& store, void (*tamper)(bytes&) = nullptr,
+                      const extra_keys& keys = {}) {
+    auto probe = cache.probe(prompt, keys);
     REQUIRE(probe.has_value());
     std::vector<content_key> present;
     for (const remote_probe& k : probe->keys) {
       probed_turn_ends += k.item == remote_item::turn_end;
       if (store.contains(k.key)) present.push_back(k.key);
     }
-    auto plan = cache.prefetch(prompt, {}, present);
+    auto plan = cache.prefetch(prompt, keys, present);
     REQUIRE(plan.has_value());
     const std::vector<remote_fetch> fetches(plan->fetches.begin(), plan->fetches.end());
     std::vector<std::vector<std::uint32_t>> units;
@@ -142,8 +144,8 @@ struct process {
     std::uint64_t base = 0;
     std::uint32_t from = 0;
   };
-  prefilled prefill(seq_id s, const std::vector<token_id>& tokens, store_map& store) {
-    auto plan = cache.admit(s, tokens);
+  prefilled prefill(seq_id s, const std::vector<token_id>& tokens, store_map& store, const extra_keys& keys = {}) {
+    auto plan = cache.admit(s, tokens, keys);
     REQUIRE(plan.has_value());
     const admit_plan p = *plan;
     run_transfers(store);
@@ -172,8 +174,8 @@ struct process {
   /// token fed), finish with the turn-end capture, and complete the step. `tokens` becomes prompt + reply.
   /// `end_step`: complete the step that captured the turn end (and run its put); without, the caller does.
   turn_bytes turn(seq_id s, std::vector<token_id>& tokens, const std::vector<token_id>& reply, store_map& store,
-                  bool end_step = true) {
-    auto [p, table, base, from] = prefill(s, tokens, store);
+                  bool end_step = true, const extra_keys& keys = {}) {
+    auto [p, table, base, from] = prefill(s, tokens, store, keys);
     const auto n = static_cast<std::uint32_t>(tokens.size());
     // Decode: each step writes its token's KV into the block it falls in, as a decode computes it.
     std::uint32_t at = n;
@@ -258,6 +260,47 @@ TEST_CASE("a turn end one engine wrote is continued by another bitwise as if the
   CHECK(r2.turn_end == a2.turn_end); // and the next turn end
   CHECK(reader.cache.check_invariants().has_value());
   CHECK(writer.cache.check_invariants().has_value());
+}
+
+TEST_CASE("media items: a turn end in the store is continued only under the same items") {
+  const content_keyer keys = make_keyer();
+  const std::array<std::byte, 3> cat{std::byte{1}, std::byte{2}, std::byte{3}};
+  const media_item cat_at_100[] = {{.position = 100, .digest = cat}};
+  const media_item cat_at_101[] = {{.position = 101, .digest = cat}};
+  SUBCASE("an image before the turn end's block: its key is the image prompt's chain") {
+    store_map store;
+    process writer(keys);
+    std::vector<token_id> tokens = turn_tokens(200, 1);
+    (void)writer.turn(1, tokens, turn_tokens(37, 70000), store, true, {.media = cat_at_100}); // turn end at 236
+    CHECK(writer.cache.metrics().remote_turn_ends_put == 1);
+    const std::vector<token_id> next = concat(tokens, turn_tokens(20, 90000));
+    process same(keys);
+    same.prefetch(next, store, nullptr, {.media = cat_at_100});
+    CHECK(same.cache.metrics().remote_turn_end_hits == 1);
+    std::vector<token_id> same_next = next;
+    const turn_bytes r = same.turn(2, same_next, turn_tokens(9, 95000), store, true, {.media = cat_at_100});
+    CHECK(r.admitted.usable_tokens == 236);
+    for (const std::span<const media_item> other : {std::span<const media_item>{}, std::span<const media_item>(cat_at_101)}) {
+      process reader(keys);
+      reader.prefetch(next, store, nullptr, {.media = other});
+      CHECK(reader.cache.metrics().remote_turn_end_hits == 0);
+      std::vector<token_id> other_next = next;
+      const turn_bytes o = reader.turn(2, other_next, turn_tokens(9, 95000), store, true, {.media = other});
+      CHECK(o.admitted.usable_tokens < 100); // nothing past the image is another prompt's
+      CHECK(reader.cache.check_invariants().has_value());
+    }
+  }
+  SUBCASE("an image inside the turn end's partial block: it stays in its engine") {
+    store_map store;
+    process writer(keys);
+    std::vector<token_id> tokens = turn_tokens(230, 1);
+    const media_item cat_at_226[] = {{.position = 226, .digest = cat}}; // block 14, [224, 240)
+    const turn_bytes t = writer.turn(1, tokens, turn_tokens(7, 70000), store, true, {.media = cat_at_226});
+    REQUIRE(!t.turn_end.empty()); // at 236, its partial block [224, 236) holding the image
+    CHECK(writer.cache.metrics().remote_turn_ends_put == 0);
+    CHECK(writer.cache.metrics().remote_turn_ends_lost == 1);
+    CHECK(writer.cache.check_invariants().has_value());
+  }
 }
 
 TEST_CASE("the equality can fail: without turn ends in the store the reader recomputes, and its bytes differ") {

@@ -16,6 +16,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <map>
 #include <random>
@@ -117,6 +118,52 @@ TEST_CASE("a turn end off the block grid is routed to, and the router's usable t
     CHECK(router.usable_tokens()[0] == replan.usable_tokens);
     CHECK(again.usable_tokens == replan.usable_tokens);
   }
+  for (cache_type& c : engines) CHECK(c.check_invariants().has_value());
+}
+
+TEST_CASE("media items: the router keys blocks and snapshots by position, as admit does") {
+  const routing::fleet_keys keys = make_keys();
+  std::vector<cache_type> engines;
+  engines.push_back(make_cache(keys, 64, 8));
+  engines.push_back(make_cache(keys, 64, 8));
+  auto router = ok(routing::state_router<routing::fleet_keys>::make(
+      routing::router_options::for_model(model_config::of<small_hybrid>(), 2, true), keys));
+  const std::array<std::byte, 3> cat{std::byte{1}, std::byte{2}, std::byte{3}};
+  const media_item cat_at_140[] = {{.position = 140, .digest = cat}}; // block 8, past a 128-token system prompt
+  const media_item cat_at_141[] = {{.position = 141, .digest = cat}};
+  const std::vector<token_id> system = iota_tokens(128, 1000);
+  std::vector<token_id> text = concat(system, iota_tokens(40, 2000));
+  (void)chat_turn(engines[0], 1, text, iota_tokens(10, 4000)); // a text conversation over the system prompt
+  deliver(router, engines);
+  // An image conversation over the same system prompt: the router sees its first 128 tokens on engine 0
+  // (the image's block and later are other content), and admit shares them and captures where they branch.
+  std::vector<token_id> image = concat(system, iota_tokens(40, 3000));
+  const routing::route_choice first_choice = ok(router.route(image, {.media = cat_at_140}, std::vector<double>{0, 0}));
+  CHECK(first_choice.engine == 0);
+  CHECK(first_choice.usable_tokens == 0); // nothing restores there yet: the text conversation captured no branch
+  CHECK(router.matched_tokens()[0] == 128);
+  CHECK(router.matched_tokens()[1] == 0);
+  const turn_result first = chat_turn(engines[0], 2, image, iota_tokens(10, 5000), {.media = cat_at_140});
+  CHECK(first.admitted.kv_matched_tokens == 128);
+  REQUIRE(first.finished.capture.slot != no_slot);
+  deliver(router, engines);
+  auto route_and_admit = [&](seq_id s, const std::vector<token_id>& prompt, const extra_keys& x) {
+    const routing::route_choice choice = ok(router.route(prompt, x, std::vector<double>{0, 0}));
+    const admit_plan plan = ok(engines[choice.engine].admit(s, prompt, x));
+    REQUIRE(engines[choice.engine].release(s).has_value());
+    CHECK(choice.usable_tokens == plan.usable_tokens);
+    return std::pair{choice, plan};
+  };
+  // The image conversation's next turn restores its turn end; with the image a token later, only the
+  // snapshot where the conversations branched, before the image's block; a text request the same.
+  const std::vector<token_id> next = concat(image, iota_tokens(20, 9000));
+  const auto [same_choice, same_plan] = route_and_admit(3, next, {.media = cat_at_140});
+  CHECK(same_choice.engine == 0);
+  CHECK(same_plan.usable_tokens == first.finished.capture.position);
+  const auto [moved_choice, moved_plan] = route_and_admit(4, next, {.media = cat_at_141});
+  CHECK(moved_plan.usable_tokens == 128);
+  const auto [text_choice, text_plan] = route_and_admit(5, next, {});
+  CHECK(text_plan.usable_tokens == 128);
   for (cache_type& c : engines) CHECK(c.check_invariants().has_value());
 }
 
@@ -266,10 +313,11 @@ struct observed_core {
   Core& c;
   const routing::fleet_keys& keys;
   /// By serial (a tier-less core: by GPU block, forgotten on eviction): the chain key the block continues,
-  /// its own (0 for a turn end's partial block), and the tail tokens of a partial block.
+  /// its own (0 for a turn end's partial block), and the tail tokens and media digest of a partial block.
   struct block_names {
     content_key before{}, key{};
     std::vector<token_id> tail;
+    media_digest tail_media{};
     std::uint64_t end = 0; ///< its last position: a full block's end, a tail's turn end
   };
   std::map<std::uint64_t, block_names> names;
@@ -289,9 +337,10 @@ struct observed_core {
     if (n.state == detail::block_state::tail) {
       const auto t = c.blocks.pool().tokens(b).first(n.fill);
       e.tail.assign(t.begin(), t.end());
+      e.tail_media = c.blocks.pool().media(b);
       e.end = std::uint64_t{n.depth} * B + n.fill;
     } else {
-      e.key = keys.chain(before, c.blocks.pool().tokens(b));
+      e.key = keys.chain(before, c.blocks.pool().tokens(b), c.blocks.pool().media(b));
       e.end = std::uint64_t{n.depth + 1} * B;
     }
     return e.key;
@@ -306,7 +355,7 @@ struct observed_core {
   identity snapshot_of(std::uint64_t serial, exactness kind) const {
     const block_names& e = names.at(serial);
     const content_key parent = e.tail.empty() ? e.key : e.before;
-    return {state_kind::snapshot, keys.snapshot(parent, e.tail, e.end, kind), kind};
+    return {state_kind::snapshot, keys.snapshot(parent, e.tail, e.end, kind, e.tail_media), kind};
   }
 
   /// What GPU memory and the host tier hold, named as the events name it.
@@ -336,8 +385,8 @@ struct observed_core {
     return out;
   }
 
-  result<admit_plan> admit(seq_id s, std::span<const token_id> t) {
-    auto r = c.admit(s, t, {}, {});
+  result<admit_plan> admit(seq_id s, std::span<const token_id> t, const extra_keys& keys = {}) {
+    auto r = c.admit(s, t, keys, {});
     note();
     return r;
   }

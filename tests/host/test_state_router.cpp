@@ -451,7 +451,12 @@ TEST_CASE("bad options, events and route arguments return errc and change nothin
     CHECK(r.route(t, {}, l).error() == errc::invalid_argument);
   }
   const std::array<std::byte, max_multimodal_digest_bytes + 1> digest{};
-  CHECK(r.route(t, extra_keys{.multimodal_digest = digest}, loads).error() == errc::invalid_argument);
+  const media_item oversized[] = {{.position = 1, .digest = digest}};
+  const media_item unsorted[] = {{.position = 3, .digest = std::span(digest).first(2)}, {.position = 1, .digest = {}}};
+  const media_item past_end[] = {{.position = static_cast<std::uint32_t>(t.size()), .digest = {}}};
+  CHECK(r.route(t, extra_keys{.media = oversized}, loads).error() == errc::invalid_argument);
+  CHECK(r.route(t, extra_keys{.media = unsorted}, loads).error() == errc::invalid_argument);
+  CHECK(r.route(t, extra_keys{.media = past_end}, loads).error() == errc::out_of_range);
 }
 
 namespace {

@@ -6,7 +6,9 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 using namespace reprise;
@@ -707,4 +709,75 @@ TEST_CASE("chat: another conversation that decodes the same opening never costs 
     }
     CHECK(c.check_invariants().has_value());
   }
+}
+
+TEST_CASE_TEMPLATE("media items: a turn end and its partial block are reused only under the same items before it", H,
+                   xxh3_hasher, constant_hasher) {
+  // With constant_hasher every block, tail and snapshot candidate shares one key: only verification (tokens,
+  // media digests, parents) tells twins apart.
+  auto made = prefix_cache<small_hybrid, chat, H>::create(
+      {.kv_blocks = 128, .snapshot_budget_bytes = 16 * snap, .hasher_seed = 2});
+  REQUIRE(made.has_value());
+  auto& c = *made;
+  const std::array<std::byte, 3> cat{std::byte{1}, std::byte{2}, std::byte{3}};
+  const std::array<std::byte, 3> dog{std::byte{1}, std::byte{2}, std::byte{4}};
+  const media_item cat_at_226[] = {{.position = 226, .digest = cat}}; // inside block 14, [224, 240)
+  const media_item cat_at_227[] = {{.position = 227, .digest = cat}};
+  const media_item dog_at_226[] = {{.position = 226, .digest = dog}};
+  // Turn 1: 230 prompt tokens with an image at 226, 7 decoded: its turn end at 236 keeps the partial block
+  // [224, 236), which holds the image; its last aligned snapshot at 192 lies before it.
+  std::vector<token_id> tokens = iota_tokens(230);
+  const finish_plan f1 = run_turn(c, 1, tokens, iota_tokens(7, 70000), {.media = cat_at_226});
+  REQUIRE(f1.capture.slot != no_slot);
+  REQUIRE(f1.capture.position == 236);
+  REQUIRE(c.metrics().tail_blocks == 1);
+  const std::vector<token_id> turn2 = concat(tokens, iota_tokens(20, 90000));
+  auto next = [&](seq_id s, const extra_keys& keys) {
+    auto p = c.admit(s, turn2, keys);
+    REQUIRE(p.has_value());
+    const admit_plan plan = *p;
+    REQUIRE(c.release(s).has_value());
+    REQUIRE(c.check_invariants().has_value());
+    return plan;
+  };
+  SUBCASE("the same image at the same position restores the turn end, copying its partial block") {
+    const admit_plan p = next(2, {.media = cat_at_226});
+    CHECK(p.usable_tokens == 236);
+    CHECK(p.restore_slot == f1.capture.slot);
+    CHECK(p.copy_src != no_block);
+  }
+  for (const std::span<const media_item> other :
+       {std::span<const media_item>(cat_at_227), std::span<const media_item>(dog_at_226), std::span<const media_item>{}}) {
+    // Another image, the same one a token later, or none: the blocks and the snapshot before the image's
+    // block are shared; the partial block and the turn end are not.
+    const admit_plan p = next(3, {.media = other});
+    CHECK(p.kv_matched_tokens == 224);
+    CHECK(p.usable_tokens == 192);
+    CHECK(p.restore_slot != f1.capture.slot);
+    CHECK(p.copy_src == no_block);
+  }
+}
+
+TEST_CASE("media items: a snapshot past an image serves only the same image at the same position") {
+  auto c = make<strict>();
+  const std::array<std::byte, 3> cat{std::byte{1}, std::byte{2}, std::byte{3}};
+  const media_item cat_at_100[] = {{.position = 100, .digest = cat}}; // block 6, after the snapshot at 64
+  const media_item cat_at_140[] = {{.position = 140, .digest = cat}}; // block 8, after the snapshot at 128
+  const auto prompt = iota_tokens(200);
+  auto serve = [&](seq_id s, const extra_keys& keys) {
+    auto p = c.admit(s, prompt, keys, std::vector<std::uint32_t>{});
+    REQUIRE(p.has_value());
+    std::vector<std::uint32_t> written;
+    for (const capture_point& q : p->captures) written.push_back(static_cast<std::uint32_t>(q.position));
+    REQUIRE(c.commit(s, 200, written).has_value());
+    REQUIRE(c.release(s).has_value());
+    REQUIRE(c.step_complete(c.current_epoch()).has_value());
+    REQUIRE(c.check_invariants().has_value());
+    return p->usable_tokens;
+  };
+  CHECK(serve(1, {.media = cat_at_100}) == 0); // captures its last aligned position, 192
+  CHECK(serve(2, {.media = cat_at_100}) == 192);
+  CHECK(serve(3, {}) == 0);                    // 192 lies past the image; the text prompt captures its own
+  CHECK(serve(4, {}) == 192);
+  CHECK(serve(5, {.media = cat_at_140}) == 0); // neither chain's 192 is keyed by an image at 140
 }

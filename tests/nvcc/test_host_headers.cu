@@ -135,7 +135,7 @@ TEST_CASE("host and remote tiers under nvcc: offload, prefetch and onboard plan 
                               policy::tiers<policy::host_tier, policy::remote_tier>>;
   struct counting_keyer {
     content_key root(const extra_keys&) const noexcept { return key(1); }
-    content_key chain(const content_key& p, std::span<const token_id> t) const noexcept {
+    content_key chain(const content_key& p, std::span<const token_id> t, const media_digest&) const noexcept {
       content_key k = p;
       k.bytes[31] = static_cast<std::uint8_t>(k.bytes[31] + 1);
       k.bytes[30] = static_cast<std::uint8_t>(t.empty() ? 0 : t[0]);

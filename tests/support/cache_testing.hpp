@@ -38,16 +38,17 @@ class test_content_keyer {
 public:
   explicit test_content_keyer(std::uint64_t fleet_seed = 11) : a_(fleet_seed), b_(fleet_seed ^ 0x5bd1e995u) {}
   content_key root(const extra_keys& k) const noexcept { return pack(a_.root(k), b_.root(k)); }
-  content_key chain(const content_key& p, std::span<const token_id> t) const noexcept {
-    return pack(a_.chain(half(p, 0), t), b_.chain(half(p, 16), t));
+  content_key chain(const content_key& p, std::span<const token_id> t, const media_digest& m) const noexcept {
+    return pack(chain_block(a_, half(p, 0), t, m.empty() ? nullptr : &m),
+                chain_block(b_, half(p, 16), t, m.empty() ? nullptr : &m));
   }
   content_key snapshot(const content_key& block, std::uint32_t position) const noexcept {
     const token_id t[2] = {static_cast<token_id>(position), -7};
-    return chain(block, t);
+    return chain(block, t, {});
   }
   content_key turn_end(const content_key& block, std::uint32_t boundary) const noexcept {
     const token_id t[2] = {static_cast<token_id>(boundary), -11};
-    return chain(block, t);
+    return chain(block, t, {});
   }
 
 private:

@@ -18,10 +18,11 @@ struct turn_result {
 };
 
 /// One turn: admit `tokens`, commit it (its captures written), decode `reply` (all but its last token fed),
-/// finish; the transfers are taken after every call. `tokens` becomes prompt + reply.
+/// finish; the transfers are taken after every call. `tokens` becomes prompt + reply; `keys` are the prompt's.
 template <class Cache>
-turn_result chat_turn(Cache& c, seq_id s, std::vector<token_id>& tokens, const std::vector<token_id>& reply) {
-  auto plan = c.admit(s, tokens);
+turn_result chat_turn(Cache& c, seq_id s, std::vector<token_id>& tokens, const std::vector<token_id>& reply,
+                      const extra_keys& keys = {}) {
+  auto plan = c.admit(s, tokens, keys);
   REQUIRE(plan.has_value());
   turn_result out{*plan, {}, {}};
   (void)c.take_transfers();

@@ -4,8 +4,9 @@
 /// `block_index`: key -> cached block (and `tail_index`: start key -> the partial blocks kept there), a Boost.Intrusive `unordered_set` over the pool's nodes with a bucket
 /// array allocated once (a power of two >= the number of blocks), so lookups and inserts never allocate.
 ///
-/// A lookup is a *verified* match: same 128-bit key, same parent block, same B tokens, the same exactness
-/// class, and for a chain's first block the same extra keys. The class is part of a block's identity: a
+/// A lookup is a *verified* match: same 128-bit key, same parent block, same B tokens, the same media digest
+/// (the media items among those tokens, at their offsets), the same exactness class, and for a chain's first
+/// block the same extra keys. The class is part of a block's identity: a
 /// prefix whose KV was computed by prefill and the same prefix filled by decode steps are two blocks (their
 /// KV differs in the last bits), so a prefill-exact policy always finds the prefill-computed one. The parent check makes the verification
 /// inductive: a cached block's parent is cached (leaf-first eviction), so equal parent ids mean equal
@@ -30,6 +31,7 @@ struct block_probe {
   block_id parent = no_block;
   std::span<const token_id> tokens;         ///< exactly B tokens
   const stored_extra_keys* extras = nullptr; ///< compared when parent == no_block
+  const media_digest* media = nullptr;       ///< the block's media (null: none)
   exactness kind = exactness::prefill_exact;
   /// decode_continuation: which computation wrote the block (a sequence's `origin`). Two such blocks of
   /// equal tokens hold equal bits only when one computation wrote both, so the origin is part of their
@@ -57,9 +59,10 @@ class block_index {
     }
     /// The same tokens after the same parent: everything but the class and the origin.
     bool alike(const block_probe& p, const block_node& n) const noexcept {
-      if (n.key != p.key || n.parent != p.parent) return false;
+      if (n.key != p.key || n.parent != p.parent || n.has_media != (p.media != nullptr)) return false;
       const auto stored = pool->tokens(pool->id_of(n));
       if (std::memcmp(stored.data(), p.tokens.data(), p.tokens.size_bytes()) != 0) return false;
+      if (p.media != nullptr && *pool->media_or_null(pool->id_of(n)) != *p.media) return false;
       return p.parent != no_block || pool->root_extras(pool->id_of(n)) == *p.extras;
     }
   };
@@ -122,7 +125,7 @@ private:
 
 /// `tail_index`: the partial blocks kept at turn ends (`block_state::tail`), by the chain key they start
 /// from (their parent's key, or the root key for a tail at position 0). A lookup lists a parent's tails; the
-/// caller verifies each candidate's parent, extra keys and tokens. A node is in this index or in the block
+/// caller verifies each candidate's parent, extra keys, tokens and media. A node is in this index or in the block
 /// index, never both (they share its hook). Buckets are allocated once.
 class tail_index {
   struct key_hash {

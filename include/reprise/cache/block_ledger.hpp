@@ -85,6 +85,7 @@ public:
       evict(*n);
     }
     n->state = block_state::owned;
+    n->has_media = false; // a fresh block's tokens are the taker's (`block_pool::set_media`)
     n->refcount = 1;
     ++metrics_->blocks_referenced;
     return pool_.id_of(*n);
@@ -124,7 +125,7 @@ public:
     }
   }
 
-  /// Publishes owned block `b` as `probe` describes it (key, parent, tokens, class), unless an equal block
+  /// Publishes owned block `b` as `probe` describes it (key, parent, tokens, media, class), unless an equal block
   /// is cached: then that one is referenced and returned instead (`b` stays private to its sequence).
   /// Complexity: O(1) expected plus one B-token compare per same-key candidate.
   block_id publish(block_id b, const block_probe& probe, std::uint32_t depth, const stored_extra_keys& extras) noexcept {
@@ -141,6 +142,7 @@ public:
     n.kind = probe.kind;
     n.state = block_state::cached;
     pool_.origin(b) = probe.kind == exactness::decode_continuation ? probe.origin : 0;
+    pool_.set_media(b, probe.media != nullptr ? *probe.media : media_digest{});
     if (probe.parent == no_block) pool_.root_extras(b) = extras;
     else ++pool_.node(probe.parent).cached_children;
     index_.insert_commit(n, data);
@@ -150,8 +152,10 @@ public:
   }
 
   /// Keeps owned block `b`, the partial block of a sequence that ends at depth * B + fill, as a tail under
-  /// `parent` (starting from chain key `start`). Precondition: 0 < fill < B; `b` is held by the ending
-  /// sequence only (it joins the LRU queue when that sequence lets go).
+  /// `parent` (starting from chain key `start`), with the media digest its tokens have now (`set_media`: a
+  /// sequence's media items lie before its prompt's end, so all of the block's lie before the fill).
+  /// Precondition: 0 < fill < B; `b` is held by the ending sequence only (it joins the LRU queue when that
+  /// sequence lets go).
   void keep_tail(block_id b, const block_key& start, block_id parent, std::uint32_t depth, std::uint32_t fill,
                  exactness kind, const stored_extra_keys& extras) noexcept {
     block_node& n = pool_.node(b);
@@ -168,16 +172,20 @@ public:
   }
 
   /// Calls `f(node)` for every tail under `parent` that starts from chain key `start`, has the extra keys
-  /// `extras` (checked for a tail at position 0) and holds at most `tokens.size()` tokens equal to the first
-  /// ones of `tokens`. Complexity: O(1) expected plus O(B) per candidate.
-  template <class F>
+  /// `extras` (checked for a tail at position 0), holds at most `tokens.size()` tokens equal to the first
+  /// ones of `tokens`, and whose media digest is `media_of(fill)` (the caller's media among its first `fill`
+  /// tokens). Complexity: O(1) expected plus O(B) per candidate, and a `media_of` call per candidate whose
+  /// tokens match.
+  template <class MediaOf, class F>
   void for_each_tail(const block_key& start, block_id parent, const stored_extra_keys& extras,
-                     std::span<const token_id> tokens, F&& f) {
+                     std::span<const token_id> tokens, MediaOf&& media_of, F&& f) {
     tails_.for_each(start, [&](block_node& n) {
       if (n.parent != parent || n.fill > tokens.size()) return;
-      if (parent == no_block && !(pool_.root_extras(pool_.id_of(n)) == extras)) return;
-      if (std::memcmp(pool_.tokens(pool_.id_of(n)).data(), tokens.data(), std::size_t{n.fill} * sizeof(token_id)) != 0)
-        return;
+      const block_id b = pool_.id_of(n);
+      if (parent == no_block && !(pool_.root_extras(b) == extras)) return;
+      if (std::memcmp(pool_.tokens(b).data(), tokens.data(), std::size_t{n.fill} * sizeof(token_id)) != 0) return;
+      const media_digest want = media_of(n.fill);
+      if (n.has_media ? pool_.media(b) != want : !want.empty()) return;
       f(n);
     });
   }

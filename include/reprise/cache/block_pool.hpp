@@ -48,6 +48,9 @@ struct block_node {
   std::uint32_t fill = 0;        ///< tail: tokens held (1 .. B - 1), from depth * B (here: the node stays 88 bytes)
   block_state state = block_state::free;
   exactness kind = exactness::prefill_exact; ///< how its KV was computed (valid while cached)
+  /// Its tokens hold media items (`block_pool::media`): read first, so that verifying a text block never
+  /// touches the side array.
+  bool has_media = false;
 };
 static_assert(sizeof(block_node) <= 88, "block_node: keep the node within 88 bytes (pool scans and LRU walks)");
 
@@ -59,7 +62,7 @@ public:
   /// Effects: all `blocks` ids start free and immediately reusable.
   block_pool(std::uint32_t blocks, std::uint32_t block_size)
       : block_size_(block_size), nodes_(blocks), tokens_(std::size_t{blocks} * block_size), root_extras_(blocks),
-        origins_(blocks, 0) {
+        origins_(blocks, 0), media_(blocks) {
     for (block_node& n : nodes_) free_.push_back(n, 0, 0);
   }
   block_pool(const block_pool&) = delete;
@@ -96,6 +99,21 @@ public:
   std::uint64_t& origin(block_id b) noexcept { return origins_[index(b)]; }
   std::uint64_t origin(block_id b) const noexcept { return origins_[index(b)]; }
 
+  /// The media digest of the items among the block's tokens (for a partial block, among those it holds),
+  /// all zero without media. Beside the node, which stays within 88 bytes; `block_node::has_media` says
+  /// whether it is worth reading.
+  media_digest media(block_id b) const noexcept {
+    return nodes_[index(b)].has_media ? media_[index(b)] : media_digest{};
+  }
+  void set_media(block_id b, const media_digest& m) noexcept {
+    media_[index(b)] = m;
+    nodes_[index(b)].has_media = !m.empty();
+  }
+  /// The media digest of block `b` as a probe compares it: null without media.
+  const media_digest* media_or_null(block_id b) const noexcept {
+    return nodes_[index(b)].has_media ? &media_[index(b)] : nullptr;
+  }
+
   free_queue& free() noexcept { return free_; }
   const free_queue& free() const noexcept { return free_; }
   lru_queue& lru() noexcept { return lru_; }
@@ -118,6 +136,7 @@ private:
   std::vector<token_id> tokens_;
   std::vector<stored_extra_keys> root_extras_;
   std::vector<std::uint64_t> origins_;
+  std::vector<media_digest> media_;
   free_queue free_;
   lru_queue lru_;
 };

@@ -169,12 +169,26 @@ struct cache_core {
   // ------------------------------------------------------------------------------------------------------
   // admit: check, look up (no change), choose the restore (no change), apply
 
-  /// The checks of a prompt that `admit`, `prefetch` and `probe` share: not empty, a multimodal digest the
-  /// cache can store (`invalid_argument`), not longer than positions can number (`out_of_range`).
+  /// The checks of a prompt that `admit`, `prefetch` and `probe` share: not empty (`invalid_argument`), media
+  /// items `check_media` accepts (sorted, distinct positions, digests the cache can store: `invalid_argument`;
+  /// positions inside the prompt: `out_of_range`), not longer than positions can number (`out_of_range`).
   errc check_prompt(std::span<const token_id> prompt, const extra_keys& keys) const noexcept {
-    if (prompt.empty() || keys.multimodal_digest.size() > max_multimodal_digest_bytes) return errc::invalid_argument;
+    if (prompt.empty()) return errc::invalid_argument;
+    if (const errc e = check_media(keys.media, prompt.size()); e != errc{}) return e;
     if (prompt.size() > max_sequence_tokens(geometry.block_size)) return errc::out_of_range;
     return errc{};
+  }
+
+  /// The key of block `i` of `prompt` chained from `parent`, with the prompt's media in it.
+  template <std::uint32_t B>
+  block_key prompt_key(const sequence_record& r, const block_key& parent, std::span<const token_id> prompt,
+                       std::uint32_t i) const noexcept {
+    return chain_block(hasher, parent, prompt_block<B>(prompt, i), r.media_of_block(i));
+  }
+  /// The key of stored block `b` chained from `parent`: its tokens and media digest.
+  template <std::uint32_t B>
+  block_key stored_key(const block_key& parent, block_id b) const noexcept {
+    return chain_block(hasher, parent, blocks.pool().template tokens_of<B>(b), blocks.pool().media_or_null(b));
   }
 
   result<admit_plan> admit(seq_id s, std::span<const token_id> prompt, const extra_keys& keys,
@@ -192,6 +206,7 @@ struct cache_core {
       sequence_record& r = sequences.prepare(s); // not live until `apply`: filling it changes nothing
       r.root = hasher.root(keys);
       r.extras = stored_extra_keys::from(keys);
+      r.set_media(keys.media, B);
       tiers.sequence_prepared(r, keys);
       events.sequence_prepared(r, keys);
       const std::uint32_t published = lookup<B>(r, prompt);
@@ -226,14 +241,15 @@ struct cache_core {
     const auto limit = static_cast<std::uint32_t>((prompt.size() - 1) / B);
     block_id parent = no_block;
     // One key ahead: block i + 1's bucket loads while block i is verified.
-    block_key key = limit != 0 ? hasher.chain(r.root, prompt_block<B>(prompt, 0)) : block_key{};
+    block_key key = limit != 0 ? prompt_key<B>(r, r.root, prompt, 0) : block_key{};
     for (std::uint32_t i = 0; i < limit; ++i) {
       block_key next{};
       if (i + 1 < limit) {
-        next = hasher.chain(key, prompt_block<B>(prompt, i + 1));
+        next = prompt_key<B>(r, key, prompt, i + 1);
         blocks.prefetch(next);
       }
-      block_node* hit = blocks.find({key, parent, prompt_block<B>(prompt, i), &r.extras, exactness::prefill_exact});
+      block_node* hit = blocks.find(
+          {key, parent, prompt_block<B>(prompt, i), &r.extras, r.media_of_block(i), exactness::prefill_exact});
       if (hit == nullptr) {
         tiers.template lookup_continue<B>(r, i, key, exactness::prefill_exact, false, prompt, hasher);
         break;
@@ -264,11 +280,11 @@ struct cache_core {
   std::uint32_t continuation_lookup(sequence_record& r, std::span<const token_id> prompt) noexcept {
     const auto limit = static_cast<std::uint32_t>((prompt.size() - 1) / B);
     if (limit == 0) return 0;
-    walk_keys.assign(1, hasher.chain(r.root, prompt_block<B>(prompt, 0))); // block d's chain key, when needed
+    walk_keys.assign(1, prompt_key<B>(r, r.root, prompt, 0)); // block d's chain key, when needed
     auto key_at = [&](std::uint32_t d) -> const block_key& {
       while (walk_keys.size() <= d) {
         const auto j = static_cast<std::uint32_t>(walk_keys.size());
-        walk_keys.push_back(hasher.chain(walk_keys.back(), prompt_block<B>(prompt, j)));
+        walk_keys.push_back(prompt_key<B>(r, walk_keys.back(), prompt, j));
       }
       return walk_keys[d];
     };
@@ -286,7 +302,8 @@ struct cache_core {
       auto push_children = [&](std::uint32_t d, block_id parent, std::uint32_t exact, std::uint32_t restore) {
         if (d + 1 < limit) blocks.prefetch(key_at(d + 1));
         std::size_t found = 0;
-        blocks.for_each_alike({key_at(d), parent, prompt_block<B>(prompt, d), &r.extras}, [&](block_node& n) {
+        const block_probe probe{key_at(d), parent, prompt_block<B>(prompt, d), &r.extras, r.media_of_block(d)};
+        blocks.for_each_alike(probe, [&](block_node& n) {
           const bool prefilled = n.kind == exactness::prefill_exact && exact == d;
           walk_stack.push_back({d, blocks.id_of(n), prefilled ? d + 1 : exact, restore});
           ++found;
@@ -355,7 +372,8 @@ struct cache_core {
       const std::size_t room = std::min<std::size_t>(B - 1, prompt.size() - 1 - begin); // keep one token
       if (room == 0) return best;
       const block_key& start = parent == no_block ? r.root : blocks.node(parent).key;
-      blocks.for_each_tail(start, parent, r.extras, prompt.subspan(begin, room), [&](block_node& n) {
+      auto media_of = [&](std::uint32_t fill) { return r.media_in(begin, begin + fill); };
+      blocks.for_each_tail(start, parent, r.extras, prompt.subspan(begin, room), media_of, [&](block_node& n) {
         if (n.fill + begin <= best.usable) return;
         if (const slot_id s = slots.usable(n, true); s != no_slot) {
           best = restore_choice{
@@ -465,6 +483,7 @@ struct cache_core {
       // Full blocks copy a compile-time byte count (inlined vector moves instead of a memmove call).
       if (i < full) std::memcpy(blocks.pool().template tokens_of<B>(b).data(), prompt.data() + begin, B * sizeof(token_id));
       else std::copy_n(prompt.data() + begin, prompt.size() - begin, blocks.pool().tokens(b).data());
+      if (const media_digest* m = r.media_of_block(i)) blocks.pool().set_media(b, *m);
       r.blocks.push_back(b);
     }
     r.tokens = length;
@@ -601,12 +620,12 @@ struct cache_core {
     if (i >= full) return;
     const block_pool& pool = blocks.pool();
     block_id parent = i == 0 ? no_block : r.chain[i - 1];
-    block_key key = hasher.chain(i == 0 ? r.root : blocks.node(parent).key, pool.template tokens_of<B>(r.blocks[i]));
+    block_key key = stored_key<B>(i == 0 ? r.root : blocks.node(parent).key, r.blocks[i]);
     for (; i < full; ++i) {
       const block_id b = r.blocks[i];
       block_key next{};
       if (i + 1 < full) {
-        next = hasher.chain(key, pool.template tokens_of<B>(r.blocks[i + 1]));
+        next = stored_key<B>(key, r.blocks[i + 1]);
         blocks.prefetch(next);
       }
       if (blocks.node(b).state == block_state::cached) { // published by a fork sibling
@@ -619,8 +638,9 @@ struct cache_core {
         // their own, so the chain, and every snapshot published on it, is this computation's KV.
         const exactness kind = r.kv_kind(std::uint64_t{i + 1} * B);
         if (kind == exactness::decode_continuation && r.origin == 0) break; // no origin left: kept private
-        parent = blocks.publish(b, {key, parent, pool.template tokens_of<B>(b), &r.extras, kind, r.origin}, i,
-                                r.extras);
+        const block_probe probe{key, parent, pool.template tokens_of<B>(b), &r.extras, pool.media_or_null(b), kind,
+                                r.origin};
+        parent = blocks.publish(b, probe, i, r.extras);
         if (parent == b) {
           tiers.block_published(b, r);
           events.block_published(b, r);
@@ -678,6 +698,8 @@ struct cache_core {
     if (partial && blocks.available() == 0) return errc::pool_exhausted;
 
     sequence_record& b = sequences.prepare(dst);
+    b.media = a->media; // may allocate: before anything is referenced
+    b.block_media = a->block_media;
     const std::size_t full = a->tokens / B;
     for (std::size_t i = 0; i < full; ++i) {
       blocks.reference(blocks.node(a->blocks[i]));
@@ -692,6 +714,7 @@ struct cache_core {
       const block_id copy = blocks.take(on_evict());
       const block_id from = a->blocks[full];
       std::copy_n(blocks.pool().tokens(from).data(), B, blocks.pool().tokens(copy).data());
+      if (blocks.node(from).has_media) blocks.pool().set_media(copy, blocks.pool().media(from));
       b.blocks.push_back(copy);
       plan.copy_src = from;
       plan.copy_dst = copy;
@@ -748,8 +771,11 @@ struct cache_core {
       const block_id parent = k == 0 ? no_block : r.chain[k - 1];
       const block_key start = k == 0 ? r.root : blocks.node(parent).key;
       bool equal_kept = false;
+      // Every media item of the sequence lies before its prompt's end, so before p: the partial block's
+      // digest covers its first `fill` tokens.
+      const media_digest mine = blocks.pool().media(r.blocks[k]);
       blocks.for_each_tail(start, parent, r.extras, blocks.pool().tokens(r.blocks[k]).first(fill),
-                           [&](block_node& n) { equal_kept |= n.fill == fill; });
+                           [&](std::uint32_t) { return mine; }, [&](block_node& n) { equal_kept |= n.fill == fill; });
       if (equal_kept) return;
     }
     // The turn end this turn started from is superseded by this one (only a regeneration of this turn would

@@ -156,6 +156,7 @@ struct host_block_desc {
   exactness kind = exactness::prefill_exact;
   std::span<const token_id> tokens{}; ///< `fill` tokens
   const stored_extra_keys* extras = nullptr; ///< for a chain's first block
+  const media_digest* media = nullptr;       ///< its media (null: none)
 };
 
 class host_ledger {
@@ -167,7 +168,7 @@ public:
               std::size_t bytes_per_block, std::size_t bytes_per_snapshot, const epoch_clock& clock,
               cache_metrics& m)
       : blocks_(kv_units), snapshots_(snapshot_units), tokens_(std::size_t{kv_units} * block_size),
-        root_extras_(kv_units), block_size_(block_size), bytes_per_block_(bytes_per_block),
+        root_extras_(kv_units), media_(kv_units), block_size_(block_size), bytes_per_block_(bytes_per_block),
         bytes_per_snapshot_(bytes_per_snapshot), clock_(&clock), metrics_(&m) {}
 
   const block_pool_type& blocks() const noexcept { return blocks_; }
@@ -180,30 +181,40 @@ public:
     return {tokens_.data() + std::size_t{unit_index(u)} * block_size_, block_size_};
   }
   const stored_extra_keys& root_extras(host_unit u) const noexcept { return root_extras_[unit_index(u)]; }
+  /// The media digest of the block stored in `u`, all zero without media.
+  const media_digest& media(host_unit u) const noexcept { return media_[unit_index(u)]; }
+  /// The same, null without media (as `block_probe::media`).
+  const media_digest* media_or_null(host_unit u) const noexcept {
+    const media_digest& m = media_[unit_index(u)];
+    return m.empty() ? nullptr : &m;
+  }
 
   // --- KV blocks ---
 
-  /// The host block equal to a GPU lookup's probe: key, parent serial, B tokens, class and (parent serial 0)
-  /// extra keys. Changes nothing. Complexity: O(1) expected plus one B-token compare per same-key candidate.
+  /// The host block equal to a GPU lookup's probe: key, parent serial, B tokens, media (null: none), class and
+  /// (parent serial 0) extra keys. Changes nothing. Complexity: O(1) expected plus one B-token compare per
+  /// same-key candidate.
   host_unit find_block(const block_key& key, std::uint64_t parent_serial, std::span<const token_id> tokens,
-                       const stored_extra_keys& extras, exactness kind) const noexcept {
+                       const stored_extra_keys& extras, const media_digest* media, exactness kind) const noexcept {
     auto [it, end] = blocks_.index().equal_range(key, host_block_hash{}, host_block_equal{});
     for (; it != end; ++it)
-      if (it->fill == block_size_ && matches(*it, parent_serial, tokens, extras) && it->kind == kind)
+      if (it->fill == block_size_ && matches(*it, parent_serial, tokens, extras) && it->kind == kind &&
+          media_[unit_index(blocks_.id_of(*it))] == (media != nullptr ? *media : media_digest{}))
         return blocks_.id_of(*it);
     return no_host_unit;
   }
 
   /// Calls `f(unit)` for every partial block starting from chain key `start` under the block of serial
   /// `parent_serial` (0: at position 0, extra keys `extras`) holding at most `tokens.size()` tokens equal to
-  /// the first ones of `tokens`.
-  template <class F>
+  /// the first ones of `tokens`, whose media digest is `media_of(fill)`.
+  template <class MediaOf, class F>
   void for_each_tail(const block_key& start, std::uint64_t parent_serial, const stored_extra_keys& extras,
-                     std::span<const token_id> tokens, F&& f) const {
+                     std::span<const token_id> tokens, MediaOf&& media_of, F&& f) const {
     auto [it, end] = blocks_.index().equal_range(start, host_block_hash{}, host_block_equal{});
     for (; it != end; ++it) {
       if (it->fill >= block_size_ || it->fill > tokens.size()) continue;
-      if (matches(*it, parent_serial, tokens.first(it->fill), extras)) f(blocks_.id_of(*it));
+      if (!matches(*it, parent_serial, tokens.first(it->fill), extras)) continue;
+      if (media_[unit_index(blocks_.id_of(*it))] == media_of(it->fill)) f(blocks_.id_of(*it));
     }
   }
 
@@ -257,6 +268,7 @@ private:
     n->state = host_state::cached;
     std::copy(d.tokens.begin(), d.tokens.end(), tokens_.begin() + static_cast<std::ptrdiff_t>(std::size_t{unit_index(u)} * block_size_));
     root_extras_[unit_index(u)] = d.parent_serial == 0 && d.extras != nullptr ? *d.extras : stored_extra_keys{};
+    media_[unit_index(u)] = d.media != nullptr ? *d.media : media_digest{};
     blocks_.index().insert(*n);
     // Written by this step's transfers: an onboard in the same step is ordered after them.
     blocks_.lru().push_back(*n, clock_->release_tag(), clock_->safe_before);
@@ -423,6 +435,7 @@ private:
   void* evict_context_ = nullptr;
   std::vector<token_id> tokens_;
   std::vector<stored_extra_keys> root_extras_;
+  std::vector<media_digest> media_;
   std::uint32_t block_size_;
   std::size_t bytes_per_block_;
   std::size_t bytes_per_snapshot_;

@@ -26,6 +26,7 @@
 #include <reprise/cache/types.hpp>
 #include <reprise/ids.hpp>
 #include <reprise/keys/block_key.hpp>
+#include <reprise/keys/media_keys.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -146,15 +147,19 @@ public:
     if (i != 0 && parent_serial == 0) return;
     for (; i < limit; ++i) {
       const auto tokens = prompt.subspan(std::size_t{i} * B).template first<B>();
-      host_unit u = ledger.find_block(key, parent_serial, tokens, r.extras, want);
+      const media_digest* media = r.media_of_block(i);
+      host_unit u = ledger.find_block(key, parent_serial, tokens, r.extras, media, want);
       if (u == no_host_unit && accepts_continuation && want == exactness::prefill_exact) {
         want = exactness::decode_continuation;
-        u = ledger.find_block(key, parent_serial, tokens, r.extras, want);
+        u = ledger.find_block(key, parent_serial, tokens, r.extras, media, want);
       }
       if (u == no_host_unit) return;
       hit_units.push_back(u);
       parent_serial = ledger.block(u).serial;
-      if (i + 1 < limit) key = hasher.chain(key, prompt.subspan(std::size_t{i + 1} * B).template first<B>());
+      if (i + 1 < limit) {
+        const auto next = prompt.subspan(std::size_t{i + 1} * B).template first<B>();
+        key = chain_block(hasher, key, next, r.media_of_block(i + 1));
+      }
     }
   }
 
@@ -185,7 +190,9 @@ public:
                             : matched <= on_gpu ? c_.blocks.node(r.blocks[matched - 1]).key
                                                 : ledger.block(hit_units[matched - 1 - on_gpu]).key;
     if (matched != 0 && parent_serial == 0) return;
-    ledger.for_each_tail(start, parent_serial, r.extras, tail_tokens, [&](host_unit t) {
+    const std::uint64_t begin = std::uint64_t{matched} * c_.geometry.block_size;
+    auto media_of = [&](std::uint32_t fill) { return r.media_in(begin, begin + fill); };
+    ledger.for_each_tail(start, parent_serial, r.extras, tail_tokens, media_of, [&](host_unit t) {
       const host_block_node& n = ledger.block(t);
       if (n.fill <= best.usable) return;
       const host_unit u = ledger.find_snapshot(n.serial, exactness::decode_continuation);
@@ -250,7 +257,7 @@ public:
       const auto tokens = c_.blocks.pool().template tokens_of<B>(b);
       std::copy_n(ledger.tokens(u).data(), B, tokens.data());
       // The GPU lookup found no equal block and nothing was published since, so `b` itself is published.
-      c_.blocks.publish(b, {n.key, parent, tokens, &r.extras, n.kind, r.origin}, i, r.extras);
+      c_.blocks.publish(b, {n.key, parent, tokens, &r.extras, ledger.media_or_null(u), n.kind, r.origin}, i, r.extras);
       serial[static_cast<std::size_t>(b)] = n.serial;
       twin[static_cast<std::size_t>(b)] = u;
       done.from_store += below.block_onboarded(u, b) ? 1 : 0;
@@ -341,7 +348,8 @@ public:
                               .fill = fill,
                               .kind = n.kind,
                               .tokens = c_.blocks.pool().tokens(b).first(fill),
-                              .extras = n.parent == no_block ? &c_.blocks.pool().root_extras(b) : nullptr};
+                              .extras = n.parent == no_block ? &c_.blocks.pool().root_extras(b) : nullptr,
+                              .media = c_.blocks.pool().media_or_null(b)};
       if (const host_unit u = ledger.store_block(d); u != no_host_unit) {
         kv_offload.push_back(kv_offload_move(b, u));
         below.block_stored(u, keys);

@@ -32,6 +32,7 @@
 #include <reprise/errc.hpp>
 #include <reprise/ids.hpp>
 #include <reprise/keys/block_key.hpp>
+#include <reprise/keys/media_keys.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -93,9 +94,10 @@ public:
     block_key key = i == 0 ? r.root : blocks.node(parent).key;
     for (; i < limit; ++i) {
       const auto tokens = prompt.subspan(std::size_t{i} * B).template first<B>();
-      key = hasher.chain(key, tokens);
+      const media_digest* media = r.media_of_block(i);
+      key = chain_block(hasher, key, tokens, media);
       // Attention-only models compute every block prefill-exactly: no other class is ever pending.
-      const block_node* hit = index_->find({key, parent, tokens, &r.extras, exactness::prefill_exact});
+      const block_node* hit = index_->find({key, parent, tokens, &r.extras, media, exactness::prefill_exact});
       if (hit == nullptr) break;
       parent = blocks.id_of(*hit);
       r.blocks.push_back(parent);
@@ -123,8 +125,9 @@ public:
         const block_id b = r.blocks[i];
         const block_id parent = i == 0 ? no_block : r.blocks[i - 1];
         const auto tokens = blocks.pool().template tokens_of<B>(b);
-        key = hasher.chain(key, tokens);
-        const block_probe probe{key, parent, tokens, &r.extras, r.kv_kind(std::uint64_t{i + 1} * B)};
+        const media_digest* media = blocks.pool().media_or_null(b); // set by `apply` from the prompt
+        key = chain_block(hasher, key, tokens, media);
+        const block_probe probe{key, parent, tokens, &r.extras, media, r.kv_kind(std::uint64_t{i + 1} * B)};
         block_index::insert_commit_data data;
         // An equal block is pending already (a prompt that ends on a block boundary computes its last
         // block although it could share it): later prompts find that one, and none can reach this block
@@ -228,7 +231,9 @@ public:
         const block_node& n = blocks.node(b);
         const block_id parent = i == 0 ? no_block : r.blocks[i - 1];
         if (!pending(n) || n.depth != i || n.parent != parent) return false;
-        if (n.key != hasher.chain(i == 0 ? r.root : blocks.node(parent).key, blocks.pool().tokens(b))) return false;
+        if (n.key != chain_block(hasher, i == 0 ? r.root : blocks.node(parent).key, blocks.pool().tokens(b),
+                                 blocks.pool().media_or_null(b)))
+          return false;
         if (parent == no_block && !(blocks.pool().root_extras(b) == r.extras)) return false;
         ++in_windows;
       }

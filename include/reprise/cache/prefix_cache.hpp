@@ -173,11 +173,13 @@ public:
   /// unit, or the KV block size where the policy captures off the alignment grid) where the caller wants
   /// snapshots, e.g. its system prompt's end rounded down. With `cache_options::share_in_step` the chain continues into the full
   /// blocks that sequences admitted earlier in the current step compute and have not committed yet (see
-  /// the option for the engine's precondition).
-  /// Errors: `duplicate_sequence` (s is live); `invalid_argument` (empty prompt, a multimodal digest over
-  /// `max_multimodal_digest_bytes`, or capture offsets given to a policy without `caller_offsets`); `out_of_range` (a prompt over `max_sequence_tokens(B)`, or a caller
-  /// offset outside (0, L]); `misaligned` (a caller offset off the capture grid); `pool_exhausted` (no
-  /// free sequence record, or not enough reusable blocks).
+  /// the option for the engine's precondition). Media items in `keys.media` key the blocks and snapshots from
+  /// their positions on (block_key.hpp): the blocks before the first one are shared with text prompts.
+  /// Errors: `duplicate_sequence` (s is live); `invalid_argument` (empty prompt; media items not in strictly
+  /// increasing position order, or a media digest over `max_multimodal_digest_bytes`; capture offsets given
+  /// to a policy without `caller_offsets`); `out_of_range` (a prompt over `max_sequence_tokens(B)`, a media
+  /// item at or past the prompt's end, or a caller offset outside (0, L]); `misaligned` (a caller offset off
+  /// the capture grid); `pool_exhausted` (no free sequence record, or not enough reusable blocks).
   /// Complexity: O(L) hashing plus O(1) expected per block.
   result<admit_plan> admit(seq_id s, std::span<const token_id> prompt, const extra_keys& keys = {},
                            std::span<const std::uint32_t> capture_offsets = {}) {
@@ -298,7 +300,8 @@ public:
   /// tiers lack (prefill-exact blocks and snapshots), each into a reserved host unit. Call it when a request
   /// arrives; run the puts of the next `take_transfers` before starting the fetches; report each with
   /// `fetched`. The spans stay valid until the next `prefetch`. Without a remote tier: an empty plan.
-  /// Errors: `invalid_argument` (empty prompt, oversized multimodal digest), `out_of_range` (too long).
+  /// Errors: `invalid_argument` (empty prompt, media items as `admit` refuses them), `out_of_range` (too long,
+  /// a media item past the prompt).
   result<fetch_plan> prefetch(std::span<const token_id> prompt, const extra_keys& keys = {}) {
     if (!st_) return errc::pool_exhausted;
     return st_->prefetch(prompt, keys);

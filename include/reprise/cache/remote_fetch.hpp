@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -105,7 +106,8 @@ public:
                                        .fill = c.geometry.block_size,
                                        .kind = exactness::prefill_exact,
                                        .tokens = p.tokens,
-                                       .extras = &p.extras});
+                                       .extras = &p.extras,
+                                       .media = p.media.empty() ? nullptr : &p.media});
       remote.host_block(u) = {{p.key, p.parent, true}, true};
       c.metrics.remote_bytes_fetched += c.geometry.bytes_per_kv_block;
       return {};
@@ -188,6 +190,17 @@ private:
     for (std::size_t j = 0; j < units.size(); ++j) t.serials.push_back(c.tiers.draw_serial());
     const std::size_t end = std::min<std::size_t>(std::size_t{k} * B + B - 1, prompt.size() - 1);
     t.tokens.assign(prompt.begin() + std::size_t{at.first} * B, prompt.begin() + static_cast<std::ptrdiff_t>(end));
+    t.media.clear();
+    for (std::uint32_t j = at.first; j < k; ++j) {
+      const media_digest* m = scratch.media_of_block(j);
+      t.media.push_back(m != nullptr ? *m : media_digest{});
+    }
+    t.media_from = std::numeric_limits<std::uint32_t>::max();
+    for (const stored_media_item& x : scratch.media)
+      if (x.position >= std::uint64_t{k} * B) {
+        t.media_from = x.position;
+        break;
+      }
     t.extras = extras;
     turn_end_units.assign(own, no_unit);
     for (const host_unit u : units) turn_end_units.push_back(unit_index(u));
@@ -229,7 +242,7 @@ private:
     if (ok) {
       position = read_u32(12);
       ok = position >= t.boundary && position < t.boundary + B && position != 0 &&
-           position - std::size_t{t.first} * B <= t.tokens.size();
+           position - std::size_t{t.first} * B <= t.tokens.size() && position <= t.media_from;
     }
     const std::uint32_t parts = t.boundary / B - t.first + 1; // blocks first .. k - 1, and the partial block
     if (ok) {
@@ -255,7 +268,8 @@ private:
     std::uint64_t parent = t.parent_serial;
     for (std::uint32_t j = t.own; j < blocks; ++j) {
       const auto tokens = std::span<const token_id>(t.tokens).subspan(std::size_t{j} * B, B);
-      const block_key next = c.hasher.chain(key, tokens);
+      const media_digest* media = t.media[j].empty() ? nullptr : &t.media[j];
+      const block_key next = chain_block(c.hasher, key, tokens, media);
       const host_unit u = t.units[j - t.own];
       ledger.commit_reserved_block(u, {.key = next,
                                        .serial = t.serials[j - t.own],
@@ -264,7 +278,8 @@ private:
                                        .fill = B,
                                        .kind = exactness::decode_continuation,
                                        .tokens = tokens,
-                                       .extras = &t.extras});
+                                       .extras = &t.extras,
+                                       .media = media});
       mark_from_store(remote.host_block(u), origin(j));
       key = next;
       parent = t.serials[j - t.own];
@@ -316,6 +331,7 @@ private:
       r.reset(0);
       r.root = c.hasher.root(keys);
       r.extras = stored_extra_keys::from(keys);
+      r.set_media(keys.media, B);
       const std::uint32_t on_gpu = c.template lookup<B>(r, prompt);
       const std::uint32_t matched = on_gpu + tiers.hits();
       const std::uint32_t local_usable = c.template choose_restore<B>(r, matched, prompt).usable;
@@ -364,10 +380,12 @@ private:
       memo_tokens.resize(std::size_t{limit} * B);
       auto chain_key = [&](std::uint32_t i, const content_key& parent) {
         const std::span<const token_id> tokens = block_tokens(i);
+        // Blocks with media are rare and never remembered (the memo names blocks by parent and tokens alone).
+        if (const media_digest* m = r.media_of_block(i)) return remote.keyer->chain(parent, tokens, *m);
         token_id* remembered = memo_tokens.data() + std::size_t{i} * B;
         if (memo_parents[i] == parent && !is_zero(memo_keys[i]) && std::equal(tokens.begin(), tokens.end(), remembered))
           return memo_keys[i];
-        const content_key k = remote.keyer->chain(parent, tokens);
+        const content_key k = remote.keyer->chain(parent, tokens, media_digest{});
         memo_parents[i] = parent;
         memo_keys[i] = k;
         std::copy(tokens.begin(), tokens.end(), remembered);
@@ -506,7 +524,9 @@ private:
         p.active = true;
         p.key = next;
         p.parent = key;
-        p.chain_key = c.hasher.chain(chain, block_tokens(i));
+        const media_digest* media = r.media_of_block(i);
+        p.chain_key = chain_block(c.hasher, chain, block_tokens(i), media);
+        p.media = media != nullptr ? *media : media_digest{};
         p.serial = tiers.draw_serial();
         p.parent_serial = serial;
         p.index = i;

@@ -41,6 +41,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <span>
 #include <utility>
 #include <vector>
@@ -103,6 +104,7 @@ struct pending_block_fetch {
   std::uint64_t parent_serial = 0;
   std::uint32_t index = 0;            ///< its index in the chain (depth)
   std::vector<token_id> tokens;       ///< its B tokens
+  media_digest media{};               ///< the media among them (all zero: none)
   stored_extra_keys extras{};         ///< for a chain's first block
 };
 
@@ -130,6 +132,11 @@ struct pending_turn_end_fetch {
   std::vector<host_unit> units;       ///< the fetched blocks' units, then the partial block's
   std::vector<std::uint64_t> serials; ///< drawn at `prefetch`, one per unit
   std::vector<token_id> tokens;       ///< the prompt's tokens [first B, boundary + B - 1), as far as it has them
+  std::vector<media_digest> media;    ///< the media digests of the prompt's blocks first .. boundary / B - 1
+  /// The position of the prompt's first media item at or past `boundary` (max: none). The store's turn ends
+  /// hold no media in their partial block (`continuation_published`), so one at a position past an item of
+  /// the prompt is another computation's state, refused.
+  std::uint32_t media_from = std::numeric_limits<std::uint32_t>::max();
   stored_extra_keys extras{};         ///< for a chain's first block
 };
 
@@ -245,7 +252,7 @@ public:
       return;
     }
     e.parent = parent;
-    e.key = keyer->chain(parent, c_.blocks.pool().tokens(b));
+    e.key = keyer->chain(parent, c_.blocks.pool().tokens(b), c_.blocks.pool().media(b));
     if (c_.options.remote_write_through && !is_zero(e.key)) block_writes.push_back({b, serial, c_.clock.current});
   }
 
@@ -284,17 +291,20 @@ public:
       w.anchor = gpu_block(at).key;
     } else {
       const stored_extra_keys& x = c_.blocks.pool().root_extras(w.blocks.empty() ? b : w.blocks.front());
-      w.anchor = keyer->root({.model_revision = x.model_revision,
-                              .lora_id = x.lora_id,
-                              .multimodal_digest = std::span<const std::byte>(x.digest, x.digest_bytes),
-                              .tenant_salt = x.tenant_salt});
+      w.anchor = keyer->root({.model_revision = x.model_revision, .lora_id = x.lora_id, .tenant_salt = x.tenant_salt});
     }
     content_key key = w.anchor;
     for (const block_id blk : w.blocks) {
       if (is_zero(key)) break;
       const auto tokens = c_.blocks.pool().tokens(blk);
       w.tokens.insert(w.tokens.end(), tokens.begin(), tokens.end());
-      key = keyer->chain(key, tokens);
+      key = keyer->chain(key, tokens, c_.blocks.pool().media(blk));
+    }
+    // The store's index of a turn end does not name its position, so nothing keys the media of its partial
+    // block: one with media stays in this engine (a reader could not tell it from the same tokens without).
+    if (partial && n.has_media) {
+      ++c_.metrics.remote_turn_ends_lost;
+      return;
     }
     if (partial) {
       const auto tokens = c_.blocks.pool().tokens(b).first(n.fill);
@@ -437,11 +447,12 @@ public:
       if (p.active && in_turn_end[i] != 0) return false;
       if ((n.state == host_state::reserved) != (p.active || in_turn_end[i] != 0)) return false;
       if (p.active && (p.header.size() != remote_header_fixed_bytes + 4 * std::size_t{B} || p.tokens.size() != B ||
-                       is_zero(p.key) || p.key != keyer->chain(p.parent, p.tokens)))
+                       is_zero(p.key) || p.key != keyer->chain(p.parent, p.tokens, p.media)))
         return false;
       const block_keys& k = host_block(u).keys;
       if (n.state == host_state::cached && !is_zero(k.key) &&
-          (n.kind != exactness::prefill_exact || n.fill != B || k.key != keyer->chain(k.parent, l.tokens(u))))
+          (n.kind != exactness::prefill_exact || n.fill != B ||
+           k.key != keyer->chain(k.parent, l.tokens(u), l.media(u))))
         return false;
     }
     for (std::uint32_t i = 0; i < l.snapshots().size(); ++i) {
@@ -462,7 +473,7 @@ public:
       const block_keys& k = gpu_block(b);
       if (is_zero(k.key)) continue;
       if (n.state != block_state::cached || n.kind != exactness::prefill_exact) return false;
-      if (k.key != keyer->chain(k.parent, c_.blocks.pool().tokens(b))) return false;
+      if (k.key != keyer->chain(k.parent, c_.blocks.pool().tokens(b), c_.blocks.pool().media(b))) return false;
       if (n.parent != no_block && k.parent != gpu_block(n.parent).key) return false;
     }
     return true;
@@ -474,7 +485,7 @@ public:
     content_key key = t.anchor;
     const std::uint32_t blocks = t.boundary / B - t.first;
     for (std::uint32_t j = 0; j < blocks && !is_zero(key); ++j)
-      key = keyer->chain(key, std::span<const token_id>(t.tokens).subspan(std::size_t{j} * B, B));
+      key = keyer->chain(key, std::span<const token_id>(t.tokens).subspan(std::size_t{j} * B, B), t.media[j]);
     return key;
   }
 

@@ -7,6 +7,7 @@
 
 #include <reprise/cache/types.hpp>
 #include <reprise/keys/block_key.hpp>
+#include <reprise/keys/media_keys.hpp>
 
 #include <boost/intrusive/unordered_set.hpp>
 
@@ -28,6 +29,11 @@ struct sequence_record {
   std::vector<std::uint8_t> written;     ///< commit's scratch: written[i] marks captures[i] as listed
   block_key root{};                      ///< key_{-1} of the chain
   stored_extra_keys extras{};
+  /// The prompt's media items (sorted, all before the prompt's end): a tail probe digests those among its
+  /// first tokens (`media_in`), and the prompt's blocks take their digests from `block_media`.
+  std::vector<stored_media_item> media;
+  /// (block index, media digest) of every block of the prompt holding an item, by index.
+  std::vector<std::pair<std::uint32_t, media_digest>> block_media;
   std::uint32_t tokens = 0;              ///< tokens known (prompt + extended)
   std::uint32_t computed = 0;            ///< tokens committed as computed
   /// The cached chain of the sequence's prefix: chain[i] is the cached block holding tokens of block i, for
@@ -53,6 +59,34 @@ struct sequence_record {
   /// The decode checkpoints this sequence published (slot, block), oldest first.
   std::vector<std::pair<slot_id, block_id>> checkpoints;
 
+  /// Copies the prompt's media items and digests them per block. Precondition: `check_media` accepted them.
+  /// Throws `std::bad_alloc` (only on a record's first use with that many items).
+  void set_media(std::span<const media_item> items, std::uint32_t block_size) {
+    media.clear();
+    block_media.clear();
+    for (const media_item& x : items) media.push_back(stored_media_item::from(x));
+    const std::span<const stored_media_item> all(media);
+    for (std::size_t i = 0; i < media.size();) {
+      const std::uint32_t block = media[i].position / block_size;
+      const std::uint64_t begin = std::uint64_t{block} * block_size;
+      block_media.emplace_back(block, media_digest_of(all, begin, begin + block_size));
+      while (i < media.size() && media[i].position / block_size == block) ++i;
+    }
+  }
+  /// The media digest of block `i` of the prompt, null without media (as `block_probe::media`).
+  /// Complexity: O(log blocks with media); O(1) for a text prompt.
+  const media_digest* media_of_block(std::uint32_t i) const noexcept {
+    if (block_media.empty()) return nullptr;
+    const auto it = std::lower_bound(block_media.begin(), block_media.end(), i,
+                                     [](const auto& e, std::uint32_t j) { return e.first < j; });
+    return it != block_media.end() && it->first == i ? &it->second : nullptr;
+  }
+  /// The media digest of the prompt's items in positions [begin, end) (a partial block's first tokens).
+  media_digest media_in(std::uint64_t begin, std::uint64_t end) const noexcept {
+    if (media.empty()) return {};
+    return media_digest_of(std::span<const stored_media_item>(media), begin, end);
+  }
+
   exactness kv_kind(std::uint64_t end) const noexcept {
     return end <= exact_until ? exactness::prefill_exact : exactness::decode_continuation;
   }
@@ -65,6 +99,8 @@ struct sequence_record {
     written.clear();
     root = {};
     extras = {};
+    media.clear();
+    block_media.clear();
     tokens = computed = 0;
     restore_slot = no_slot;
     copy_src = no_block;

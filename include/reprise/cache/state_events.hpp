@@ -104,7 +104,8 @@ public:
       key_of(b) = parent;
       return;
     }
-    key_of(b) = is_zero(parent) ? content_key{} : keys_.chain(parent, blocks_->pool().tokens(b));
+    key_of(b) =
+        is_zero(parent) ? content_key{} : keys_.chain(parent, blocks_->pool().tokens(b), blocks_->pool().media(b));
     if (!is_zero(key_of(b))) hold(gpu_block(b), state_event::block(state_change::stored, key_of(b), end_of(n), n.kind));
   }
 
@@ -128,8 +129,11 @@ public:
     holder& h = gpu_slot(s);
     release(h);
     if (is_zero(parent)) return;
-    const content_key key =
-        keys_.snapshot(parent, tail ? blocks_->pool().tokens(b).first(n.fill) : std::span<const token_id>{}, position, kind);
+    // A tail's media digest covers the items among its tokens (all of its sequence's items in that block lie
+    // before the prompt's end, so before the fill); a snapshot at a block end has no tail and no media.
+    const content_key key = tail ? keys_.snapshot(parent, blocks_->pool().tokens(b).first(n.fill), position, kind,
+                                                  blocks_->pool().media(b))
+                                 : keys_.snapshot(parent, std::span<const token_id>{}, position, kind, media_digest{});
     if (is_zero(key)) return;
     hold(h, state_event::snapshot(state_change::stored, key, parent, position, kind));
   }
@@ -184,7 +188,8 @@ public:
       if (reported && (h.event.key != key || h.event.position != end_of(n) || h.event.exact != n.kind)) return false;
       if (is_zero(key)) continue;
       if (n.state != block_state::cached && n.state != block_state::tail) return false;
-      if (n.state == block_state::cached && n.parent != no_block && key != keys_.chain(key_of(n.parent), blocks_->pool().tokens(b)))
+      if (n.state == block_state::cached && n.parent != no_block &&
+          key != keys_.chain(key_of(n.parent), blocks_->pool().tokens(b), blocks_->pool().media(b)))
         return false;
     }
     const auto host_blocks = static_cast<std::uint32_t>(host_snapshot_base_ - host_block_base_);

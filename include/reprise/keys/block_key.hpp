@@ -4,14 +4,16 @@
 /// Chained block keys and the `hasher` concept.
 ///
 /// A prompt is cut into full blocks of B tokens. Block i gets the key
-///   key_i = H(key_{i-1}, tokens of block i),   key_{-1} = H(seed, extra keys),
-/// so a key names the whole prefix up to the end of its block, and the extra keys (model revision, LoRA id,
-/// multimodal digest, tenant salt) reach every block through the chain. A partial last block has no key:
-/// only full blocks are ever published.
+///   key_i = H(key_{i-1}, tokens of block i)                  (no media item in block i)
+///   key_i = H(H(key_{i-1}, tokens of block i), M_i)          (M_i: the block's `media_digest`)
+///   key_{-1} = H(seed, model revision, LoRA id, tenant salt),
+/// so a key names the whole prefix up to the end of its block: the root-level extra keys reach every block
+/// through the chain, and a media item every block from the one holding its position on. A partial last
+/// block has no key: only full blocks are ever published.
 ///
-/// Keys only find candidates. The cache confirms every match against the stored tokens, the parent block
-/// and, for a first block, the stored extra keys, so a weak or even constant hasher costs speed, never
-/// correctness.
+/// Keys only find candidates. The cache confirms every match against the stored tokens, the stored media
+/// digest, the parent block and, for a first block, the stored extra keys, so a weak or even constant
+/// hasher costs speed, never correctness.
 
 #include <reprise/config.hpp>
 
@@ -44,45 +46,76 @@ struct content_key {
   friend constexpr auto operator<=>(const content_key&, const content_key&) = default;
 };
 
-/// The largest multimodal digest the cache stores verbatim for verification (a SHA-256 or BLAKE3 digest of
-/// the media fits). Pass a digest of the media, never the media itself.
+/// The largest media digest the cache stores verbatim for verification (a SHA-256 or BLAKE3 digest of the
+/// media fits). Pass a digest of the media, never the media itself.
 inline constexpr std::size_t max_multimodal_digest_bytes = 32;
 
+/// One media item of a prompt (an image, an audio clip): the token index where its placeholder tokens start
+/// and the caller's digest of the media. Its digest keys the state of every position past `position` (the
+/// placeholders' embeddings come from the media, not from the token ids), and nothing before it.
+struct media_item {
+  std::uint32_t position = 0;        ///< < the prompt's length
+  std::span<const std::byte> digest; ///< at most `max_multimodal_digest_bytes`
+};
+
 /// What else, besides the tokens, decides whether two prefixes may share cached state. Different values of
-/// any field never share a block or a snapshot; in particular different `tenant_salt`s never share anything,
-/// so one tenant cannot probe another's prompts through hit timing.
+/// the first three fields never share a block or a snapshot; in particular different `tenant_salt`s never
+/// share anything, so one tenant cannot probe another's prompts through hit timing.
 ///
-/// The extra keys apply to a whole sequence: they enter the chain at its root.
+/// The three scalars apply to a whole sequence: they enter the chain at its root. Media items are
+/// positional: block i's key folds in the items whose position lies in [iB, (i + 1)B), so the blocks before
+/// a prompt's first item are shared with a text prompt over the same tokens, and past it only a prompt with
+/// the same items at the same positions shares (the chain carries every item forward).
 struct extra_keys {
   std::uint64_t model_revision = 0;
   std::uint64_t lora_id = 0;
-  std::span<const std::byte> multimodal_digest{}; ///< at most `max_multimodal_digest_bytes`
   std::uint64_t tenant_salt = 0;
+  /// Sorted by strictly increasing position; the cache refuses anything else (`invalid_argument`).
+  std::span<const media_item> media{};
 };
 
-/// A by-value copy of `extra_keys`, stored with every first block of a chain for verification.
+/// A by-value copy of the root-level extra keys, stored with every first block of a chain for verification.
 struct stored_extra_keys {
   std::uint64_t model_revision = 0;
   std::uint64_t lora_id = 0;
   std::uint64_t tenant_salt = 0;
+
+  static constexpr stored_extra_keys from(const extra_keys& x) noexcept {
+    return {.model_revision = x.model_revision, .lora_id = x.lora_id, .tenant_salt = x.tenant_salt};
+  }
+  friend constexpr bool operator==(const stored_extra_keys&, const stored_extra_keys&) = default;
+};
+
+/// A by-value copy of a `media_item`, kept with a sequence while it is live.
+struct stored_media_item {
+  std::uint32_t position = 0;
   std::uint8_t digest_bytes = 0;
   std::byte digest[max_multimodal_digest_bytes]{};
 
-  /// Precondition: `x.multimodal_digest.size() <= max_multimodal_digest_bytes`.
-  static stored_extra_keys from(const extra_keys& x) noexcept {
-    stored_extra_keys s;
-    s.model_revision = x.model_revision;
-    s.lora_id = x.lora_id;
-    s.tenant_salt = x.tenant_salt;
-    s.digest_bytes = static_cast<std::uint8_t>(x.multimodal_digest.size());
-    std::copy(x.multimodal_digest.begin(), x.multimodal_digest.end(), s.digest);
+  /// Precondition: `x.digest.size() <= max_multimodal_digest_bytes`.
+  static stored_media_item from(const media_item& x) noexcept {
+    stored_media_item s;
+    s.position = x.position;
+    s.digest_bytes = static_cast<std::uint8_t>(x.digest.size());
+    std::copy(x.digest.begin(), x.digest.end(), s.digest);
     return s;
   }
+  std::span<const std::byte> bytes() const noexcept { return {digest, digest_bytes}; }
+};
 
-  friend bool operator==(const stored_extra_keys& a, const stored_extra_keys& b) noexcept {
-    return a.model_revision == b.model_revision && a.lora_id == b.lora_id && a.tenant_salt == b.tenant_salt &&
-           a.digest_bytes == b.digest_bytes && std::memcmp(a.digest, b.digest, a.digest_bytes) == 0;
+/// The media of one block, or of a partial block's first tokens: a SHA-256 digest of the items it holds
+/// (media_keys.hpp, `media_digest_of`); all zero for a block without media. Thirty-two bytes whatever the
+/// number of items, so every block stores it beside its tokens without allocating, and equal digests mean
+/// equal item lists (SHA-256 collision resistance) where a cache verifies a hit. The same bytes enter the
+/// fleet's content keys (docs/key-format.md).
+struct media_digest {
+  std::array<std::uint8_t, 32> bytes{};
+  constexpr bool empty() const noexcept {
+    for (const std::uint8_t b : bytes)
+      if (b != 0) return false;
+    return true;
   }
+  friend constexpr bool operator==(const media_digest&, const media_digest&) = default;
 };
 
 /// A block hasher: constructible from a 64-bit seed, computes the root key of a chain from the extra keys

@@ -8,16 +8,20 @@
 /// content key is a full SHA-256 digest that every such process derives the same way from the same inputs:
 ///
 ///   fingerprint = H(tag, "fingerprint", model revision, key block size, the state layout of every layer)
-///   key_{-1}    = H(tag, "root", fleet seed, fingerprint, extra keys)
-///   key_i       = H(key_{i-1}, the B tokens of block i as little-endian int32)
-///   snapshot    = H(tag, "snapshot", key_{floor(p/B)-1}, the tokens [floor(p/B) B, p), p, exactness, dtypes)
+///   key_{-1}    = H(tag, "root", fleet seed, fingerprint, model revision, LoRA id, tenant salt)
+///   key_i       = H(key_{i-1}, the B tokens of block i as little-endian int32 [, M_i])
+///   snapshot    = H(tag, "snapshot", key_{floor(p/B)-1}, M_tail, the tokens [floor(p/B) B, p), p, exactness, dtypes)
 ///   turn end    = H(tag, "turn-end", 1, key_{k-1}, k B, dtypes)   (the store's index of a turn end at p in [kB, kB + B))
 ///
-/// with tag = `content_key_format` ("reprise/content-key/v1"). The byte layout is a wire format, specified in
-/// docs/key-format.md with test vectors; changing any byte of it means a new tag (v2), so keys of two formats
-/// never meet. The in-process cache keeps its own 128-bit `block_key`s (`xxh3_hasher`, `sha256_hasher`);
-/// content keys are separate and never truncated, because a store shared by a fleet cannot verify tokens the
-/// way the cache does on every hit.
+/// with tag = `content_key_format` ("reprise/content-key/v2"). M_i is the `media_digest` of the media items in
+/// block i (media_keys.hpp), appended only when the block holds one, and M_tail that of the items in
+/// [floor(p/B) B, p), 32 zero bytes when there is none: media items are positional, so a prefix before a
+/// prompt's first item has the keys of the same text prompt. The byte layout is a wire format, specified in
+/// docs/key-format.md with test vectors; changing any byte of it means a new tag, so keys of two formats
+/// never meet (v1 put a single media digest in the root; its keys are misses under v2, never wrong). The
+/// in-process cache keeps its own 128-bit `block_key`s (`xxh3_hasher`, `sha256_hasher`); content keys are
+/// separate and never truncated, because a store shared by a fleet cannot verify tokens the way the cache
+/// does on every hit.
 ///
 /// Every function is a pure function of its arguments: no call keeps state, so any thread may call any of
 /// them at any time. Each creates its own OpenSSL EVP digest contexts for the duration of the call.
@@ -28,6 +32,7 @@
 #include <reprise/errc.hpp>
 #include <reprise/ids.hpp>
 #include <reprise/keys/block_key.hpp>
+#include <reprise/keys/media_keys.hpp>
 #include <reprise/keys/remote_keys.hpp>
 #include <reprise/state/model_config.hpp>
 
@@ -40,6 +45,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -52,8 +58,8 @@ namespace reprise {
 
 /// The format tag at the start of every tagged message (and so, through key_{-1}, of every key). A change
 /// to any byte layout of docs/key-format.md must change it.
-inline constexpr std::string_view content_key_format = "reprise/content-key/v1";
-inline constexpr std::uint32_t content_key_format_version = 1;
+inline constexpr std::string_view content_key_format = "reprise/content-key/v2";
+inline constexpr std::uint32_t content_key_format_version = 2;
 
 // The wire format writes these enumerations as their numeric values; reordering them would silently change
 // every key. docs/key-format.md lists the same numbers.
@@ -202,17 +208,60 @@ inline errc check_block_size(const content_key_context& c, std::uint32_t block_s
   return errc{};
 }
 
-/// Appends the keys of the full blocks of `tokens`, chained from `parent`. False after a failure of OpenSSL.
+/// key_i from key_{i-1} `parent`, the block's tokens and its media digest (appended only when not empty: with
+/// B fixed by the fingerprint, the message's length tells the two forms apart). False after a failure of
+/// OpenSSL.
+inline bool chain_content_block(content_digest& d, const content_key& parent, std::span<const token_id> tokens,
+                        const media_digest& media, content_key& out) noexcept {
+  d.begin();
+  d.bytes(parent.bytes.data(), parent.bytes.size());
+  d.tokens(tokens);
+  if (!media.empty()) d.bytes(media.bytes.data(), media.bytes.size());
+  return d.finish(out.bytes);
+}
+
+/// Appends the keys of the full blocks of `tokens`, chained from `parent`, with the media items `media`
+/// (positions counted from tokens[0], which starts a block). False after a failure of OpenSSL.
 inline bool chain_full_blocks(content_digest& d, content_key parent, std::span<const token_id> tokens,
-                              std::uint32_t block_size, std::vector<content_key>& out) {
+                              std::uint32_t block_size, std::span<const media_item> media,
+                              std::vector<content_key>& out) {
   for (std::size_t b = 0; b + block_size <= tokens.size(); b += block_size) {
-    d.begin();
-    d.bytes(parent.bytes.data(), parent.bytes.size());
-    d.tokens(tokens.subspan(b, block_size));
-    if (!d.finish(parent.bytes)) return false;
+    const media_digest m = media_digest_of(media, b, b + block_size);
+    if (!chain_content_block(d, parent, tokens.subspan(b, block_size), m, parent)) return false;
     out.push_back(parent);
   }
   return true;
+}
+
+/// The checks of media items for a key: sorted by strictly increasing position, digests of at most
+/// `max_multimodal_digest_bytes` (positions past the tokens are allowed: they key no block of them).
+inline errc check_key_media(std::span<const media_item> media) noexcept {
+  const errc e = check_media(media, std::numeric_limits<std::size_t>::max());
+  return e == errc::out_of_range ? errc{} : e;
+}
+
+/// `snapshot_key` with the tail's media digest computed.
+inline result<content_key> snapshot_key_with(const content_key_context& context, const content_key& parent,
+                                             std::span<const token_id> tail, std::uint64_t position,
+                                             exactness exact, snapshot_dtypes dtypes, const media_digest& media) {
+  const std::uint32_t block_size = context.fingerprint.block_size;
+  if (block_size == 0) return failure{errc::invalid_argument};
+  if (exact != exactness::prefill_exact && exact != exactness::decode_continuation)
+    return failure{errc::invalid_argument};
+  if (!is_valid(dtypes.state) || !is_valid(dtypes.conv)) return failure{errc::invalid_argument};
+  if (tail.size() != position % block_size) return failure{errc::size_mismatch};
+  content_digest d;
+  d.begin("snapshot");
+  d.bytes(parent.bytes.data(), parent.bytes.size());
+  d.bytes(media.bytes.data(), media.bytes.size());
+  d.tokens(tail);
+  d.u64(position);
+  d.u8(static_cast<std::uint8_t>(exact));
+  d.u8(static_cast<std::uint8_t>(dtypes.state));
+  d.u8(static_cast<std::uint8_t>(dtypes.conv));
+  content_key k;
+  if (!d.finish(k.bytes)) return failure{errc::unsupported_config};
+  return k;
 }
 
 } // namespace detail
@@ -266,15 +315,15 @@ inline result<snapshot_dtypes> snapshot_dtypes::of(const model_config& config) {
   return *found;
 }
 
-/// key_{-1}: the root of every chain of `context` with the extra keys `extra`, all four of whose fields are
+/// key_{-1}: the root of every chain of `context` with the root-level extra keys of `extra`, all three
 /// hashed (a content-key match never joins what the in-process cache keeps apart). Set
 /// `extra.model_revision` alike across the fleet, or leave it 0: the model is named by the fingerprint.
+/// `extra.media` is not part of the root: media items key the blocks holding them (`block_keys`).
 ///
-/// Errors: `invalid_argument` (a context without a computed fingerprint, a multimodal digest over
-/// `max_multimodal_digest_bytes`), `unsupported_config` (OpenSSL cannot compute SHA-256).
+/// Errors: `invalid_argument` (a context without a computed fingerprint), `unsupported_config` (OpenSSL
+/// cannot compute SHA-256).
 inline result<content_key> root_key(const content_key_context& context, const extra_keys& extra) {
-  if (context.fingerprint.block_size == 0 || extra.multimodal_digest.size() > max_multimodal_digest_bytes)
-    return failure{errc::invalid_argument};
+  if (context.fingerprint.block_size == 0) return failure{errc::invalid_argument};
   detail::content_digest d;
   d.begin("root");
   d.u64(context.fleet_seed);
@@ -282,79 +331,76 @@ inline result<content_key> root_key(const content_key_context& context, const ex
   d.u64(extra.model_revision);
   d.u64(extra.lora_id);
   d.u64(extra.tenant_salt);
-  d.u8(static_cast<std::uint8_t>(extra.multimodal_digest.size()));
-  d.bytes(extra.multimodal_digest.data(), extra.multimodal_digest.size());
   content_key k;
   if (!d.finish(k.bytes)) return failure{errc::unsupported_config};
   return k;
 }
 
-/// The keys of the full blocks of `tokens`: key_0 .. key_{n-1} for n = floor(size / block_size). A partial
-/// last block has no key. The keys of a prefix's blocks are a prefix of these.
+/// The keys of the full blocks of `tokens`: key_0 .. key_{n-1} for n = floor(size / block_size), each with
+/// the media items of `extra.media` in its range. A partial last block has no key. The keys of a prefix's
+/// blocks are a prefix of these, and up to the block holding the first media item they are those of the
+/// same tokens without media.
 ///
 /// A block key names the prefill-exact KV of its prefix (what a cold chunked prefill computes): a block whose
 /// KV is `decode_continuation` may differ in its bits and is not to be published under its chain key.
 ///
 /// Errors: those of `root_key`; `invalid_argument` when `block_size` is not the fingerprint's (the engine
-/// cuts its blocks differently from the model it fingerprinted). Nothing is returned on failure.
-/// Complexity: one SHA-256 over 32 + 4B bytes per full block.
+/// cuts its blocks differently from the model it fingerprinted), or for media items out of order, at one
+/// position twice, or with a digest over `max_multimodal_digest_bytes` (items past the tokens key nothing).
+/// Nothing is returned on failure. Complexity: one SHA-256 over 32 + 4B bytes per full block, and one more
+/// per block holding media.
 inline result<std::vector<content_key>> block_keys(const content_key_context& context, const extra_keys& extra,
                                                    std::span<const token_id> tokens, std::uint32_t block_size) {
   if (const errc e = detail::check_block_size(context, block_size); e != errc{}) return failure{e};
+  if (const errc e = detail::check_key_media(extra.media); e != errc{}) return failure{e};
   const result<content_key> root = root_key(context, extra);
   if (!root) return failure{root.error()};
   std::vector<content_key> keys;
   keys.reserve(tokens.size() / block_size);
   detail::content_digest d;
-  if (!detail::chain_full_blocks(d, *root, tokens, block_size, keys)) return failure{errc::unsupported_config};
+  if (!detail::chain_full_blocks(d, *root, tokens, block_size, extra.media, keys))
+    return failure{errc::unsupported_config};
   return keys;
 }
 
 /// The keys of the full blocks of `tokens`, continuing a chain after `parent` (the key of the block just
 /// before `tokens[0]`, or key_{-1}): how keys of blocks filled later (decode, a next turn) are computed
-/// without rehashing the prefix. block_keys(t) == block_keys(t[0, kB)) followed by
-/// block_keys_after(its last key, t[kB, ...)).
+/// without rehashing the prefix. `media`: the media items in `tokens`, their positions counted from
+/// tokens[0]. block_keys(t) == block_keys(t[0, kB)) followed by block_keys_after(its last key, t[kB, ...)),
+/// with the items past kB moved down by kB.
 ///
-/// Errors: `invalid_argument` (no computed fingerprint, a block size not the fingerprint's),
-/// `unsupported_config` (OpenSSL). Nothing is returned on failure.
+/// Errors: `invalid_argument` (no computed fingerprint, a block size not the fingerprint's, media items as
+/// `block_keys` refuses them), `unsupported_config` (OpenSSL). Nothing is returned on failure.
 inline result<std::vector<content_key>> block_keys_after(const content_key_context& context,
                                                          const content_key& parent,
                                                          std::span<const token_id> tokens,
-                                                         std::uint32_t block_size) {
+                                                         std::uint32_t block_size,
+                                                         std::span<const media_item> media = {}) {
   if (const errc e = detail::check_block_size(context, block_size); e != errc{}) return failure{e};
+  if (const errc e = detail::check_key_media(media); e != errc{}) return failure{e};
   std::vector<content_key> keys;
   keys.reserve(tokens.size() / block_size);
   detail::content_digest d;
-  if (!detail::chain_full_blocks(d, parent, tokens, block_size, keys)) return failure{errc::unsupported_config};
+  if (!detail::chain_full_blocks(d, parent, tokens, block_size, media, keys)) return failure{errc::unsupported_config};
   return keys;
 }
 
 /// The key of a snapshot of the recurrent state after the first `position` tokens: `parent` is the key of
 /// the last full block before `position` (block floor(position / B) - 1), or key_{-1} when position < B,
-/// and `tail` the tokens [floor(position / B) B, position), empty at a block boundary.
+/// and `tail` the tokens [floor(position / B) B, position), empty at a block boundary. `media`: the prompt's
+/// media items (absolute positions, as `extra_keys::media`); those in [floor(position / B) B, position) key
+/// the snapshot beside the tail's tokens (earlier ones are in `parent`'s chain, later ones do not reach it).
 ///
-/// Errors: `invalid_argument` (no computed fingerprint, an `exactness` or a dtype outside its enumeration),
-/// `size_mismatch` (`tail.size() != position % B`), `unsupported_config` (OpenSSL).
+/// Errors: `invalid_argument` (no computed fingerprint, an `exactness` or a dtype outside its enumeration,
+/// media items as `block_keys` refuses them), `size_mismatch` (`tail.size() != position % B`),
+/// `unsupported_config` (OpenSSL).
 inline result<content_key> snapshot_key(const content_key_context& context, const content_key& parent,
                                         std::span<const token_id> tail, std::uint64_t position,
-                                        exactness exact, snapshot_dtypes dtypes) {
-  const std::uint32_t block_size = context.fingerprint.block_size;
-  if (block_size == 0) return failure{errc::invalid_argument};
-  if (exact != exactness::prefill_exact && exact != exactness::decode_continuation)
-    return failure{errc::invalid_argument};
-  if (!is_valid(dtypes.state) || !is_valid(dtypes.conv)) return failure{errc::invalid_argument};
-  if (tail.size() != position % block_size) return failure{errc::size_mismatch};
-  detail::content_digest d;
-  d.begin("snapshot");
-  d.bytes(parent.bytes.data(), parent.bytes.size());
-  d.tokens(tail);
-  d.u64(position);
-  d.u8(static_cast<std::uint8_t>(exact));
-  d.u8(static_cast<std::uint8_t>(dtypes.state));
-  d.u8(static_cast<std::uint8_t>(dtypes.conv));
-  content_key k;
-  if (!d.finish(k.bytes)) return failure{errc::unsupported_config};
-  return k;
+                                        exactness exact, snapshot_dtypes dtypes,
+                                        std::span<const media_item> media = {}) {
+  if (const errc e = detail::check_key_media(media); e != errc{}) return failure{e};
+  return detail::snapshot_key_with(context, parent, tail, position, exact, dtypes,
+                                   media_digest_of(media, position - tail.size(), position));
 }
 
 /// The version of the turn-end message below; a change to its layout is a new version, never a change to v1.
@@ -405,13 +451,11 @@ public:
     auto k = root_key(context_, keys);
     return k ? *k : content_key{};
   }
-  content_key chain(const content_key& parent, std::span<const token_id> block) const noexcept {
+  content_key chain(const content_key& parent, std::span<const token_id> block,
+                    const media_digest& media) const noexcept {
     detail::content_digest d;
-    d.begin();
-    d.bytes(parent.bytes.data(), parent.bytes.size());
-    d.tokens(block);
     content_key k;
-    return d.finish(k.bytes) ? k : content_key{};
+    return detail::chain_content_block(d, parent, block, media, k) ? k : content_key{};
   }
   content_key snapshot(const content_key& block, std::uint32_t position) const noexcept {
     auto k = snapshot_key(context_, block, {}, position, exactness::prefill_exact, dtypes_);

@@ -22,16 +22,17 @@ namespace reprise {
 /// A source of content keys: names what the remote tier (`policy::remote_tier`) stores, the same way in every
 /// process of a fleet.
 ///   root(extra)                key_{-1}, the chain's root, from the extra keys;
-///   chain(parent, block)       key_i = H(key_{i-1}, the B tokens of block i);
+///   chain(parent, block, media) key_i = H(key_{i-1}, the B tokens of block i, their media digest);
 ///   snapshot(block, position)  a prefill-exact snapshot at block end `position`, whose block has key `block`;
 ///   turn_end(block, boundary)  the index of a turn end at a position in [boundary, boundary + B), block end
 ///                              `boundary` having key `block` (key_{-1} at 0).
 /// Each returns all zeros when it cannot compute a key: the value is then neither stored nor fetched.
 template <class K>
 concept content_key_source = requires(const K& k, const extra_keys& extra, const content_key& key,
-                                      std::span<const token_id> block, std::uint32_t position) {
+                                      std::span<const token_id> block, const media_digest& media,
+                                      std::uint32_t position) {
   { k.root(extra) } noexcept -> std::same_as<content_key>;
-  { k.chain(key, block) } noexcept -> std::same_as<content_key>;
+  { k.chain(key, block, media) } noexcept -> std::same_as<content_key>;
   { k.snapshot(key, position) } noexcept -> std::same_as<content_key>;
   { k.turn_end(key, position) } noexcept -> std::same_as<content_key>;
 };
@@ -41,7 +42,7 @@ namespace detail {
 /// The calls of a `content_key_source`, on an object whose type is erased.
 struct content_key_calls {
   content_key (*root)(const void*, const extra_keys&) noexcept;
-  content_key (*chain)(const void*, const content_key&, std::span<const token_id>) noexcept;
+  content_key (*chain)(const void*, const content_key&, std::span<const token_id>, const media_digest&) noexcept;
   content_key (*snapshot)(const void*, const content_key&, std::uint32_t) noexcept;
   content_key (*turn_end)(const void*, const content_key&, std::uint32_t) noexcept;
 };
@@ -49,8 +50,8 @@ struct content_key_calls {
 template <content_key_source K>
 inline constexpr content_key_calls content_key_calls_of{
     [](const void* k, const extra_keys& extra) noexcept { return static_cast<const K*>(k)->root(extra); },
-    [](const void* k, const content_key& parent, std::span<const token_id> block) noexcept {
-      return static_cast<const K*>(k)->chain(parent, block);
+    [](const void* k, const content_key& parent, std::span<const token_id> block, const media_digest& media) noexcept {
+      return static_cast<const K*>(k)->chain(parent, block, media);
     },
     [](const void* k, const content_key& block, std::uint32_t position) noexcept {
       return static_cast<const K*>(k)->snapshot(block, position);
@@ -64,7 +65,7 @@ inline constexpr content_key_calls content_key_calls_of{
 
 /// A non-owning reference to a `content_key_source` of any type (`cache_options::remote_keys`); empty by
 /// default. It converts implicitly from a pointer to a source, and is used like one: `keys == nullptr`,
-/// `keys->chain(parent, block)`, `*keys`. The source must outlive every copy (the engine keeps it alive as long
+/// `keys->chain(parent, block, media)`, `*keys`. The source must outlive every copy (the engine keeps it alive as long
 /// as the cache).
 ///
 /// Complexity: a call is one indirect call; copying copies two pointers.
@@ -81,8 +82,9 @@ public:
 
   /// The source's calls. Precondition: not empty.
   content_key root(const extra_keys& extra) const noexcept { return calls_->root(object_, extra); }
-  content_key chain(const content_key& parent, std::span<const token_id> block) const noexcept {
-    return calls_->chain(object_, parent, block);
+  content_key chain(const content_key& parent, std::span<const token_id> block,
+                    const media_digest& media) const noexcept {
+    return calls_->chain(object_, parent, block, media);
   }
   content_key snapshot(const content_key& block, std::uint32_t position) const noexcept {
     return calls_->snapshot(object_, block, position);

@@ -32,7 +32,8 @@ public:
 
   std::uint64_t seed() const noexcept { return seed_; }
 
-  /// key_{-1} = SHA-256("reprise/root" || seed || extra keys).
+  /// key_{-1} = SHA-256("reprise/root" || seed || model revision || LoRA id || tenant salt). Media items are
+  /// positional and enter the blocks holding them (`chain_block`, media_keys.hpp), not the root.
   block_key root(const extra_keys& x) const noexcept {
     static constexpr char tag[] = "reprise/root";
     if (!begin()) return {};
@@ -41,11 +42,6 @@ public:
     update_u64(x.model_revision);
     update_u64(x.lora_id);
     update_u64(x.tenant_salt);
-    const std::uint8_t digest_size = static_cast<std::uint8_t>(
-        x.multimodal_digest.size() < max_multimodal_digest_bytes ? x.multimodal_digest.size()
-                                                                 : max_multimodal_digest_bytes);
-    update(&digest_size, 1);
-    update(x.multimodal_digest.data(), digest_size);
     return finish();
   }
 

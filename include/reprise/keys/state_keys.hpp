@@ -56,36 +56,43 @@ struct state_event {
 /// What names the state a cache holds for a fleet router (`cache_options::state_events`), and what the router
 /// (`routing::state_router`) hashes a prompt with: both must name state the same way.
 ///   root(extra)                              key_{-1}, the chain's root, from the extra keys;
-///   chain(parent, block)                     key_i = H(key_{i-1}, the B tokens of block i);
-///   snapshot(parent, tail, position, exact)  the snapshot key at `position` of either class, `parent`
-///                                            being key_{floor(position/B)-1} and `tail` the tokens
-///                                            [floor(position/B) B, position).
+///   chain(parent, block, media)              key_i = H(key_{i-1}, the B tokens of block i, the media
+///                                            digest of the items among them);
+///   snapshot(parent, tail, position, exact, media)
+///                                            the snapshot key at `position` of either class, `parent`
+///                                            being key_{floor(position/B)-1}, `tail` the tokens
+///                                            [floor(position/B) B, position) and `media` the digest of the
+///                                            media items among them.
 /// Each returns all zeros when it cannot compute a key (nothing is reported under it; the router scores as if
 /// nothing matched). `routing::fleet_keys` (<reprise/routing/fleet_keys.hpp>) is the content keys of
 /// docs/key-format.md.
 template <class K>
 concept state_key_source = requires(const K& k, const extra_keys& extra, const content_key& key,
-                                    std::span<const token_id> tokens, std::uint64_t position, exactness exact) {
+                                    std::span<const token_id> tokens, const media_digest& media,
+                                    std::uint64_t position, exactness exact) {
   { k.root(extra) } noexcept -> std::same_as<content_key>;
-  { k.chain(key, tokens) } noexcept -> std::same_as<content_key>;
-  { k.snapshot(key, tokens, position, exact) } noexcept -> std::same_as<content_key>;
+  { k.chain(key, tokens, media) } noexcept -> std::same_as<content_key>;
+  { k.snapshot(key, tokens, position, exact, media) } noexcept -> std::same_as<content_key>;
 };
 
 namespace detail {
 /// The calls of a `state_key_source`, on an object whose type is erased.
 struct state_key_calls {
   content_key (*root)(const void*, const extra_keys&) noexcept;
-  content_key (*chain)(const void*, const content_key&, std::span<const token_id>) noexcept;
-  content_key (*snapshot)(const void*, const content_key&, std::span<const token_id>, std::uint64_t, exactness) noexcept;
+  content_key (*chain)(const void*, const content_key&, std::span<const token_id>, const media_digest&) noexcept;
+  content_key (*snapshot)(const void*, const content_key&, std::span<const token_id>, std::uint64_t, exactness,
+                          const media_digest&) noexcept;
 };
 template <state_key_source K>
 inline constexpr state_key_calls state_key_calls_of{
     [](const void* k, const extra_keys& extra) noexcept { return static_cast<const K*>(k)->root(extra); },
-    [](const void* k, const content_key& parent, std::span<const token_id> block) noexcept {
-      return static_cast<const K*>(k)->chain(parent, block);
+    [](const void* k, const content_key& parent, std::span<const token_id> block, const media_digest& media) noexcept {
+      return static_cast<const K*>(k)->chain(parent, block, media);
     },
     [](const void* k, const content_key& parent, std::span<const token_id> tail, std::uint64_t position,
-       exactness exact) noexcept { return static_cast<const K*>(k)->snapshot(parent, tail, position, exact); },
+       exactness exact, const media_digest& media) noexcept {
+      return static_cast<const K*>(k)->snapshot(parent, tail, position, exact, media);
+    },
 };
 } // namespace detail
 
@@ -102,12 +109,13 @@ public:
 
   /// The source's calls. Precondition: not empty.
   content_key root(const extra_keys& extra) const noexcept { return calls_->root(object_, extra); }
-  content_key chain(const content_key& parent, std::span<const token_id> block) const noexcept {
-    return calls_->chain(object_, parent, block);
+  content_key chain(const content_key& parent, std::span<const token_id> block,
+                    const media_digest& media) const noexcept {
+    return calls_->chain(object_, parent, block, media);
   }
   content_key snapshot(const content_key& parent, std::span<const token_id> tail, std::uint64_t position,
-                       exactness exact) const noexcept {
-    return calls_->snapshot(object_, parent, tail, position, exact);
+                       exactness exact, const media_digest& media) const noexcept {
+    return calls_->snapshot(object_, parent, tail, position, exact, media);
   }
   constexpr explicit operator bool() const noexcept { return object_ != nullptr; }
   friend constexpr bool operator==(const state_keys_ref& r, std::nullptr_t) noexcept { return r.object_ == nullptr; }

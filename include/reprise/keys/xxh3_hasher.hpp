@@ -37,20 +37,14 @@ public:
 
   std::uint64_t seed() const noexcept { return seed_; }
 
-  /// key_{-1}: the seed and every extra key.
-  /// Complexity: O(1) (at most 32 digest bytes).
+  /// key_{-1}: the seed and the root-level extra keys (media items enter the blocks holding them,
+  /// `chain_block` of media_keys.hpp). Complexity: O(1).
   block_key root(const extra_keys& x) const noexcept {
-    std::byte buffer[3 * sizeof(std::uint64_t) + max_multimodal_digest_bytes + 1];
+    std::byte buffer[3 * sizeof(std::uint64_t)];
     std::size_t n = 0;
     put(buffer, n, &x.model_revision, sizeof x.model_revision);
     put(buffer, n, &x.lora_id, sizeof x.lora_id);
     put(buffer, n, &x.tenant_salt, sizeof x.tenant_salt);
-    const std::size_t digest = x.multimodal_digest.size() < max_multimodal_digest_bytes
-                                   ? x.multimodal_digest.size()
-                                   : max_multimodal_digest_bytes;
-    const auto digest_size = static_cast<std::uint8_t>(digest);
-    put(buffer, n, &digest_size, 1);
-    if (digest != 0) put(buffer, n, x.multimodal_digest.data(), digest);
     return to_key(XXH3_128bits_withSeed(buffer, n, seed_));
   }
 

@@ -35,12 +35,13 @@ public:
   }
 
   content_key root(const extra_keys& extra) const noexcept { return keyer_.root(extra); }
-  content_key chain(const content_key& parent, std::span<const token_id> block) const noexcept {
-    return keyer_.chain(parent, block);
+  content_key chain(const content_key& parent, std::span<const token_id> block,
+                    const media_digest& media) const noexcept {
+    return keyer_.chain(parent, block, media);
   }
   content_key snapshot(const content_key& parent, std::span<const token_id> tail, std::uint64_t position,
-                       exactness exact) const noexcept {
-    auto key = snapshot_key(context_, parent, tail, position, exact, dtypes_);
+                       exactness exact, const media_digest& media) const noexcept {
+    auto key = reprise::detail::snapshot_key_with(context_, parent, tail, position, exact, dtypes_, media);
     return key ? *key : content_key{};
   }
 

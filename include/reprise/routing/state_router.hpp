@@ -20,6 +20,7 @@
 #include <reprise/errc.hpp>
 #include <reprise/ids.hpp>
 #include <reprise/keys/block_key.hpp>
+#include <reprise/keys/media_keys.hpp>
 #include <reprise/keys/state_keys.hpp>
 #include <reprise/state/model_config.hpp>
 
@@ -365,9 +366,13 @@ public:
   /// `best_engine` is the winner by the same order over all engines; when it is over its cap the choice is
   /// another engine, and `redirected_by_load` says so.
   ///
+  /// Media items key the blocks and snapshots from their positions on, as in the engines' caches: a prompt
+  /// with an image scores the blocks before it like the same text prompt.
+  ///
   /// Errors: `size_mismatch` (loads.size() != engines), `invalid_argument` (a negative, infinite or NaN
-  /// load, a multimodal digest over max_multimodal_digest_bytes). A key the source cannot compute (all
-  /// zeros) ends the walk: what follows scores as unmatched.
+  /// load; media items out of order, at one position twice, or with a digest over
+  /// max_multimodal_digest_bytes), `out_of_range` (a media item at or past the prompt's end). A key the
+  /// source cannot compute (all zeros) ends the walk: what follows scores as unmatched.
   ///
   /// Complexity: one `chain` per prompt block up to one past the deepest block any engine holds (the walk
   /// stops when no engine holds the next block), plus one lookup per engine still matching at each block;
@@ -382,7 +387,7 @@ public:
       if (!std::isfinite(load) || load < 0) return failure{errc::invalid_argument};
       total += load;
     }
-    if (extra.multimodal_digest.size() > max_multimodal_digest_bytes) return failure{errc::invalid_argument};
+    if (const errc e = check_media(extra.media, prompt.size()); e != errc{}) return failure{e};
     score(prompt, extra);
     return choose(loads, total);
   }
@@ -452,7 +457,8 @@ private:
     std::size_t walking = walking_.size();
     const std::uint64_t blocks = limit / block;
     for (std::uint64_t i = 0; i < blocks && walking != 0; ++i) {
-      const content_key key = keys_->chain(chain_[i], prompt.subspan(i * block, block));
+      const media_digest media = media_digest_of(extra.media, i * block, (i + 1) * block);
+      const content_key key = keys_->chain(chain_[i], prompt.subspan(i * block, block), media);
       if (key == content_key{}) break;
       chain_[i + 1] = key;
       std::size_t kept = 0;
@@ -469,7 +475,7 @@ private:
       for (std::uint32_t e = 0; e < options_.engines; ++e) usable_[e] = matched_[e] * block;
     } else {
       confirmed_.clear();
-      for (std::uint32_t e = 0; e < options_.engines; ++e) usable_[e] = deepest_snapshot(e, prompt, limit);
+      for (std::uint32_t e = 0; e < options_.engines; ++e) usable_[e] = deepest_snapshot(e, prompt, extra.media, limit);
     }
     for (std::uint32_t e = 0; e < options_.engines; ++e) matched_[e] *= block;
   }
@@ -477,7 +483,8 @@ private:
   /// The deepest position <= limit at which engine e holds a snapshot of the prompt and every block before
   /// it, 0 if none. matched_[e] is still its block count. Snapshots at positions in [jB, (j+1)B) have parent
   /// key_{j-1} = chain_[j] and need blocks 0 .. j-1: boundaries j = matched_[e] .. 0, the deepest first.
-  std::uint64_t deepest_snapshot(engine_id e, std::span<const token_id> prompt, std::uint64_t limit) noexcept {
+  std::uint64_t deepest_snapshot(engine_id e, std::span<const token_id> prompt, std::span<const media_item> media,
+                                 std::uint64_t limit) noexcept {
     const detail::engine_index& index = *indexes_[e];
     const std::uint64_t block = options_.block_size;
     for (std::uint64_t j = matched_[e] + 1; j-- > 0;) {
@@ -486,7 +493,7 @@ private:
       std::uint64_t best = 0;
       index.for_each_snapshot_under(chain_[j], [&](const detail::state_entry& s) {
         if (s.position < first || s.position > last || s.position <= best || !accepts(s.exact)) return;
-        const content_key key = snapshot_of(j, s.position, s.exact, prompt);
+        const content_key key = snapshot_of(j, s.position, s.exact, prompt, media);
         if (key != content_key{} && index.find(state_kind::snapshot, key, s.exact) != nullptr) best = s.position;
       });
       if (best != 0) return best;
@@ -495,12 +502,13 @@ private:
   }
 
   /// The prompt's snapshot key at `position` (in block j) of class `exact`, computed once per route.
-  content_key snapshot_of(std::uint64_t j, std::uint64_t position, exactness exact,
-                          std::span<const token_id> prompt) noexcept {
+  content_key snapshot_of(std::uint64_t j, std::uint64_t position, exactness exact, std::span<const token_id> prompt,
+                          std::span<const media_item> media) noexcept {
     for (const confirmed_snapshot& c : confirmed_)
       if (c.position == position && c.exact == exact) return c.key;
     const std::uint64_t start = j * options_.block_size;
-    const content_key key = keys_->snapshot(chain_[j], prompt.subspan(start, position - start), position, exact);
+    const content_key key = keys_->snapshot(chain_[j], prompt.subspan(start, position - start), position, exact,
+                                            media_digest_of(media, start, position));
     if (confirmed_.size() < confirmed_.capacity()) confirmed_.push_back({position, exact, key});
     return key;
   }
