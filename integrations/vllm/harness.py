@@ -29,9 +29,10 @@ class Conversation:
 
 
 def engine(model: str, mode: str, kv_cache_bytes: int = 1 << 30, max_num_seqs: int = 4, max_model_len: int = 4096,
-           num_blocks: int | None = None, **options):
+           num_blocks: int | None = None, engine_args: dict | None = None, **options):
     """mode: 'off', 'vllm' (vLLM's own prefix caching) or a Reprise policy ('strict', 'chat'). num_blocks: vLLM's
-    KV cache blocks (num_gpu_blocks_override), all groups together; None: what kv_cache_bytes holds."""
+    KV cache blocks (num_gpu_blocks_override), all groups together; None: what kv_cache_bytes holds. engine_args:
+    further arguments of vLLM's LLM (enable_lora, enable_prompt_embeds, ...)."""
     import json
 
     from vllm import LLM
@@ -44,6 +45,7 @@ def engine(model: str, mode: str, kv_cache_bytes: int = 1 << 30, max_num_seqs: i
               max_num_seqs=max_num_seqs,
               gpu_memory_utilization=0.1, kv_cache_memory_bytes=kv_cache_bytes, seed=0,
               enable_prefix_caching=mode == "vllm", max_num_batched_tokens=8192, num_gpu_blocks_override=num_blocks)
+    kw.update(engine_args or {})
     if mode not in ("off", "vllm"):
         import reprise.vllm
 
@@ -138,3 +140,19 @@ def conversations(n: int, turns: int, system_prompts: int, seed: int, system_tok
 def fresh(convs: list[Conversation]) -> list[Conversation]:
     """The same conversations with no turn served yet."""
     return [Conversation(c.system, c.users, c.reply_tokens) for c in convs]
+
+
+def generate_one(llm, prompt, max_tokens: int, lora=None, cache_salt: str | None = None) -> tuple[Turn, tuple]:
+    """One request on its own: `prompt` is token ids or a tensor of prompt embeddings [tokens, hidden]; `lora` a
+    vLLM LoRARequest. Returns its turn and (token ids, log-probabilities) for comparisons."""
+    from vllm.inputs import EmbedsPrompt, TokensPrompt
+
+    if isinstance(prompt, list):
+        p, n = TokensPrompt(prompt_token_ids=prompt), len(prompt)
+    else:
+        p, n = EmbedsPrompt(prompt_embeds=prompt), int(prompt.shape[0])
+    if cache_salt is not None:
+        p["cache_salt"] = cache_salt
+    out = llm.generate([p], [params(max_tokens)], lora_request=lora, use_tqdm=False)[0]
+    turn = _turn(out, n)
+    return turn, (turn.tokens, turn.logprobs)

@@ -20,15 +20,16 @@ def _write(path: str, seed: int, make) -> str:
     return path
 
 
-def write_granite_hybrid(path: str, seed: int = 0) -> str:
+def write_granite_hybrid(path: str, seed: int = 0, experts: int = 4) -> str:
     """GraniteMoeHybrid: hidden 256, 6 layers (Mamba2 x2, attention, Mamba2 x2, attention), vocab 1024, fp32.
-    Mamba2: 8 heads of 64, state 64, one group, conv width 4, chunk 64."""
+    Mamba2: 8 heads of 64, state 64, one group, conv width 4, chunk 64. `experts` 0: a dense MLP (shared only), as
+    vLLM's CPU build runs LoRA adapters (its LoRA MoE path is a Triton kernel)."""
     import torch
     from transformers import GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM
 
     return _write(path, seed, lambda: GraniteMoeHybridForCausalLM(GraniteMoeHybridConfig(
         vocab_size=VOCAB, hidden_size=256, intermediate_size=512, num_hidden_layers=6, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=4096, num_local_experts=4, num_experts_per_tok=2,
+        num_key_value_heads=2, max_position_embeddings=4096, num_local_experts=experts, num_experts_per_tok=2,
         shared_intermediate_size=256,
         layer_types=["mamba", "mamba", "attention", "mamba", "mamba", "attention"],
         mamba_n_heads=8, mamba_n_groups=1, mamba_d_state=64, mamba_d_head=64, mamba_d_conv=4, mamba_expand=2,
@@ -49,3 +50,72 @@ def write_qwen3_next(path: str, seed: int = 0) -> str:
         num_experts=4, mlp_only_layers=[0, 1, 2],
         layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"],
         bos_token_id=1, eos_token_id=2, pad_token_id=0, dtype="bfloat16")).to(torch.bfloat16))
+
+
+def write_lora(model: str, path: str, seed: int, rank: int = 8) -> str:
+    """A random LoRA adapter (PEFT's layout: adapter_config.json + adapter_model.safetensors) for the attention
+    projections of the checkpoint at `model`, strong enough to change its outputs (PEFT starts B at zero: no change)."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    if os.path.exists(os.path.join(path, "adapter_config.json")):
+        return path
+    with open(os.path.join(model, "config.json")) as f:
+        config = json.load(f)
+    hidden, heads = config["hidden_size"], config["num_attention_heads"]
+    head = config.get("head_dim") or hidden // heads
+    kv = config["num_key_value_heads"] * head
+    shapes = {"q_proj": (hidden, heads * head), "k_proj": (hidden, kv), "v_proj": (hidden, kv),
+              "o_proj": (heads * head, hidden)}
+    layers = [i for i, kind in enumerate(config["layer_types"]) if kind in ("attention", "full_attention")]
+    g = torch.Generator().manual_seed(seed)
+    tensors = {}
+    for i in layers:
+        for name, (n_in, n_out) in shapes.items():
+            stem = f"base_model.model.model.layers.{i}.self_attn.{name}"
+            tensors[f"{stem}.lora_A.weight"] = torch.randn(rank, n_in, generator=g) * 0.2
+            tensors[f"{stem}.lora_B.weight"] = torch.randn(n_out, rank, generator=g) * 0.2
+    os.makedirs(path, exist_ok=True)
+    save_file(tensors, os.path.join(path, "adapter_model.safetensors"))
+    with open(os.path.join(path, "adapter_config.json"), "w") as f:
+        json.dump({"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": rank, "lora_alpha": rank,
+                   "target_modules": list(shapes), "bias": "none", "base_model_name_or_path": model}, f)
+    return path
+
+
+#: Special tokens of the test tokenizer (ids 0-5); words w6 .. w1023 are the other ids.
+SPECIALS = ["<pad>", "<s>", "</s>", "<|system|>", "<|user|>", "<|assistant|>"]
+
+#: A chat template in the shape real ones have: a role marker before each message, the assistant's marker as the
+#: generation prompt.
+CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} {% endfor %}"
+                 "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+def write_tokenizer(path: str) -> str:
+    """A word-level tokenizer over the checkpoints' 1024 ids (text 'w17 w400' is ids [17, 400]) with a chat
+    template, written next to a checkpoint so that vLLM's OpenAI server serves it with text and chat messages."""
+    import json
+
+    from tokenizers import Tokenizer, pre_tokenizers
+    from tokenizers.models import WordLevel
+
+    if os.path.exists(os.path.join(path, "tokenizer.json")):
+        return path
+    vocab = {t: i for i, t in enumerate(SPECIALS)}
+    vocab.update({f"w{i}": i for i in range(len(SPECIALS), VOCAB)})
+    tok = Tokenizer(WordLevel(vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.add_special_tokens(SPECIALS)
+    tok.save(os.path.join(path, "tokenizer.json"))
+    with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
+                   "pad_token": "<pad>", "model_max_length": 4096, "chat_template": CHAT_TEMPLATE}, f)
+    return path
+
+
+def words(ids) -> str:
+    """The text of word ids (>= 6) for the test tokenizer."""
+    return " ".join(f"w{i}" for i in ids)

@@ -11,4 +11,4 @@ python="$("$root/scripts/fetch-vllm.sh" | tail -n 1)"
 cd "$root/integrations/vllm"
 # In-process engines (bitwise reproducible); the package and its entry points (reprise.vllm.plugin) from the build.
 export VLLM_ENABLE_V1_MULTIPROCESSING=0 PYTHONPATH="$package" PYTHONDONTWRITEBYTECODE=1
-exec "$python" -m pytest -q -s -p no:cacheprovider test_vllm_connector.py "$@"
+exec "$python" -m pytest -q -s -p no:cacheprovider test_vllm_connector.py test_vllm_server.py "$@"

@@ -217,3 +217,305 @@ def test_preemption_keeps_strict_bitwise_caching_off(granite):
 #: vLLM blocks (256 tokens, every KV cache group together: a request holds one per recurrent group besides its
 #: attention blocks) for test_preemption_keeps_strict_bitwise_caching_off.
 PREEMPT_BLOCKS = 14
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Keys: a request restores only state computed under its own adapter, cache salt, media, embeddings and weights
+
+
+KEY_PROMPT = [3 + (11 * i) % 1000 for i in range(700)]
+
+
+@pytest.fixture(scope="module")
+def granite_dense(tmp_path_factory):
+    return models.write_granite_hybrid(str(tmp_path_factory.mktemp("granite-dense")), experts=0)
+
+
+@pytest.fixture(scope="module")
+def loras(granite_dense, tmp_path_factory):
+    return [models.write_lora(granite_dense, str(tmp_path_factory.mktemp(f"lora{i}")), seed=i) for i in range(2)]
+
+
+def _lora_request(loras, i):
+    from vllm.lora.request import LoRARequest
+
+    return LoRARequest(f"adapter-{i}", i + 1, loras[i])
+
+
+LORA_ARGS = {"enable_lora": True, "max_lora_rank": 8, "max_loras": 2}
+
+
+def test_lora_adapters_share_nothing(granite_dense, loras):
+    """The same token ids without an adapter, then under adapter 0, then adapter 1: each first request under a new
+    adapter computes its whole prompt and equals its cold run (an engine with the connector that has cached
+    nothing) bit for bit; a repeat under the same adapter hits and equals it too.
+
+    The cold runs are the connector's own, not caching off's: strict ends a prefill step at its capture position,
+    and vLLM's CPU LoRA path is not split-invariant there (its outputs under an adapter depend on where the prefill
+    steps end, where the base model's do not); the comparison with caching off is printed."""
+    def lora(i):
+        return None if i is None else _lora_request(loras, i)
+
+    cold, off = {}, {}
+    llm = harness.engine(granite_dense, "off", engine_args=LORA_ARGS)
+    for i in (None, 0, 1):
+        off[i] = harness.generate_one(llm, KEY_PROMPT, 8, lora=lora(i))[1]
+    del llm
+    gc.collect()
+    for i in (None, 0, 1):
+        llm = harness.engine(granite_dense, "strict", engine_args=LORA_ARGS)
+        turn, cold[i] = harness.generate_one(llm, KEY_PROMPT, 8, lora=lora(i))
+        assert turn.cached_tokens == 0
+        del llm
+        gc.collect()
+    assert cold[None] != cold[0] and cold[0] != cold[1], "the adapters do not change the outputs: nothing tested"
+    llm = harness.engine(granite_dense, "strict", engine_args=LORA_ARGS)
+    seen = []
+    for i in (None, 0, 1, 0, None):
+        turn, out = harness.generate_one(llm, KEY_PROMPT, 8, lora=lora(i))
+        seen.append((i, turn.cached_tokens, out == cold[i]))
+    harness.connector(llm).cache.check_invariants()
+    del llm
+    gc.collect()
+    print(f"\nLoRA (adapter, cached tokens, equal to its cold run): {seen}; cold runs equal to caching off: "
+          f"{ {i: cold[i] == off[i] for i in cold} }, greedy tokens equal: {[cold[i][0] == off[i][0] for i in cold]}")
+    assert [c for _, c, _ in seen[:3]] == [0, 0, 0]
+    assert all(c > 0 for _, c, _ in seen[3:])
+    assert all(equal for _, _, equal in seen)
+    assert cold[None] == off[None]
+
+
+def test_cache_salts_share_nothing(granite, granite_key_cold):
+    """Tenants: the same token ids under cache_salt 'tenant-a', then 'tenant-b', then no salt compute their whole
+    prompts; 'tenant-a' again hits. Every output equals caching off."""
+    llm = harness.engine(granite, "strict")
+    seen = []
+    for salt in ("tenant-a", "tenant-b", None, "tenant-a"):
+        turn, out = harness.generate_one(llm, KEY_PROMPT, 8, cache_salt=salt)
+        seen.append((salt, turn.cached_tokens, out == granite_key_cold))
+    del llm
+    gc.collect()
+    print(f"\ncache salts (salt, cached tokens, equal to caching off): {seen}")
+    assert [c for _, c, _ in seen[:3]] == [0, 0, 0] and seen[3][1] > 0
+    assert all(equal for _, _, equal in seen)
+
+
+@pytest.fixture(scope="module")
+def granite_key_cold(granite):
+    llm = harness.engine(granite, "off")
+    out = harness.generate_one(llm, KEY_PROMPT, 8)[1]
+    del llm
+    gc.collect()
+    return out
+
+
+def test_reset_cache_restores_nothing_cached_before(granite, granite_key_cold):
+    """vLLM resets its caches on weight updates, sleep / wake-up and cache clears, connector included: the prompt
+    that hit before the reset computes everything after it, then hits again."""
+    llm = harness.engine(granite, "strict")
+    cached = [harness.generate_one(llm, KEY_PROMPT, 8)[0].cached_tokens for _ in range(2)]
+    assert llm.reset_prefix_cache(reset_connector=True)
+    after = [harness.generate_one(llm, KEY_PROMPT, 8) for _ in range(2)]
+    c = harness.connector(llm)
+    c.cache.check_invariants()
+    resets = c.metrics()["vllm_cache_resets"]
+    del llm
+    gc.collect()
+    assert cached[0] == 0 and cached[1] > 0
+    assert [t.cached_tokens for t, _ in after][0] == 0 and after[1][0].cached_tokens > 0 and resets == 1
+    assert all(out == granite_key_cold for _, out in after)
+
+
+def test_prompt_embeddings_are_keyed_by_their_values(granite):
+    """Prompt embeddings reach vLLM with placeholder token ids (all 0): two prompts of different embeddings must not
+    hit each other; the same embeddings again hit. Outputs equal caching off."""
+    import torch
+
+    g = torch.Generator().manual_seed(5)
+    embeds = [torch.randn(300, 256, generator=g) * 0.05 for _ in range(2)]
+    args = {"enable_prompt_embeds": True}
+    llm = harness.engine(granite, "off", engine_args=args)
+    cold = [harness.generate_one(llm, e, 8)[1] for e in embeds]
+    del llm
+    gc.collect()
+    assert cold[0] != cold[1]
+    llm = harness.engine(granite, "strict", engine_args=args)
+    seen = [harness.generate_one(llm, embeds[i], 8) for i in (0, 1, 0)]
+    del llm
+    gc.collect()
+    print(f"\nprompt embeddings: cached tokens {[t.cached_tokens for t, _ in seen]}")
+    assert [t.cached_tokens for t, _ in seen][:2] == [0, 0] and seen[2][0].cached_tokens > 0
+    assert [out for _, out in seen] == [cold[0], cold[1], cold[0]]
+
+
+def test_media_keys_apply_from_their_position(granite):
+    """Multimodal items key the blocks from their placeholder's offset on (vLLM's mm identifier at its offset):
+    the keys a request gets, admitted into a PrefixCache of the connector's geometry. Prompts with the same
+    placeholder token ids share the text before the first item; past it, only the same item at the same offset."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    import reprise
+    from reprise.vllm.connector import RequestKeys
+
+    def request(items):
+        return SimpleNamespace(lora_request=None, cache_salt=None, prompt_embeds=None,
+                               mm_features=[SimpleNamespace(identifier=i, mm_position=SimpleNamespace(offset=o,
+                                            length=64)) for i, o in items])
+
+    config = reprise.ModelConfig.from_hf_config(_hf_config(granite), block_size=16)
+    keys = RequestKeys(16)
+    assert keys.media(request([("img-a", 130), ("img-b", 40)]))[0][0] == 40   # position order
+    tokens = np.asarray(KEY_PROMPT[:400], dtype=np.int32)
+    cases = {"text": [], "a@130": [("img-a", 130)], "b@130": [("img-b", 130)], "a@200": [("img-a", 200)]}
+    found = {}
+    for name, items in cases.items():
+        cache = reprise.PrefixCache(config, "strict", kv_blocks=256, max_sequences=4, snapshot_budget_bytes=64 << 20)
+        plan = cache.admit(0, tokens, keys.of(request(cases["a@130"])))
+        cache.commit(0, len(tokens), np.asarray([p for p, _ in plan.captures.tolist()], dtype=np.int64))
+        cache.finish(0)
+        found[name] = cache.admit(1, tokens, keys.of(request(items))).kv_matched_tokens
+        cache.check_invariants()
+    print(f"\nmedia keys: KV-matched tokens against a prompt with img-a at 130: {found}")
+    # (a match stops one token short of the prompt's end: at least one token is computed for the logits)
+    assert found == {"text": 128, "a@130": (len(tokens) - 1) // 16 * 16, "b@130": 128, "a@200": 128}
+
+
+def _hf_config(model):
+    import json
+    import os
+
+    with open(os.path.join(model, "config.json")) as f:
+        return json.load(f)
+
+
+def test_chat_keeps_the_turn_end_of_an_aborted_reply(granite):
+    """vLLM aborts a request whose reply ends on a stop string (its detokenizer finds the string after the step that
+    sampled it) and one whose client went away. The state then holds the prompt and every reply token but the last,
+    as at a stop: under chat the turn end is kept, and the next turn extending the reply restores it."""
+    from vllm.inputs import TokensPrompt
+
+    llm = harness.engine(granite, "chat")
+    e = llm.llm_engine
+    c = harness.connector(llm)
+    prompt = KEY_PROMPT[:300]
+    e.add_request("turn-1", TokensPrompt(prompt_token_ids=prompt), harness.params(200))
+    reply: list[int] = []
+    while len(reply) < 12:
+        for out in e.step():
+            reply = list(out.outputs[0].token_ids)
+    e.abort_request(["turn-1"], internal=False)
+    assert c.has_pending_block_frees()   # the turn end, copied out of the request's state block by the next step
+    e.step()   # (the engine steps while a finished request's blocks are held; the next turn comes after)
+    turn, _ = harness.generate_one(llm, prompt + reply + [5, 6, 7], 4)
+    c.cache.check_invariants()
+    assert not c._seqs
+    del llm
+    gc.collect()
+    assert turn.cached_tokens == len(prompt) + len(reply) - 1
+
+
+def test_an_unsupported_vllm_is_left_alone_and_the_connector_refuses(granite, monkeypatch):
+    """vLLM loads general plugins in every process, without catching: under a release Reprise does not support, the
+    plugin warns and patches nothing (vLLM keeps working without the connector), and the connector refuses to
+    start with a message naming both versions."""
+    import vllm
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    import reprise.vllm.plugin as plugin
+
+    init = Scheduler.__init__
+    monkeypatch.setattr(vllm, "__version__", "0.33.0")
+    monkeypatch.setattr(plugin, "_patched", False)
+    assert plugin.register() is False
+    assert Scheduler.__init__ is init
+    llm = harness.engine(granite, "off")   # vLLM itself still starts
+    del llm
+    gc.collect()
+    with pytest.raises(Exception, match="vLLM 0.33.0 is installed"):
+        harness.engine(granite, "strict")
+
+
+def test_a_budget_cut_prefill_step_ends_on_the_grid(granite):
+    """Two prompts admitted together under a token budget of 100 per step: the first takes 64 (100 rounded down to
+    the 64-token alignment), and the second, with 36 left, waits for the next step instead of running 36 tokens
+    (vLLM's own aligned split does the same): every prefill step of either request ends on the alignment grid or at
+    the prompt's end, where strict's captures and later hits sit prefill-exact on every kernel, including those that
+    chunk on the absolute grid."""
+    from vllm.inputs import TokensPrompt
+
+    prompts = [KEY_PROMPT[:300], KEY_PROMPT[100:400]]
+    llm = harness.engine(granite, "strict", engine_args={"max_num_batched_tokens": 100, "max_model_len": 1024})
+    unit = harness.connector(llm).geometry.config.alignment
+    steps = harness.record_batches(llm)
+    llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], harness.params(4), use_tqdm=False)
+    del llm
+    gc.collect()
+    done = [0, 0]
+    ends = []
+    for step in steps:
+        for r, n in step:
+            if done[r] < len(prompts[r]):
+                done[r] += n
+                ends.append((r, done[r]))
+    print(f"\nprefill step ends (request, position) at alignment {unit}: {ends}")
+    assert unit == 64
+    assert all(end % unit == 0 or end >= len(prompts[r]) - 1 for r, end in ends)
+    assert len([e for e in ends if e[0] == 1]) > 1, "the second prompt was never cut: nothing tested"
+
+
+def test_no_scheduler_hook_stops_the_engine(granite, granite_key_cold, monkeypatch):
+    """vLLM taking part of an external hit (the recurrent state exists at the offered position only) is a load that
+    cannot be served: the connector reports it through vLLM's load-error path (here kv_load_failure_policy
+    'recompute': vLLM computes the prompt again) instead of raising in the scheduler, which would stop the engine."""
+    from reprise.vllm.connector import RepriseConnector
+
+    update = RepriseConnector.update_state_after_alloc
+
+    def takes_part(self, request, blocks, num_external_tokens):
+        return update(self, request, blocks, max(0, num_external_tokens - 16))
+
+    llm = harness.engine(granite, "strict")
+    c = harness.connector(llm)
+    first = harness.generate_one(llm, KEY_PROMPT, 8)
+    monkeypatch.setattr(RepriseConnector, "update_state_after_alloc", takes_part)
+    config = llm.llm_engine.vllm_config.kv_transfer_config
+    monkeypatch.setattr(config, "kv_load_failure_policy", "recompute")
+    second = harness.generate_one(llm, KEY_PROMPT, 8)
+    monkeypatch.undo()
+    third = harness.generate_one(llm, KEY_PROMPT, 8)
+    c.cache.check_invariants()
+    errors = c.load_errors
+    del llm
+    gc.collect()
+    print(f"\nload errors {errors}; cached tokens {first[0].cached_tokens}, {second[0].cached_tokens}, "
+          f"{third[0].cached_tokens}")
+    assert errors == 1 and first[1] == second[1] == third[1] == granite_key_cold
+    assert third[0].cached_tokens > 0
+
+
+def test_a_query_holds_nothing_past_its_step(granite):
+    """vLLM asks for a request's external hit each step it considers the request and may then not schedule it (no
+    KV blocks left, the token budget spent): Reprise holds a sequence only for requests vLLM scheduled."""
+    from vllm.inputs import TokensPrompt
+
+    llm = harness.engine(granite, "strict", num_blocks=PREEMPT_BLOCKS, max_model_len=1024)
+    c = harness.connector(llm)
+    e = llm.llm_engine
+    scheduler = e.engine_core.engine_core.scheduler
+    for n in range(4):
+        e.add_request(f"q{n}", TokensPrompt(prompt_token_ids=[5 + n] * 40 + KEY_PROMPT[:260]), harness.params(100))
+    waited = 0
+    while e.has_unfinished_requests():
+        e.step()
+        running = {r.request_id for r in scheduler.running}
+        waited += bool(scheduler.waiting)
+        assert set(c._seqs) <= running
+        assert c.cache.metrics()["live_sequences"] == len(c._seqs)
+    c.cache.check_invariants()
+    queries = c.unscheduled_queries
+    del llm
+    gc.collect()
+    print(f"\n{queries} queries of requests vLLM did not schedule, released; {waited} steps with requests waiting")
+    assert waited > 0 and queries > 0

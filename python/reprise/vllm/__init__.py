@@ -6,8 +6,10 @@ takes its reuse decisions from :class:`reprise.PrefixCache` and whose worker sid
 recurrent state (conv window + SSM / delta-rule matrix) between vLLM's cache tensors and Reprise's own pools with
 torch, on whatever device vLLM runs. :func:`kv_transfer_config` builds the ``kv_transfer_config`` that loads it.
 
-:mod:`reprise.vllm.plugin` is a ``vllm.general_plugins`` entry point: it refuses any vLLM but the tested version
-and lets the connector end a prefill step where Reprise captures a snapshot (one attribute of vLLM's scheduler).
+:mod:`reprise.vllm.plugin` is a ``vllm.general_plugins`` entry point: it lets the connector end a prefill step where
+Reprise captures a snapshot (one attribute of vLLM's scheduler). Under a vLLM release it does not support it warns
+and changes nothing (vLLM loads general plugins in every process, connector or not); the connector itself then
+refuses to start.
 
 Importing this package does not import vLLM; :mod:`reprise.vllm.connector` does.
 """
@@ -16,7 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-#: The vLLM release the connector and the scheduler patch were written and tested against.
+#: The vLLM release the connector and the scheduler patch were written and tested against. Its patch releases and
+#: local builds (``0.32.1``, ``0.32.0+cpu``) are accepted; other releases and pre-releases are not.
 VLLM_VERSION = "0.32.0"
 
 #: kv_connector_extra_config keys the connector reads, with their defaults.
@@ -48,9 +51,19 @@ class VersionMismatch(RuntimeError):
     """The installed vLLM is not the release the connector was tested with."""
 
 
+def supported_vllm_version(version: str) -> bool:
+    """Whether `version` is :data:`VLLM_VERSION`'s release series: the same major and minor version, a final release
+    (any patch level, any local label such as ``+cpu``), not a pre- or development release."""
+    import re
+
+    m = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)(\+[A-Za-z0-9.]+)?", version)
+    want = VLLM_VERSION.split(".")
+    return m is not None and (m.group(1), m.group(2)) == (want[0], want[1]) and int(m.group(3)) >= int(want[2])
+
+
 def check_vllm_version(version: str) -> None:
-    """Raises VersionMismatch unless `version` is :data:`VLLM_VERSION`."""
-    if version != VLLM_VERSION:
+    """Raises VersionMismatch unless :func:`supported_vllm_version`."""
+    if not supported_vllm_version(version):
         raise VersionMismatch(
             f"reprise.vllm: vLLM {version} is installed, but the connector and its scheduler patch were written "
             f"and tested against vLLM {VLLM_VERSION} only (scripts/fetch-vllm.sh installs it); the scheduler "

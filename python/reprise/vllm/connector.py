@@ -29,6 +29,7 @@ decoding, one worker (tensor / pipeline parallel 1).
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
 import time
@@ -45,6 +46,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorRole,
     SupportsHMA,
 )
+from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorPromMetrics, KVConnectorStats
 from vllm.logger import init_logger
 from vllm.v1.kv_cache_interface import AttentionSpec, MambaSpec
 from vllm.v1.request import RequestStatus
@@ -160,6 +162,142 @@ class Geometry:
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# Keys: what else, besides the token ids, vLLM's own prefix caching keys a request by
+
+
+def _key64(label: bytes, *parts: bytes) -> int:
+    """A nonzero 64-bit key: the first 8 bytes of SHA-256 over a label and length-prefixed parts (0 means "none" in
+    Reprise's extra keys, so a value that hashes to 0 becomes 1)."""
+    h = hashlib.sha256(label)
+    for part in parts:
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    return int.from_bytes(h.digest()[:8], "little") or 1
+
+
+def _tensor_bytes(t: torch.Tensor) -> bytes:
+    """A tensor's raw bytes (the bytes vLLM hashes for prompt embeddings: flattened, contiguous, on the host)."""
+    return t.flatten().cpu().contiguous().view(torch.uint8).numpy().tobytes()
+
+
+class RequestKeys:
+    """A request's Reprise extra keys, from what vLLM 0.32's prefix caching folds into its block hashes
+    (``generate_block_hash_extra_keys`` in vllm/v1/core/kv_cache_utils.py), so that no request ever restores state
+    another computation produced:
+
+    - the LoRA adapter (its name and path, as vLLM keys it) -> ``lora_id``; a request without one is 0;
+    - ``cache_salt`` -> ``tenant_salt``: different salts share nothing, not even a first block;
+    - each multimodal item's identifier at its placeholder's offset -> a media item at that position: the prefix
+      before the first item is shared with text requests, past it only the same item at the same position;
+    - prompt embeddings: a digest of each Reprise block's embeddings -> a media item at the block's start (vLLM
+      digests its own blocks the same way; placeholder token ids alone would let any two such prompts hit);
+    - the weights: ``reset_cache`` (vLLM calls it on weight updates, sleep / wake-up and cache clears) moves every
+      later request to a new ``model_revision``, so nothing cached before is restored again.
+    """
+
+    def __init__(self, block_size: int):
+        self.block_size = block_size
+        self.revision = 0
+
+    def of(self, request: Request) -> reprise.ExtraKeys:
+        lora = getattr(request, "lora_request", None)
+        lora_id = 0 if lora is None else _key64(b"reprise.vllm/lora", str(lora.lora_name).encode(),
+                                                 str(lora.lora_path).encode())
+        salt = getattr(request, "cache_salt", None)
+        tenant = _key64(b"reprise.vllm/cache-salt", salt.encode()) if salt else 0
+        return reprise.ExtraKeys(model_revision=self.revision, lora_id=lora_id, tenant_salt=tenant,
+                                 media=self.media(request))
+
+    def media(self, request: Request) -> list[tuple[int, bytes]]:
+        """(position, 32-byte digest) items in position order; a position with several (an item and an embedding
+        block starting there) gets one digest of them all."""
+        at: dict[int, list[bytes]] = defaultdict(list)
+        for feature in getattr(request, "mm_features", None) or ():
+            at[int(feature.mm_position.offset)].append(
+                hashlib.sha256(b"reprise.vllm/mm\0" + str(feature.identifier).encode()).digest())
+        embeds = getattr(request, "prompt_embeds", None)
+        if embeds is not None:
+            B = self.block_size
+            for start in range(0, int(embeds.shape[0]), B):
+                at[start].append(hashlib.sha256(b"reprise.vllm/embeds\0" +
+                                                _tensor_bytes(embeds[start:start + B])).digest())
+        out = []
+        for position in sorted(at):
+            digests = at[position]
+            out.append((position, digests[0] if len(digests) == 1 else hashlib.sha256(b"".join(digests)).digest()))
+        return out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Figures: Reprise's metrics in vLLM's stats (KVConnectorStats) and Prometheus metrics (vllm:reprise_*)
+
+#: The figures the connector reports: name -> (kind, what). Counters count since the engine started; gauges are the
+#: current occupancy. Prometheus names are ``vllm:reprise_<name>`` (counters with prometheus_client's ``_total``).
+FIGURES: dict[str, tuple[str, str]] = {
+    "prompt_tokens": ("counter", "prompt tokens of the requests the connector admitted"),
+    "computed_prompt_tokens": ("counter", "prompt tokens vLLM computed for them"),
+    "skipped_tokens": ("counter", "prompt tokens whose prefill a restore skipped"),
+    "kv_matched_tokens": ("counter", "prompt tokens whose KV blocks were cached"),
+    "tokens_lost_to_missing_snapshot": ("counter", "KV-matched tokens recomputed for want of a snapshot to restore"),
+    "snapshot_restores": ("counter", "requests that restored a snapshot"),
+    "snapshots_captured": ("counter", "snapshots captured and published"),
+    "captures_refused": ("counter", "captures not planned or dropped (no slot, a step not ending there)"),
+    "kv_evictions": ("counter", "cached KV blocks evicted"),
+    "snapshot_evictions": ("counter", "snapshots evicted (least recently used, expired or invalidated)"),
+    "untracked_requests": ("counter", "requests served without the connector (larger than its budgets)"),
+    "cache_resets": ("counter", "cache resets (weight updates, sleep, cache clears)"),
+    "kv_bytes_held": ("gauge", "bytes of the cached KV blocks"),
+    "kv_pool_bytes": ("gauge", "bytes of Reprise's KV pool"),
+    "snapshot_bytes_held": ("gauge", "bytes of the published snapshots"),
+    "snapshot_pool_bytes": ("gauge", "bytes of Reprise's snapshot slots"),
+}
+
+
+@dataclass
+class RepriseStats(KVConnectorStats):
+    """One interval's figures: counters as increments over the interval, gauges as their last value."""
+
+    def reset(self):
+        self.data = {}
+
+    def aggregate(self, other: KVConnectorStats) -> KVConnectorStats:
+        for name, value in other.data.items():
+            counter = FIGURES.get(name, ("counter",))[0] == "counter"
+            self.data[name] = self.data.get(name, 0) + value if counter else value
+        return self
+
+    def reduce(self) -> dict[str, int | float]:
+        return {f"reprise_{k}": v for k, v in self.data.items()}
+
+    def is_empty(self) -> bool:
+        return not self.data
+
+
+class RepriseProm(KVConnectorPromMetrics):
+    """``vllm:reprise_*`` per engine, from the intervals' RepriseStats."""
+
+    def __init__(self, vllm_config, metric_types, labelnames, per_engine_labelvalues):
+        super().__init__(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+        self._metrics: dict[tuple[str, int], Any] = {}
+        for name, (kind, doc) in FIGURES.items():
+            cls = self._counter_cls if kind == "counter" else self._gauge_cls
+            metric = cls(name=f"vllm:reprise_{name}", documentation=f"Reprise: {doc}.", labelnames=labelnames)
+            for engine, values in per_engine_labelvalues.items():
+                self._metrics[name, engine] = metric.labels(*values)
+
+    def observe(self, transfer_stats_data: dict[str, Any], engine_idx: int = 0):
+        for name, value in transfer_stats_data.items():
+            metric = self._metrics.get((name, engine_idx))
+            if metric is None:
+                continue
+            if FIGURES[name][0] == "counter":
+                if value:
+                    metric.inc(value)
+            else:
+                metric.set(value)
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # Metadata: what the worker moves in one step
 
 
@@ -190,6 +328,7 @@ class RepriseMetadata(KVConnectorMetadata):
     restores: list[StateMove] = field(default_factory=list)
     kv_saves: list[TokenMove] = field(default_factory=list)
     captures: list[StateMove] = field(default_factory=list)
+    load_errors: list[int] = field(default_factory=list)   # a vLLM block id of each request whose load failed
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -207,6 +346,7 @@ class _Sequence:
     captures: dict[int, int]           # planned capture position -> slot, not yet written
     start: int = -1                    # where vLLM's computation starts (0 or the hit), -1 until allocated
     load_pending: bool = False
+    load_failed: bool = False          # vLLM took part of the hit: reported failed, the sequence released
     scheduled: bool = False
     pending_end: int = 0               # computed by the step in flight, committed once it ran
     pending_captures: list[int] = field(default_factory=list)
@@ -234,15 +374,25 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
             self._turn_ends: list[tuple[str, StateMove]] = []
             self._epoch = self.cache.current_epoch()
             self._manager: KVCacheManager | None = None
+            self.keys = RequestKeys(g.config.block_size)
+            sched = vllm_config.scheduler_config
+            self._max_prefill_tokens = sched.max_num_batched_tokens
+            if sched.long_prefill_token_threshold > 0:
+                self._max_prefill_tokens = min(self._max_prefill_tokens, sched.long_prefill_token_threshold)
             #: prompt tokens vLLM computed, and skipped through the connector (the figures reprise-sim reports).
             self.prefill_tokens = self.skipped_tokens = 0
             self.untracked = 0   # requests served without the connector: larger than its budgets
             self.preempted = 0   # preempted requests released (admitted again when vLLM recomputes them)
             self.ignored_offsets = 0   # requests whose capture offsets were not used (see _capture_offsets)
+            self.resets = 0            # reset_cache calls
+            self.unscheduled_queries = 0   # admitted by a query, then not allocated that step: released
+            self.load_errors = 0       # loads reported failed (vLLM took part of a hit)
+            self._reported: dict[str, int] = {}   # the figures last reported to vLLM (get_kv_connector_stats)
         else:
             self._kv: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}  # layer -> (vLLM blocks, offsets, pool)
             self._state: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {}  # layer -> [(vLLM, pool)]
             self._captured: set[str] = set()
+            self._load_errors: set[int] = set()
 
     # ------------------------------------------------------------------------------------------------------------
     # Scheduler side
@@ -252,6 +402,10 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
 
     @_timed
     def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int | None, bool]:
+        """The external hit: the prompt is admitted here (the plan holds its blocks and snapshot while vLLM allocates
+        the request's own blocks). A request vLLM then does not allocate this step (no room, the token budget spent)
+        is released when the step's metadata is built, so a query has no effect that outlives its step: the next
+        query admits it again, against the cache as it is then."""
         seq = self._seqs.get(request.request_id)
         if seq is not None and seq.scheduled:
             # Preempted and back in the queue: vLLM recomputes it from scratch, prompt and output so far.
@@ -269,7 +423,8 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
         seq_id = self._next_seq
         self._next_seq += 1
         try:
-            plan = self.cache.admit(seq_id, tokens, capture_offsets=self._capture_offsets(request, len(tokens)))
+            plan = self.cache.admit(seq_id, tokens, self.keys.of(request),
+                                    capture_offsets=self._capture_offsets(request, len(tokens)))
         except (reprise.PoolExhausted, reprise.OutOfRange):
             # Longer than Reprise's budgets (or every block in use): vLLM serves it without the connector.
             self.untracked += 1
@@ -303,13 +458,18 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
         seq = self._seqs.get(request.request_id)
         if seq is None or seq.start >= 0:
             return
+        seq.start = num_external_tokens
         if num_external_tokens not in (0, seq.plan.usable_tokens):
-            raise RuntimeError(f"reprise.vllm: vLLM took {num_external_tokens} of the {seq.plan.usable_tokens} "
-                               f"tokens the connector offered for request {request.request_id}; the recurrent "
-                               f"state exists at the offered position only")
+            # The recurrent state exists at the offered position only: this load cannot be served. Raising here
+            # would stop the engine; the load is reported failed instead (get_block_ids_with_load_errors), and vLLM
+            # fails or recomputes the request by its kv_load_failure_policy.
+            logger.error("reprise.vllm: vLLM took %d of the %d tokens offered for request %s; the state exists at "
+                         "the offered position only: the load is reported failed", num_external_tokens,
+                         seq.plan.usable_tokens, request.request_id)
+            seq.load_failed = True
+            return
         # 0: vLLM computes the prompt from its start; the shared blocks stay untouched (saves begin at kv_matched
         # tokens) and the captures planned after the hit stay valid.
-        seq.start = num_external_tokens
         seq.load_pending = num_external_tokens > 0
 
     @_timed
@@ -318,7 +478,9 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
         """Where a prefill step must end (installed by reprise.vllm.plugin into vLLM's scheduler): at the next
         planned capture position, so that the state there is the request's live state at a step's end; a step that
         vLLM's token budget cuts short ends on the alignment grid, so later captures of the prompt stay
-        prefill-exact. Never less than one token."""
+        prefill-exact; when the budget left cannot reach the next grid point the request computes nothing this step
+        (0, as vLLM's own aligned split does: it waits for a step with budget), unless no step's budget ever could
+        (the alignment is larger than vLLM's largest prefill chunk)."""
         seq = self._seqs.get(request.request_id)
         start = request.num_computed_tokens + num_new_local_computed_tokens + num_external_computed_tokens
         if seq is None or start >= request.num_tokens - 1:
@@ -332,6 +494,8 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
             aligned = end // unit * unit
             if aligned > start:
                 return aligned - start
+            if unit <= self._max_prefill_tokens:
+                return 0
         return num_new_tokens
 
     @_timed
@@ -347,6 +511,10 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
                 self._drop(req_id, release=True)
                 self.preempted += 1
 
+        for req_id in [r for r, seq in self._seqs.items() if seq.start < 0 and not seq.scheduled]:
+            self._drop(req_id, release=True)   # queried, not allocated: nothing held past this step
+            self.unscheduled_queries += 1
+
         starts = {r.req_id: r.num_computed_tokens for r in scheduler_output.scheduled_new_reqs}
         cached = scheduler_output.scheduled_cached_reqs
         starts.update(zip(cached.req_ids, cached.num_computed_tokens))
@@ -358,6 +526,11 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
             block_ids = self._manager.get_block_ids(req_id)
             attention = [list(block_ids[g]) for g in self.geometry.attention_groups]
             states = [block_ids[g][0] for g in self.geometry.state_groups]
+            if seq.load_failed:
+                meta.load_errors.append(attention[0][0] if attention else states[0])
+                self._drop(req_id, release=True)
+                self.load_errors += 1
+                continue
             if seq.load_pending:
                 plan = seq.plan
                 if plan.copy_src >= 0:
@@ -417,8 +590,7 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
         seq = self._seqs.get(request.request_id)
         if seq is None:
             return False, None
-        if request.status != RequestStatus.FINISHED_STOPPED and \
-                request.status != RequestStatus.FINISHED_LENGTH_CAPPED or not seq.scheduled:
+        if not self._ends_a_turn(request, seq):
             self._drop(request.request_id, release=True)
             return False, None
         self._commit(seq)
@@ -431,6 +603,31 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
         self._turn_ends.append((request.request_id, StateMove(states, int(finished.capture_slot))))
         return True, None
 
+    def reset_cache(self) -> bool:
+        """vLLM resets its caches (a weight update, sleep / wake-up, ``reset_prefix_cache(reset_connector=True)``):
+        every later request is keyed under a new model revision, so no state computed before is restored again.
+        Requests in flight finish normally (what they publish is keyed under the old revision); the entries the
+        old revision holds are evicted as the budgets need their room."""
+        if self._role == KVConnectorRole.SCHEDULER:
+            self.keys.revision += 1
+            self.resets += 1
+            logger.info("reprise.vllm: cache reset (model revision %d): nothing cached before is restored",
+                        self.keys.revision)
+        return True
+
+    @staticmethod
+    def _ends_a_turn(request: Request, seq: _Sequence) -> bool:
+        """Whether a finished request's live state is a turn end: it stopped (EOS, a stop token id), reached its
+        length, or was aborted after its prompt was computed. vLLM aborts a request whose reply ends on a stop string
+        (the detokenizer finds it, after the step that sampled it) and one whose client went away; with synchronous
+        scheduling an abort is handled between steps, so the state holds exactly the tokens the connector committed,
+        as at a stop. A request aborted during its prefill, preempted, or ended by an error keeps nothing."""
+        if not seq.scheduled:
+            return False
+        if request.status in (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED):
+            return True
+        return request.status == RequestStatus.FINISHED_ABORTED and seq.pending_end >= request.num_prompt_tokens
+
     def has_pending_block_frees(self) -> bool:
         return bool(self._turn_ends)
 
@@ -441,10 +638,53 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
         if release:
             self.cache.release(seq.seq_id)
 
+    def figures(self) -> dict[str, int]:
+        """The values of :data:`FIGURES` now."""
+        m, c = self.cache.metrics(), self.geometry.config
+        return {
+            "prompt_tokens": m["prompt_tokens"], "computed_prompt_tokens": self.prefill_tokens,
+            "skipped_tokens": self.skipped_tokens, "kv_matched_tokens": m["kv_matched_tokens"],
+            "tokens_lost_to_missing_snapshot": m["tokens_lost_to_missing_snapshot"],
+            "snapshot_restores": m["snapshot_hits"], "snapshots_captured": m["captures_written"],
+            "captures_refused": m["captures_refused"], "kv_evictions": m["kv_evictions"],
+            "snapshot_evictions": m["snapshot_evictions_lru"] + m["snapshot_evictions_ttl"]
+            + m["snapshot_evictions_invalidated"],
+            "untracked_requests": self.untracked, "cache_resets": self.resets,
+            "kv_bytes_held": m["blocks_cached"] * c.bytes_per_kv_block,
+            "kv_pool_bytes": self.geometry.kv_blocks * c.bytes_per_kv_block,
+            "snapshot_bytes_held": m["snapshot_bytes_held"],
+            "snapshot_pool_bytes": self.geometry.slots * c.bytes_per_snapshot,
+        }
+
+    def get_kv_connector_stats(self) -> KVConnectorStats | None:
+        """vLLM's scheduler asks after every step: the counters' increments since the last report and the gauges
+        that changed (None when nothing did)."""
+        if self._role != KVConnectorRole.SCHEDULER:
+            return None
+        now = self.figures()
+        delta = {}
+        for name, value in now.items():
+            last = self._reported.get(name, 0)
+            if FIGURES[name][0] == "counter":
+                if value != last:
+                    delta[name] = value - last
+            elif value != last or name not in self._reported:
+                delta[name] = value
+        self._reported = now
+        return RepriseStats(data=delta) if delta else None
+
+    @classmethod
+    def build_kv_connector_stats(cls, data: dict[str, Any] | None = None) -> KVConnectorStats | None:
+        return RepriseStats(data=dict(data or {}))
+
+    @classmethod
+    def build_prom_metrics(cls, vllm_config, metric_types, labelnames, per_engine_labelvalues):
+        return RepriseProm(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+
     def metrics(self) -> dict[str, int]:
         """The prefix cache's metrics, plus the prompt tokens vLLM computed and skipped through the connector."""
         return {**self.cache.metrics(), "vllm_prefill_tokens": self.prefill_tokens,
-                "vllm_skipped_tokens": self.skipped_tokens}
+                "vllm_skipped_tokens": self.skipped_tokens, "vllm_cache_resets": self.resets}
 
     # ------------------------------------------------------------------------------------------------------------
     # Worker side
@@ -478,6 +718,7 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
         for move in meta.turn_end_captures:
             self._copy_state(move, to_slot=True)
         self._captured.update(meta.finished_captures)
+        self._load_errors.update(meta.load_errors)
         for src, dst in meta.block_copies:
             for _, _, pool in self._kv.values():
                 pool[dst] = pool[src]
@@ -498,6 +739,10 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
         self._copy_tokens(meta.kv_saves, to_reprise=True)
         for move in meta.captures:
             self._copy_state(move, to_slot=True)
+
+    def get_block_ids_with_load_errors(self) -> set[int]:
+        failed, self._load_errors = self._load_errors, set()
+        return failed
 
     def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
         done, self._captured = self._captured, set()

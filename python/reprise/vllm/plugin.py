@@ -4,7 +4,9 @@
 
 It does two things and nothing else:
 
-1. It refuses any vLLM but :data:`reprise.vllm.VLLM_VERSION`: the patch below relies on scheduler internals.
+1. Under a vLLM it does not support (:func:`reprise.vllm.supported_vllm_version`) it logs a warning and patches
+   nothing: vLLM loads general plugins in every process without catching their errors, so raising here would break
+   every use of vLLM where Reprise is installed, connector or not. The connector refuses to start there instead.
 2. It lets the connector end a prefill step where Reprise captures a snapshot. vLLM's scheduler already has that
    hook for its own hybrid caching: ``Scheduler._mamba_block_aligned_split(request, num_new_tokens, ...)`` clips a
    prefill chunk so it ends on a block boundary, called for running and waiting requests alike
@@ -19,19 +21,27 @@ It does two things and nothing else:
 
 from __future__ import annotations
 
-from . import check_vllm_version
+from . import VLLM_VERSION, supported_vllm_version
 
 _patched = False
 
 
-def register() -> None:
+def register() -> bool:
+    """Patches vLLM's scheduler (once per process); False, with a warning, under a vLLM it does not support."""
     global _patched
     import vllm
+
+    if not supported_vllm_version(vllm.__version__):
+        from vllm.logger import init_logger
+
+        init_logger(__name__).warning(
+            "reprise.vllm: vLLM %s is not a release the connector supports (%s series); the plugin changes nothing "
+            "and the Reprise connector will refuse to start", vllm.__version__, VLLM_VERSION)
+        return False
+    if _patched:
+        return True
     from vllm.v1.core.sched.scheduler import Scheduler
 
-    check_vllm_version(vllm.__version__)
-    if _patched:
-        return
     _patched = True
     init = Scheduler.__init__
 
@@ -44,3 +54,4 @@ def register() -> None:
             self._mamba_block_aligned_split = self.connector.split_prefill
 
     Scheduler.__init__ = __init__
+    return True
