@@ -1,0 +1,101 @@
+# Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
+"""Random-weight checkpoints for the mlx-lm tests, written at test time: a Hugging Face style config.json (mlx-lm and
+Reprise's ModelConfig.from_hf_config read the same file), weights from mlx-lm's own model classes saved with
+mx.save_safetensors, and a small character-level BPE tokenizer with a ChatML chat template.
+
+The tokenizer has no merges: every token is one character, so a reply decoded to text and sent back in the next
+turn's messages tokenizes to the same ids. That is what lets a continued conversation meet its own turn end (with
+merges, a random model's reply re-tokenizes differently and the next prompt leaves the cached path early)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+import mlx.core as mx
+from mlx.utils import tree_flatten
+
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# Printable characters of the tokenizer: letters, digits, punctuation, space and newline.
+ALPHABET = [chr(c) for c in range(ord("a"), ord("z") + 1)] + [chr(c) for c in range(ord("A"), ord("Z") + 1)] + \
+    list("0123456789 .,;:!?'-()\n")
+# Exactly the tokenizer's ids: a random model then never samples an id that decodes to nothing.
+VOCAB = len(SPECIALS) + len(ALPHABET)
+CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+# Tiny shapes (hidden 64, 3-4 layers) so a 2-core machine runs each request in well under a second.
+CONFIGS = {
+    # Nemotron-H: Mamba2 + attention + MLP blocks ("M*M-"); the Mamba2 chunk of mlx-lm's CPU path is 256 tokens.
+    "nemotron_h": {
+        "architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "vocab_size": VOCAB,
+        "hidden_size": 64, "intermediate_size": 128, "max_position_embeddings": 4096, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 16, "attention_bias": False, "mamba_num_heads": 4,
+        "mamba_head_dim": 16, "mamba_proj_bias": False, "ssm_state_size": 16, "conv_kernel": 4, "n_groups": 1,
+        "chunk_size": 128, "mlp_bias": False, "layer_norm_epsilon": 1e-5, "use_bias": False, "use_conv_bias": True,
+        "hybrid_override_pattern": "M*M-", "num_hidden_layers": 4, "residual_in_fp32": False,
+        "tie_word_embeddings": False, "torch_dtype": "float32", "eos_token_id": 2,
+    },
+    # Qwen3-Next: gated delta x3 + one full-attention layer, sparse MoE MLPs.
+    "qwen3_next": {
+        "architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "vocab_size": VOCAB,
+        "hidden_size": 64, "num_hidden_layers": 4, "intermediate_size": 128, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 16, "linear_num_value_heads": 4, "linear_num_key_heads": 2,
+        "linear_key_head_dim": 16, "linear_value_head_dim": 16, "linear_conv_kernel_dim": 4, "num_experts": 4,
+        "num_experts_per_tok": 2, "decoder_sparse_step": 1, "shared_expert_intermediate_size": 64,
+        "mlp_only_layers": [], "moe_intermediate_size": 32, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+        "partial_rotary_factor": 0.25, "max_position_embeddings": 4096, "full_attention_interval": 4,
+        "norm_topk_prob": True, "tie_word_embeddings": False, "torch_dtype": "float32", "eos_token_id": 2,
+    },
+    # Attention only (Llama): Reprise's block_sharing policy.
+    "llama": {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": VOCAB, "hidden_size": 64,
+        "num_hidden_layers": 3, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "head_dim": 16, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "max_position_embeddings": 4096,
+        "tie_word_embeddings": False, "torch_dtype": "float32", "eos_token_id": 2,
+    },
+}
+
+
+def write_tokenizer(directory: Path) -> None:
+    from tokenizers import Tokenizer, decoders, models
+
+    vocab = {t: i for i, t in enumerate(SPECIALS + ALPHABET)}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None, fuse_unk=False))
+    tok.decoder = decoders.Fuse()
+    tok.add_special_tokens(SPECIALS)
+    tok.save(str(directory / "tokenizer.json"))
+    (directory / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>", "bos_token": None,
+        "pad_token": "<|endoftext|>", "unk_token": None, "chat_template": CHAT_TEMPLATE,
+        "model_max_length": 4096, "clean_up_tokenization_spaces": False}))
+
+
+# Larger shapes for the side by side (bench/mlx_lm_side_by_side.py): prefill costs more than the HTTP round trip.
+BENCH_SHAPES = {
+    "nemotron_h": {"hidden_size": 256, "intermediate_size": 512, "mamba_num_heads": 8, "mamba_head_dim": 32,
+                   "ssm_state_size": 64, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 32,
+                   "hybrid_override_pattern": "M*M-M*M-", "num_hidden_layers": 8},
+    "qwen3_next": {"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 8, "num_attention_heads": 8,
+                   "num_key_value_heads": 2, "head_dim": 32, "linear_num_value_heads": 8,
+                   "linear_num_key_heads": 4, "linear_key_head_dim": 32, "linear_value_head_dim": 32},
+}
+
+
+def write_checkpoint(directory: Path, arch: str, seed: int = 0, shape: dict | None = None) -> Path:
+    """A random-weight checkpoint of `arch` (a key of CONFIGS, its fields overridden by `shape`) in `directory`;
+    returns it."""
+    module = importlib.import_module(f"mlx_lm.models.{CONFIGS[arch]['model_type']}")
+
+    directory.mkdir(parents=True, exist_ok=True)
+    config = {**CONFIGS[arch], **(shape or {})}
+    mx.random.seed(seed)
+    model = module.Model(module.ModelArgs.from_dict(config))
+    # Wider than the default init so that layers matter to the logits (and so a wrong state shows in them).
+    params = {k: v * 2.0 if v.ndim >= 2 else v for k, v in tree_flatten(model.parameters())}
+    mx.eval(params)
+    mx.save_safetensors(str(directory / "model.safetensors"), params)
+    (directory / "config.json").write_text(json.dumps(config, indent=1))
+    write_tokenizer(directory)
+    return directory
