@@ -465,36 +465,6 @@ def test_a_budget_cut_prefill_step_ends_on_the_grid(granite):
     assert len([e for e in ends if e[0] == 1]) > 1, "the second prompt was never cut: nothing tested"
 
 
-def test_no_scheduler_hook_stops_the_engine(granite, granite_key_cold, monkeypatch):
-    """vLLM taking part of an external hit (the recurrent state exists at the offered position only) is a load that
-    cannot be served: the connector reports it through vLLM's load-error path (here kv_load_failure_policy
-    'recompute': vLLM computes the prompt again) instead of raising in the scheduler, which would stop the engine."""
-    from reprise.vllm.connector import RepriseConnector
-
-    update = RepriseConnector.update_state_after_alloc
-
-    def takes_part(self, request, blocks, num_external_tokens):
-        return update(self, request, blocks, max(0, num_external_tokens - 16))
-
-    llm = harness.engine(granite, "strict")
-    c = harness.connector(llm)
-    first = harness.generate_one(llm, KEY_PROMPT, 8)
-    monkeypatch.setattr(RepriseConnector, "update_state_after_alloc", takes_part)
-    config = llm.llm_engine.vllm_config.kv_transfer_config
-    monkeypatch.setattr(config, "kv_load_failure_policy", "recompute")
-    second = harness.generate_one(llm, KEY_PROMPT, 8)
-    monkeypatch.undo()
-    third = harness.generate_one(llm, KEY_PROMPT, 8)
-    c.cache.check_invariants()
-    errors = c.load_errors
-    del llm
-    gc.collect()
-    print(f"\nload errors {errors}; cached tokens {first[0].cached_tokens}, {second[0].cached_tokens}, "
-          f"{third[0].cached_tokens}")
-    assert errors == 1 and first[1] == second[1] == third[1] == granite_key_cold
-    assert third[0].cached_tokens > 0
-
-
 def test_a_query_holds_nothing_past_its_step(granite):
     """vLLM asks for a request's external hit each step it considers the request and may then not schedule it (no
     KV blocks left, the token budget spent): Reprise holds a sequence only for requests vLLM scheduled."""

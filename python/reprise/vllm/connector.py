@@ -328,7 +328,6 @@ class RepriseMetadata(KVConnectorMetadata):
     restores: list[StateMove] = field(default_factory=list)
     kv_saves: list[TokenMove] = field(default_factory=list)
     captures: list[StateMove] = field(default_factory=list)
-    load_errors: list[int] = field(default_factory=list)   # a vLLM block id of each request whose load failed
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -346,7 +345,6 @@ class _Sequence:
     captures: dict[int, int]           # planned capture position -> slot, not yet written
     start: int = -1                    # where vLLM's computation starts (0 or the hit), -1 until allocated
     load_pending: bool = False
-    load_failed: bool = False          # vLLM took part of the hit: reported failed, the sequence released
     scheduled: bool = False
     pending_end: int = 0               # computed by the step in flight, committed once it ran
     pending_captures: list[int] = field(default_factory=list)
@@ -386,13 +384,11 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
             self.ignored_offsets = 0   # requests whose capture offsets were not used (see _capture_offsets)
             self.resets = 0            # reset_cache calls
             self.unscheduled_queries = 0   # admitted by a query, then not allocated that step: released
-            self.load_errors = 0       # loads reported failed (vLLM took part of a hit)
             self._reported: dict[str, int] = {}   # the figures last reported to vLLM (get_kv_connector_stats)
         else:
             self._kv: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}  # layer -> (vLLM blocks, offsets, pool)
             self._state: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {}  # layer -> [(vLLM, pool)]
             self._captured: set[str] = set()
-            self._load_errors: set[int] = set()
 
     # ------------------------------------------------------------------------------------------------------------
     # Scheduler side
@@ -458,18 +454,16 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
         seq = self._seqs.get(request.request_id)
         if seq is None or seq.start >= 0:
             return
-        seq.start = num_external_tokens
         if num_external_tokens not in (0, seq.plan.usable_tokens):
-            # The recurrent state exists at the offered position only: this load cannot be served. Raising here
-            # would stop the engine; the load is reported failed instead (get_block_ids_with_load_errors), and vLLM
-            # fails or recomputes the request by its kv_load_failure_policy.
-            logger.error("reprise.vllm: vLLM took %d of the %d tokens offered for request %s; the state exists at "
-                         "the offered position only: the load is reported failed", num_external_tokens,
-                         seq.plan.usable_tokens, request.request_id)
-            seq.load_failed = True
-            return
+            # The recurrent state exists at the offered position only: the load cannot be served, and vLLM 0.32 has
+            # no recoverable path for a synchronous load that fails on a model with several KV cache groups (it
+            # raises on block-level failures there, and request-level failures apply to asynchronous loads only).
+            raise RuntimeError(f"reprise.vllm: vLLM took {num_external_tokens} of the {seq.plan.usable_tokens} "
+                               f"tokens the connector offered for request {request.request_id}; the recurrent "
+                               f"state exists at the offered position only")
         # 0: vLLM computes the prompt from its start; the shared blocks stay untouched (saves begin at kv_matched
         # tokens) and the captures planned after the hit stay valid.
+        seq.start = num_external_tokens
         seq.load_pending = num_external_tokens > 0
 
     @_timed
@@ -526,11 +520,6 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
             block_ids = self._manager.get_block_ids(req_id)
             attention = [list(block_ids[g]) for g in self.geometry.attention_groups]
             states = [block_ids[g][0] for g in self.geometry.state_groups]
-            if seq.load_failed:
-                meta.load_errors.append(attention[0][0] if attention else states[0])
-                self._drop(req_id, release=True)
-                self.load_errors += 1
-                continue
             if seq.load_pending:
                 plan = seq.plan
                 if plan.copy_src >= 0:
@@ -718,7 +707,6 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
         for move in meta.turn_end_captures:
             self._copy_state(move, to_slot=True)
         self._captured.update(meta.finished_captures)
-        self._load_errors.update(meta.load_errors)
         for src, dst in meta.block_copies:
             for _, _, pool in self._kv.values():
                 pool[dst] = pool[src]
@@ -739,10 +727,6 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
         self._copy_tokens(meta.kv_saves, to_reprise=True)
         for move in meta.captures:
             self._copy_state(move, to_slot=True)
-
-    def get_block_ids_with_load_errors(self) -> set[int]:
-        failed, self._load_errors = self._load_errors, set()
-        return failed
 
     def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
         done, self._captured = self._captured, set()
