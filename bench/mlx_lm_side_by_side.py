@@ -62,6 +62,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--arch", default="nemotron_h", choices=sorted(models.BENCH_SHAPES))
     ap.add_argument("--workload", default="chat", choices=["chat", "documents"])
+    ap.add_argument("--real-shape", action="store_true",
+                    help="a real model's layer sizes, fewer layers (models.REAL_SHAPES) instead of the small bench shape")
     ap.add_argument("--documents", type=int, default=3)
     ap.add_argument("--document-chars", type=int, default=900)
     ap.add_argument("--conversations", type=int, default=12)
@@ -73,7 +75,8 @@ def main() -> None:
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="mlx-bench-"))
-    ckpt = models.write_checkpoint(work / args.arch, args.arch, shape=models.BENCH_SHAPES[args.arch])
+    shape = (models.REAL_SHAPES if args.real_shape else models.BENCH_SHAPES)[args.arch]
+    ckpt = models.write_checkpoint(work / args.arch, args.arch, shape=shape)
     from mlx_lm import load
 
     _, tok = load(str(ckpt))
@@ -129,12 +132,11 @@ def main() -> None:
     elapsed = time.time() - t0
     load_after = os.getloadavg()
 
-    shape = models.BENCH_SHAPES[args.arch]
     lines = [f"# mlx-lm side by side: {args.arch}, {args.workload} workload (random weights, "
              f"{shape['num_hidden_layers']} layers, hidden {shape['hidden_size']})", "",
              "Command: `PYTHONPATH=<package> .deps/mlx/venv/bin/python bench/mlx_lm_side_by_side.py "
              f"--arch {args.arch} --workload {args.workload} --conversations {args.conversations} --turns "
-             f"{args.turns}`", "",
+             f"{args.turns}{' --real-shape' if args.real_shape else ''}`", "",
              f"Machine: {platform.machine()}, {os.cpu_count()} cores, mlx-lm 0.32.2 (mlx-cpu 0.32.4); load average "
              f"{load_before[0]:.2f} before, {load_after[0]:.2f} after ({elapsed:.0f} s; other processes share the "
              "machine, which is why configurations alternate request by request).", "",

@@ -83,6 +83,17 @@ BENCH_SHAPES = {
 }
 
 
+#: Layer sizes of real models, fewer layers (the side by side at a realistic shape): Qwen3.5-0.8B's (hidden 1024,
+#: gated delta 16 + 16 heads of 128, attention 8 heads of 256 over 2 KV heads, dense MLPs of 3584), 4 layers (3 gated
+#: delta, 1 attention, as the model's 3:1 interleave).
+REAL_SHAPES = {
+    "qwen3_next": {"hidden_size": 1024, "intermediate_size": 3584, "num_hidden_layers": 4, "num_attention_heads": 8,
+                   "num_key_value_heads": 2, "head_dim": 256, "linear_num_value_heads": 16,
+                   "linear_num_key_heads": 16, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+                   "mlp_only_layers": [0, 1, 2, 3]},
+}
+
+
 def write_checkpoint(directory: Path, arch: str, seed: int = 0, shape: dict | None = None) -> Path:
     """A random-weight checkpoint of `arch` (a key of CONFIGS, its fields overridden by `shape`) in `directory`;
     returns it."""
