@@ -6,6 +6,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -72,8 +73,9 @@ namespace {
 /// The admit failures, each once, to show that a failed hit loses nothing: "lost" finds the first block a hit
 /// copies in without its copy, "kv-refused" has libllama refuse the first copy into a slot's stream,
 /// "restore-refused" the first snapshot restore. "adapters" keys every request as the base model's, whatever
-/// adapters it computes with (as requests were keyed before adapters were part of the key).
-enum class fault : std::uint8_t { none, state, kv, stale, lost, kv_refused, restore_refused, adapters };
+/// adapters it computes with (as requests were keyed before adapters were part of the key); "media" keys a
+/// prompt's media chunks by their placeholder tokens only, whatever media they hold.
+enum class fault : std::uint8_t { none, state, kv, stale, lost, kv_refused, restore_refused, adapters, media };
 
 fault fault_from_env() {
   const char* f = std::getenv("REPRISE_LLAMA_FAULT");
@@ -85,6 +87,7 @@ fault fault_from_env() {
   if (std::strcmp(f, "kv-refused") == 0) return fault::kv_refused;
   if (std::strcmp(f, "restore-refused") == 0) return fault::restore_refused;
   if (std::strcmp(f, "adapters") == 0) return fault::adapters;
+  if (std::strcmp(f, "media") == 0) return fault::media;
   return fault::none;
 }
 
@@ -104,6 +107,22 @@ std::uint64_t adapter_key(std::span<const adapter_use> adapters) {
   }
   const std::uint64_t h = XXH3_64bits(words.data(), words.size() * sizeof(std::uint32_t));
   return h != 0 ? h : 1;
+}
+
+/// The digest of a media chunk in Reprise's positional media keys: SHA-256 over its hash (mtmd's chunk id) and
+/// its token count, so two chunks share a key only for the same media taking the same tokens.
+std::array<std::byte, 32> chunk_digest(const media_chunk& c) {
+  static constexpr char tag[] = "reprise/llama-media/v1";
+  reprise::detail::sha256 h;
+  h.update(tag, sizeof tag); // with its terminating zero byte
+  h.u32(c.n_tokens);
+  const std::size_t n = c.id ? std::strlen(c.id) : 0;
+  h.u32(static_cast<std::uint32_t>(n));
+  h.update(c.id, n);
+  const std::array<std::uint8_t, 32> d = h.finish();
+  std::array<std::byte, 32> out{};
+  std::memcpy(out.data(), d.data(), out.size());
+  return out;
 }
 
 /// The dtype whose size gives the bytes of the KV cache's K and V elements (llama.cpp's -ctk / -ctv), or none:
@@ -246,8 +265,21 @@ public:
   }
 
   std::int32_t admit(int slot, const llama_token* tokens, std::size_t n_tokens, std::int32_t shared_end,
-                     const adapter_use* adapters, std::size_t n_adapters, std::string& error) override {
+                     const adapter_use* adapters, std::size_t n_adapters, const media_chunk* media_chunks,
+                     std::size_t n_media, std::string& error) override {
     const std::span<const llama_token> prompt(tokens, n_tokens);
+    const std::span<const media_chunk> media(media_chunks, n_media);
+    for (std::size_t i = 0; i < media.size(); ++i) {
+      const media_chunk& c = media[i];
+      // (a chunk without a hash, which mtmd gives only placeholder media, could not be told from other media)
+      if (c.n_tokens == 0 || c.start >= n_tokens || c.n_tokens > n_tokens - c.start ||
+          (i > 0 && c.start < media[i - 1].start + media[i - 1].n_tokens) || c.id == nullptr || *c.id == '\0') {
+        error = "Reprise: media chunk " + std::to_string(i) + " (tokens " + std::to_string(c.start) + " to " +
+                std::to_string(std::uint64_t{c.start} + c.n_tokens) + ") is empty, lies outside the prompt's " +
+                std::to_string(n_tokens) + " tokens, overlaps the chunk before it or has no media hash";
+        return -1;
+      }
+    }
     slot_state& s = slots_[static_cast<std::size_t>(slot)];
     if (s.live) drop(slot);
     const auto sid = static_cast<llama_seq_id>(slot);
@@ -265,6 +297,19 @@ public:
     }
     reprise::extra_keys keys;
     if (fault_ != fault::adapters) keys.lora_id = adapter_key(std::span<const adapter_use>(adapters, n_adapters));
+    // Each chunk's media keys its first position: the blocks before it are shared with any prompt over the same
+    // tokens, those from it on only with prompts holding the same media there (the chain carries it forward).
+    std::vector<std::array<std::byte, 32>> digests;
+    std::vector<reprise::media_item> items;
+    if (fault_ != fault::media) {
+      digests.reserve(media.size());
+      items.reserve(media.size());
+      for (const media_chunk& c : media) {
+        digests.push_back(chunk_digest(c));
+        items.push_back({.position = c.start, .digest = digests.back()});
+      }
+      keys.media = items;
+    }
     auto plan = cache_.admit(s.seq, s.tokens, keys, offsets);
     if (!plan) {
       error = "Reprise: admit failed: " + errc_text(plan.error());
@@ -272,8 +317,23 @@ public:
     }
     s.live = true;
     s.table.assign(plan->block_table.begin(), plan->block_table.end());
-    const std::uint32_t usable = plan->usable_tokens;
     const std::uint32_t b = opts_.block_size;
+    // The cached prefix the slot skips: the plan's usable prefix, unless it ends inside a media chunk (the server
+    // feeds a chunk whole, from its start). Then the KV cells are copied up to the chunk's start only, and a
+    // recurrent state, which exists at the plan's point alone, is not restored: the slot computes from 0. Only an
+    // attention-only model's hit (any block boundary) meets this: a recurrent model restores snapshots this
+    // adapter captured, none inside a chunk, and a shared chunk start is the same media of the same token count,
+    // so the chunk ends where it did. The cache's plan stands: what the slot recomputes below its usable prefix is
+    // the same computation over the same tokens.
+    std::uint32_t usable = plan->usable_tokens;
+    bool restore = restores && plan->restore_slot != reprise::no_slot;
+    for (const media_chunk& c : media) {
+      if (c.start < usable && usable < c.start + c.n_tokens) {
+        usable = restore ? 0 : c.start;
+        restore = false;
+        break;
+      }
+    }
     auto source = [&](std::uint32_t i) { return i < plan->shared_blocks ? s.table[i] : plan->copy_src; };
     // The cells of [0, usable) the slot's stream still holds from its last request (bitwise the blocks'
     // copies) stay where they are; a recurrent state then comes from the plan's snapshot.
@@ -281,7 +341,7 @@ public:
     slot_memory& m = memory_[static_cast<std::size_t>(slot)];
     const bool stale = fault_ == fault::stale;
     if (has_attention_ && m.valid && (stale || llama_reprise_kv_edits(ctx_, sid) == m.edits) &&
-        (!restores || plan->restore_slot != reprise::no_slot) && !corrupts()) {
+        (!restores || restore) && !corrupts()) {
       for (std::uint32_t i = 0; i * b < usable && i < m.blocks.size(); ++i) {
         const reprise::block_id src = source(i);
         const resident_block& r = m.blocks[i];
@@ -293,7 +353,7 @@ public:
     }
     m.valid = false; // the stream changes from here on; finish records it again
     if (keep > 0) {
-      llama_reprise_kv_seq_rm(ctx_, sid, static_cast<llama_pos>(keep));
+      llama_reprise_kv_seq_rm(ctx_, sid, keep);
     } else {
       llama_memory_seq_rm(llama_get_memory(ctx_), sid, -1, -1);
     }
@@ -332,7 +392,7 @@ public:
       s.resident.push_back({src, copy->generation, n});
     }
     if constexpr (restores) {
-      if (plan->restore_slot != reprise::no_slot) {
+      if (restore) {
         std::vector<std::uint8_t>& buf = snapshots_[static_cast<std::size_t>(plan->restore_slot)];
         std::vector<std::uint8_t> faulty;
         const std::uint8_t* data = buf.data();
@@ -351,11 +411,19 @@ public:
       }
     }
     stats_.kv_cells_in_place += keep;
-    s.committed = usable;
+    // (the cache's count: below it nothing is committed, whatever the slot recomputes there)
+    s.committed = plan->usable_tokens;
     // Shared blocks have their copies already. Those past the usable skip are recomputed into the slot's
     // stream (llama.cpp writes KV for every token it decodes); their copies stay the first writer's.
     s.tagged = plan->shared_blocks;
-    s.pending.assign(plan->captures.begin(), plan->captures.end());
+    // A capture inside a media chunk is never taken (the state there never exists: the chunk is decoded
+    // whole); the next commit past it drops it and frees its slot.
+    for (const reprise::capture_point& c : plan->captures) {
+      const bool inside = std::any_of(media.begin(), media.end(), [&](const media_chunk& m) {
+        return c.position > m.start && c.position < std::int64_t{m.start} + m.n_tokens;
+      });
+      if (!inside) s.pending.push_back(c);
+    }
     stats_.prompt_tokens += prompt.size();
     stats_.skipped_tokens += usable;
     stats_.last_skipped = usable;
@@ -530,14 +598,9 @@ private:
     const auto sid = static_cast<llama_seq_id>(slot);
     const auto want = static_cast<int32_t>(n - s.order_checked);
     std::vector<std::uint32_t> cells(static_cast<std::size_t>(want));
-    // In order, the new positions' cells all lie above the highest cell seen so far: look there first (the cells
-    // of one decode step), and scan the whole stream only when some are not there (order lost).
-    const std::uint32_t above = s.order_checked == 0 ? 0 : s.top_cell + 1;
-    int32_t got = llama_reprise_kv_cells(ctx_, sid, static_cast<llama_pos>(s.order_checked), static_cast<llama_pos>(n),
-                                         above, cells.data(), want);
-    if (above != 0 && got != want)
-      got = llama_reprise_kv_cells(ctx_, sid, static_cast<llama_pos>(s.order_checked), static_cast<llama_pos>(n), 0,
-                                   cells.data(), want);
+    // (positions are token indices here: libllama addresses a sequence's cells by token index, which under M-RoPE
+    // is not a cell's position)
+    const int32_t got = llama_reprise_kv_cells(ctx_, sid, s.order_checked, n, cells.data(), want);
     // (a position without a cell, which only a deliberately wrong restore leaves, is not an order question)
     cells.resize(std::min(cells.size(), static_cast<std::size_t>(std::max(got, 0))));
     for (std::size_t j = 0; j < cells.size(); ++j) {
@@ -571,8 +634,8 @@ private:
     if (!has_attention_) return;
     block_copy& c = blocks_[static_cast<std::size_t>(id)];
     c.bytes.resize(llama_reprise_kv_size(ctx_, static_cast<int32_t>(p1 - p0)));
-    const std::size_t n = llama_reprise_kv_get(ctx_, static_cast<llama_seq_id>(slot), static_cast<llama_pos>(p0),
-                                               static_cast<llama_pos>(p1), c.bytes.data(), c.bytes.size());
+    const std::size_t n = llama_reprise_kv_get(ctx_, static_cast<llama_seq_id>(slot), p0, p1, c.bytes.data(),
+                                               c.bytes.size());
     if (n == 0 || n != c.bytes.size()) {
       std::vector<std::uint8_t>().swap(c.bytes);
       return;

@@ -14,7 +14,9 @@
 ///  - a snapshot slot is a host buffer holding llama_state_seq_get_data_ext(..., PARTIAL_ONLY) of the slot's
 ///    sequence: every recurrent layer's conv and SSM / delta-rule state, nothing of the attention memory;
 ///  - captures end a prompt piece: the server stops filling its batch at a capture position, and the state is
-///    copied before the slot's next tokens are fed.
+///    copied before the slot's next tokens are fed;
+///  - a media chunk (`--mmproj`) is keyed by its media's hash at its first position; the server feeds a chunk
+///    whole, so neither a capture nor a hit's skip ends inside one.
 ///
 /// All calls come from the server's one scheduler thread. The header is C++17 (llama-server's dialect); the
 /// adapter itself is built as C++20 with Reprise.
@@ -56,6 +58,16 @@ struct adapter_use {
   std::int32_t index = 0;
   float scale = 0.0f;
   std::int32_t from = 0;
+};
+
+/// A media chunk of a prompt (an image, an audio clip): prompt tokens [start, start + n_tokens), whose
+/// embeddings llama-server feeds whole, never stopping inside the chunk. `id` is the media's hash (mtmd's chunk
+/// id: the SHA-256 of the file's bytes); the chunk's positions are keyed by it, so only the same media at the
+/// same position shares what lies past its start.
+struct media_chunk {
+  std::uint32_t start = 0;
+  std::uint32_t n_tokens = 0;
+  const char* id = nullptr;
 };
 
 /// What a server reports in its metrics.
@@ -107,10 +119,13 @@ public:
   /// system prompt other conversations share; -1: not known): under `chat` the state there, rounded down to the
   /// block size, is snapshotted, so the next conversation over it restores there at its first meeting.
   /// `adapters`: the `n_adapters` adapters of nonzero scale the request computes with (none: the base model).
+  /// `media`: the prompt's `n_media` media chunks in prompt order (their tokens in `prompt` may be any id; the
+  /// chunk's hash keys them). The skip never ends inside a chunk, nor is a capture planned inside one.
   /// Returns the tokens whose prefill is skipped (< prompt.size()), or -1 with `error` set (the request then
   /// fails; the slot holds nothing).
   virtual std::int32_t admit(int slot, const llama_token* prompt, std::size_t n, std::int32_t shared_end,
-                             const adapter_use* adapters, std::size_t n_adapters, std::string& error) = 0;
+                             const adapter_use* adapters, std::size_t n_adapters, const media_chunk* media,
+                             std::size_t n_media, std::string& error) = 0;
   /// The next position at which the slot's prompt feeding must stop (a capture), or -1.
   virtual std::int32_t next_stop(int slot) const = 0;
   /// Before the slot's next tokens are fed: `n_fed` tokens of the slot have been decoded. Takes the captures

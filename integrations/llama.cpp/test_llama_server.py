@@ -13,23 +13,29 @@ For each model (tiny random-weight GGUFs written at test time by llama.cpp's tes
   spec:   speculative decoding (n-gram drafts, accepted and rejected) on both servers: strict and chat as above;
   keys:   a LoRA adapter's scale (the request's `lora`, the server's /lora-adapters) is part of the key: a request
           never restores state computed under another scale, and equals caching off under its own;
-  errors: bad option values, a model Reprise cannot cache and features it cannot cache for (multimodal
-          projectors, a draft model) stop the server at startup with a message; a hit failing while it is set
-          up ends its request with HTTP 500 and leaves the cache as it was.
+  errors: bad option values, a model Reprise cannot cache and features it cannot cache for (a draft model)
+          stop the server at startup with a message; a hit failing while it is set up ends its request with
+          HTTP 500 and leaves the cache as it was;
+  media:  multimodal prompts (--mmproj, a random projector written at test time): an image's tokens are keyed
+          by its hash at its position, so another image at the same position shares only the text before it and
+          equals caching off, the same image hits, a text and an image request share their system prompt, and
+          a chat turn after an image restores the turn's end; on a model with M-RoPE positions too.
 
 `--only defaults` (not in the default set: a measurement, asserting nothing) runs strict and chat under
 llama-server's own defaults instead (512-token ubatches, every thread, and once with a turn's requests sent
 together so the slots share ubatches) and reports how many turns still equal their reference and the largest
 log-probability difference.
 
-Usage: test_llama_server.py --server BIN --archs BIN --workdir DIR [--only strict,chat,branch,faults,spec,keys,errors]
+Usage: test_llama_server.py --server BIN --archs BIN --workdir DIR [--only strict,chat,branch,faults,spec,keys,errors,media]
 Exit status 0 when every check passes.
 """
 import argparse
+import base64
 import json
 import os
 import random
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -620,9 +626,7 @@ def test_errors(args, models, failures):
         (m, ["--reprise", "strict", "--cache-ram", "100"], "--cache-ram cannot be used with --reprise"),
         (m, ["--reprise", "strict", "--cache-idle-slots"], "--cache-idle-slots cannot be used with --reprise"),
         (m, ["--reprise", "strict", "--context-shift"], "--context-shift cannot be used with --reprise"),
-        # what Reprise cannot cache for: multimodal prompts, a draft model's or head's own context
-        (m, ["--reprise", "strict", "--mmproj", os.path.join(args.workdir, "missing-mmproj.gguf")],
-         "--mmproj cannot be used with --reprise"),
+        # what Reprise cannot cache for: a draft model's or head's own context
         (m, ["--reprise", "strict", "-md", m], "a draft model or head cannot be used with --reprise"),
         (m, ["--reprise", "strict", "--spec-type", "draft-mtp"], "a draft model or head cannot be used"),
         # a KV cache Reprise cannot account
@@ -643,7 +647,7 @@ def test_errors(args, models, failures):
     # option values are checked before the model loads: a bad one is reported even when the model file is missing
     for extra, text in [(["--reprise", "chat", "--reprise-snapshot-bytes", "12x"], "is not a positive byte count"),
                         (["--reprise", "strict", "--cache-reuse", "256"], "--cache-reuse cannot be used"),
-                        (["--reprise", "strict", "--mmproj", "mmproj.gguf"], "--mmproj cannot be used")]:
+                        (["--reprise", "strict", "-md", "draft.gguf"], "a draft model or head cannot be used")]:
         rc, out = startup_error(args, os.path.join(args.workdir, "missing.gguf"), extra)
         check(rc != 0 and text in out and "missing.gguf" not in out,
               f"{' '.join(extra)} is refused before the model loads (exit {rc})", failures)
@@ -820,6 +824,231 @@ def test_adapters(args, model, arch, failures):
           f"prompt tokens computed) and equals caching off at its scale ({out == cold_turn2})", failures)
 
 
+def write_projector(args, model, path, kind="mlp", seed=11):
+    """A random multimodal projector GGUF for `model`, written with llama.cpp's own gguf-py in the format its clip
+    loader reads: a vision tower of one encoder layer over 8x8-pixel patches whose projection is as wide as the
+    text model. `kind` "mlp": LLaVA-style (64x64-pixel images, 64 tokens each, one position per token);
+    "qwen2vl_merger": Qwen2-VL's (its 2x2 patch merger, images resized to at least 8 tokens), for a text model
+    with M-RoPE positions, where an image of nx x ny tokens takes max(nx, ny) positions."""
+    if os.path.exists(path):
+        return path
+    sys.path.insert(0, args.gguf_py)
+    import numpy as np
+    import gguf
+
+    reader = gguf.GGUFReader(model)
+    arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
+    n_embd_text = int(reader.fields[f"{arch}.embedding_length"].parts[-1][0])
+    n_embd, n_ff, hidden, patch, size = 32, 64, 64, 8, 64
+    qwen = kind == "qwen2vl_merger"
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(path, "clip")
+    w.add_bool("clip.has_vision_encoder", True)
+    w.add_string("clip.projector_type", kind)
+    w.add_bool("clip.use_gelu", True)
+    for key, value in [("embedding_length", n_embd), ("feed_forward_length", n_ff), ("block_count", 1),
+                       ("projection_dim", n_embd_text), ("attention.head_count", 2), ("image_size", size),
+                       ("patch_size", patch)]:
+        w.add_uint32(f"clip.vision.{key}", value)
+    w.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-6)
+    w.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
+    w.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
+
+    def tensor(name, *shape, scale=0.5):  # numpy order: the last dimension is ggml's ne0
+        w.add_tensor(name, (rng.standard_normal(shape) * scale).astype(np.float32))
+    tensor("v.patch_embd.weight", n_embd, 3, patch, patch, scale=0.2)
+    if qwen:  # the second frame's patch embedding (Qwen2-VL merges two frames; an image is both)
+        tensor("v.patch_embd.weight.1", n_embd, 3, patch, patch, scale=0.2)
+    else:
+        tensor("v.position_embd.weight", (size // patch) ** 2, n_embd)
+    # one encoder layer (LLaVA's graph stops before the last one, so there it never runs)
+    for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
+        tensor(f"v.blk.0.{name}.weight", n_embd, n_embd)
+        if qwen:
+            tensor(f"v.blk.0.{name}.bias", n_embd)
+    for name in ("ln1", "ln2"):
+        w.add_tensor(f"v.blk.0.{name}.weight", np.ones(n_embd, np.float32))
+        w.add_tensor(f"v.blk.0.{name}.bias", np.zeros(n_embd, np.float32))
+    tensor("v.blk.0.ffn_up.weight", n_ff, n_embd)
+    tensor("v.blk.0.ffn_down.weight", n_embd, n_ff)
+    # the projection: of each patch (LLaVA), of each 2x2 patches (Qwen2-VL's merger)
+    tensor("mm.0.weight", hidden, 4 * n_embd if qwen else n_embd)
+    tensor("mm.0.bias", hidden)
+    tensor("mm.2.weight", n_embd_text, hidden, scale=1.0)
+    tensor("mm.2.bias", n_embd_text)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def png(seed, n=8):
+    """A random n x n RGB PNG (stb_image, which llama.cpp's mtmd decodes images with, reads it)."""
+    rng = random.Random(seed)
+    rows = b"".join(b"\x00" + bytes(rng.randrange(256) for _ in range(3 * n)) for _ in range(n))
+
+    def chunk(tag, data):
+        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", n, n, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def token_spellings(n_vocab=128):
+    """For each token id of test-llama-archs' vocabulary, five letters it tokenizes to: its tokenizer hashes each
+    5-character piece of a text (h = 31 h + byte, modulo the vocabulary), so a text of these pieces tokenizes to
+    exactly the tokens spelled, and a multimodal prompt (text around media markers) can continue a conversation
+    token for token."""
+    rng = random.Random(5)
+    out = {}
+    while len(out) < n_vocab:
+        word = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(5))
+        h = 0
+        for c in word.encode():
+            h = h * 31 + c
+        out.setdefault(h % n_vocab, word)
+    return out
+
+
+def test_media(args, models, failures):
+    """Multimodal prompts (--mmproj, a random projector) under Reprise. Each image's tokens are keyed by
+    its hash at its position: (a) under strict, the same prompt with another image at the same position computes
+    everything past the text before it and equals caching off bit for bit; the same image again hits and equals it
+    too; a prompt whose cached prefix ends inside the image skips only up to the image's start; (b) a text request
+    and an image request (OpenAI chat API, a data: URI) over one system prompt share it; (c) under chat, turn 2 of
+    a conversation with an image in turn 1 restores turn 1's end and equals a never-ending session. With the media
+    left out of the key (fault 'media') (a) fails. Qwen3.5 runs with M-RoPE positions (an image's tokens share
+    positions, so the tokens after it sit at fewer positions than indices)."""
+    spell = token_spellings()
+    text = lambda tokens: "".join(spell[t] for t in tokens)  # noqa: E731
+    images = [base64.b64encode(png(seed)).decode() for seed in (1, 2)]
+    for arch in ("nemotron_h", "qwen35", "llama"):
+        if arch not in models:
+            continue
+        model = models[arch]
+        # (qwen35's rope is M-RoPE: its image tokens share positions, nx x ny of them taking max(nx, ny))
+        kind = "qwen2vl_merger" if arch == "qwen35" else "mlp"
+        proj = ["--mmproj", write_projector(args, model, os.path.join(args.workdir, f"{arch}-{kind}-mmproj.gguf"),
+                                            kind)]
+        budget = ["--reprise-snapshot-bytes", SNAPSHOT_BYTES] if arch in HYBRID else []
+        rng = random.Random(zlib.crc32(arch.encode()) + args.seed)
+        system = [rng.randrange(4, 128) for _ in range(150)]
+        tail = [rng.randrange(4, 128) for _ in range(100)]
+        n = 8
+
+        def ask(server, before, image, after, cache_prompt=True, slot=-1, n_predict=n):
+            """/completion of text `before`, the image, text `after` (token lists); (output, prompt tokens,
+            computed, generated tokens), the output None for a request the server failed."""
+            if not hasattr(server, "media_marker"):  # (each server picks its own)
+                server.media_marker = get_json(server, "/props")["media_marker"]
+            marker = server.media_marker
+            body = {"prompt": {"prompt_string": text(before) + marker + text(after), "multimodal_data": [image]},
+                    "n_predict": n_predict, "temperature": 0, "n_probs": 5, "return_tokens": True,
+                    "ignore_eos": True, "cache_prompt": cache_prompt, "id_slot": slot, "stream": False}
+            try:
+                r = server.post("/completion", body)
+            except urllib.error.HTTPError as e:
+                print(f"     {arch}: media: the server answered HTTP {e.code}: {e.read().decode(errors='replace')}",
+                      flush=True)
+                return None, 0, -1, []
+            return output_of(r), r["tokens_evaluated"], r["timings"]["prompt_n"], r["tokens"]
+
+        def chat(server, user, image, cache_prompt=True):
+            """/v1/chat/completions over the system prompt's text; `image`: one between the user text's halves."""
+            content = user if image is None else [
+                {"type": "text", "text": user[: len(user) // 2]},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64," + image}},
+                {"type": "text", "text": user[len(user) // 2:]}]
+            r = server.post("/v1/chat/completions", {
+                "messages": [{"role": "system", "content": text(system)}, {"role": "user", "content": content}],
+                "max_tokens": n, "temperature": 0, "logprobs": True, "top_logprobs": 5, "ignore_eos": True,
+                "cache_prompt": cache_prompt})
+            return (r["choices"][0]["message"], r["choices"][0]["logprobs"]), r["usage"]["prompt_tokens"], \
+                r["timings"]["prompt_n"]
+
+        short = tail[:5]
+        user_text = text(tail[:40])
+        ref = Server(args.server, model, slots(1) + proj + ["--cache-ram", "0", "--ctx-checkpoints", "0"]
+                     + long_context(arch), args.workdir, f"{arch}-media-off")
+        try:
+            # (with the tokens a prompt starts with, e.g. BOS, as a multimodal prompt's text is tokenized)
+            ref_prefix = ref.post("/tokenize", {"content": text(system), "add_special": True})["tokens"]
+            check(ref.tokenize(text(system)) == system and ref_prefix[len(ref_prefix) - len(system):] == system,
+                  f"{arch}: media: the spelled text tokenizes to its tokens", failures)
+            cold = {i: ask(ref, system, images[i], tail, cache_prompt=False) for i in (0, 1)}
+            cold_short = ask(ref, system, images[1], short, cache_prompt=False)
+            cold_text = chat(ref, user_text[: len(user_text) // 2], None, cache_prompt=False)
+            cold_image = chat(ref, user_text, images[0], cache_prompt=False)
+        finally:
+            ref.stop()
+        if cold[0][0] == cold[1][0]:
+            check(False, f"{arch}: media: the two images change the outputs (nothing tested otherwise)", failures)
+            continue
+        length = cold[0][1]
+        start = len(ref_prefix)  # the image's first token
+        n_image = length - start - len(tail)
+        for fault in (None, "media"):
+            name = f"{arch}-media-strict" + (f"-fault-{fault}" if fault else "")
+            cand = Server(args.server, model, slots(2) + proj + ["--reprise", "strict"] + budget + long_context(arch),
+                          args.workdir, name, env={"REPRISE_LLAMA_FAULT": fault} if fault else None)
+            try:
+                a = ask(cand, system, images[0], tail)
+                b = ask(cand, system, images[1], tail)
+                b2 = ask(cand, system, images[1], tail)
+                inside = ask(cand, system, images[1], short)
+                # its prompt's last point on the alignment grid lies inside the image: no state there is captured,
+                # so the same prompt again restores where it did
+                inside_again = ask(cand, system, images[1], short)
+                # (the text request's user message is the image request's text before the image: under strict a
+                # hybrid captures its prompt's last point on the alignment grid, which then lies before the image)
+                t = chat(cand, user_text[: len(user_text) // 2], None) if fault is None else None
+                i = chat(cand, user_text, images[0]) if fault is None else None
+            finally:
+                cand.stop()
+            figures = (f"prompt tokens computed of {length}: image A {a[2]}, image B at its position {b[2]}, "
+                       f"image B again {b2[2]} (the image's {n_image} tokens start at {start})")
+            good = (a[0] == cold[0][0] and b[0] == cold[1][0] and b2[0] == cold[1][0] and b[2] >= length - start
+                    and b2[2] < length - start - n_image)
+            if fault is not None:
+                check(not good, f"{arch}: media: with the media left out of the key the strict checks fail "
+                      f"({figures}; B equals caching off: {b[0] == cold[1][0]})", failures)
+                continue
+            check(good, f"{arch}: media: strict: {figures}; each equals caching off with its image", failures)
+            check(inside[0] == cold_short[0] and inside_again[0] == cold_short[0] and inside_again[2] == inside[2]
+                  and length - start - len(tail) + len(short) <= inside[2] < inside[1],
+                  f"{arch}: media: a cached prefix ending inside the image skips at most up to its start "
+                  f"({inside[2]} of {inside[1]} prompt tokens computed, the image's {n_image} from {start}; "
+                  f"again: {inside_again[2]}) and equals caching off", failures)
+            check(t[0] == cold_text[0] and i[0] == cold_image[0] and i[2] < i[1],
+                  f"{arch}: media: chat API: an image request after a text request over one system prompt shares it "
+                  f"({i[2]} of {i[1]} prompt tokens computed; the text request {t[2]} of {t[1]}), each equal to "
+                  f"caching off", failures)
+        if arch not in HYBRID:
+            continue
+        # chat: turn 2 continues turn 1 (its image, its reply) token for token
+        session = Server(args.server, model, slots(1) + proj + ["--cache-ram", "0", "--ctx-checkpoints", "0"]
+                         + long_context(arch), args.workdir, f"{arch}-media-session")
+        try:
+            cand = Server(args.server, model, slots(2) + proj + ["--reprise", "chat"] + budget + long_context(arch),
+                          args.workdir, f"{arch}-media-chat")
+            try:
+                user2 = [rng.randrange(4, 128) for _ in range(30)]
+                ref1 = ask(session, system, images[0], short, slot=0)
+                got1 = ask(cand, system, images[0], short)
+                after = short + list(got1[3]) + user2
+                ref2 = ask(session, system, images[0], after, slot=0)
+                got2 = ask(cand, system, images[0], after)
+            finally:
+                cand.stop()
+        finally:
+            session.stop()
+        end = got1[1] + len(got1[3]) - 1  # turn 1's end: its last generated token is never fed
+        check(got1[0] == ref1[0] and got2[0] == ref2[0] and got2[2] == got2[1] - end,
+              f"{arch}: media: chat: turn 2 of a conversation with an image in turn 1 restores turn 1's end "
+              f"({got2[2]} of {got2[1]} prompt tokens computed, {got2[1] - end} past it) and equals a never-ending "
+              f"session", failures)
+
+
 def test_admit_failures(args, models, failures):
     """A hit that fails while it is set up (a cached block without its copy, libllama refusing to copy cells into
     the slot's stream, a snapshot restore refused: injected once each) ends that request with HTTP 500 and loses
@@ -859,9 +1088,9 @@ def main():
     ap.add_argument("--server", required=True)
     ap.add_argument("--archs", required=True, help="llama.cpp's test-llama-archs (writes the random models)")
     ap.add_argument("--workdir", required=True)
-    ap.add_argument("--only", default="strict,chat,branch,faults,spec,keys,errors")
-    ap.add_argument("--gguf-py", help="llama.cpp's gguf-py (writes LoRA adapters; default: beside the server's "
-                    "build folder)")
+    ap.add_argument("--only", default="strict,chat,branch,faults,spec,keys,errors,media")
+    ap.add_argument("--gguf-py", help="llama.cpp's gguf-py (writes LoRA adapters and projectors; default: beside "
+                    "the server's build folder)")
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--seed", type=int, default=0, help="added to each model's workload seed")
     args = ap.parse_args()
@@ -883,6 +1112,8 @@ def main():
     if "errors" in args.only:
         test_errors(args, models, failures)
         test_admit_failures(args, models, failures)
+    if "media" in args.only:
+        test_media(args, models, failures)
     for arch in args.models.split(","):
         if "defaults" in args.only:
             measure_defaults(args, models[arch], arch)
