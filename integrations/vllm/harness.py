@@ -36,6 +36,11 @@ def engine(model: str, mode: str, kv_cache_bytes: int = 1 << 30, max_num_seqs: i
     import json
 
     from vllm import LLM
+    from vllm.distributed.kv_transfer.kv_transfer_state import ensure_kv_transfer_shutdown
+
+    # An in-process engine leaves its worker-side connector in a process-wide slot that the next engine would take
+    # over as its own (vLLM initializes it once per process), and that an engine without a connector would call.
+    ensure_kv_transfer_shutdown()
 
     with open(os.path.join(model, "config.json")) as f:
         config = json.load(f)

@@ -48,7 +48,8 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 )
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorPromMetrics, KVConnectorStats
 from vllm.logger import init_logger
-from vllm.v1.kv_cache_interface import AttentionSpec, MambaSpec
+from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
+from vllm.v1.kv_cache_interface import AttentionSpec, FullAttentionSpec, KVQuantMode, MambaSpec
 from vllm.v1.request import RequestStatus
 
 import reprise
@@ -130,6 +131,11 @@ class Geometry:
         for g, group in enumerate(kv_cache_config.kv_cache_groups):
             spec = group.kv_cache_spec
             n = len(group.layer_names)
+            refused = _refused_layer_kind(spec)
+            if refused:
+                raise ValueError(f"reprise.vllm: KV cache group {g} ({group.layer_names[0]}, ...) holds {refused}; "
+                                 f"the connector handles full causal attention (fp32, bf16 or fp16 KV) and Mamba2 "
+                                 f"or gated-delta recurrent layers")
             if isinstance(spec, MambaSpec):
                 state.append(g)
                 conv_dtype, state_dtype = _DTYPES[spec.dtypes[0]], _DTYPES[spec.dtypes[-1]]
@@ -141,9 +147,6 @@ class Geometry:
                 kv_bytes_per_token += n * 2 * spec.num_kv_heads * spec.head_size * \
                     torch.empty((), dtype=spec.dtype).element_size()
                 vllm_block = spec.block_size
-            else:
-                raise ValueError(f"reprise.vllm: KV cache group {g} has a {type(spec).__name__}; the connector "
-                                 f"handles full attention and Mamba-type (Mamba2, gated delta) layers")
         if not state:
             raise ValueError("reprise.vllm: the model has no recurrent layers; use vLLM's own prefix caching")
         hf = _json_fields(vllm_config.model_config.hf_text_config.to_dict())
@@ -159,6 +162,35 @@ class Geometry:
         kv_blocks = int(options["kv_budget_bytes"]) // config.bytes_per_kv_block
         slots = int(options["snapshot_budget_bytes"]) // config.bytes_per_snapshot
         return Geometry(config, options, kv_blocks, slots, tuple(attention), tuple(state), vllm_block or 0)
+
+
+#: The recurrent layer kinds whose state Reprise models (reprise.ModelConfig): a Mamba2 layer's conv window and SSM
+#: state, a gated-delta layer's conv window and delta-rule matrix.
+_STATE_KINDS = {MambaAttentionBackendEnum.MAMBA2: "Mamba2", MambaAttentionBackendEnum.GDN_ATTN: "gated delta"}
+
+
+def _refused_layer_kind(spec: Any) -> str | None:
+    """What a KV cache group holds that the connector cannot keep exactly, in words; None when it can. A restore
+    copies whole token rows of causal full attention and whole recurrent states: a window or chunk-local attention
+    keeps only part of the prefix (its blocks are freed behind the window), a quantized KV page carries scales per
+    block, and other recurrent kinds (Mamba-1, short convolutions, linear attention) have states of other shapes."""
+    if isinstance(spec, MambaSpec):
+        if spec.mamba_type in _STATE_KINDS:
+            return None
+        return f"{spec.mamba_type.name} recurrent layers (vLLM's {type(spec).__name__})"
+    if not isinstance(spec, AttentionSpec):
+        return f"layers of kind {type(spec).__name__}"
+    if type(spec) is not FullAttentionSpec:
+        return f"attention of kind {type(spec).__name__}"
+    if spec.sliding_window is not None:
+        return f"sliding-window attention (window {spec.sliding_window})"
+    if spec.attention_chunk_size is not None:
+        return f"chunked-local attention (chunks of {spec.attention_chunk_size})"
+    if spec.non_causal:
+        return "non-causal attention"
+    if spec.kv_quant_mode != KVQuantMode.NONE or spec.dtype not in _DTYPES:
+        return f"a {spec.dtype} KV cache (kv_cache_dtype); run it with kv_cache_dtype='auto'"
+    return None
 
 
 # ----------------------------------------------------------------------------------------------------------------
