@@ -546,3 +546,13 @@ def test_layer_kinds_the_connector_cannot_keep_are_refused():
     for words, spec in refused.items():
         got = _refused_layer_kind(spec)
         assert got is not None and got.startswith(words), (words, got)
+
+
+def test_the_system_prompt_end_is_the_common_prefix_of_the_two_renderings():
+    from reprise.vllm.plugin import system_prompt_end
+
+    assert system_prompt_end([3, 7, 8, 4, 9], [3, 7, 8]) == 3
+    assert system_prompt_end([3, 7, 8, 4, 9], [3, 7, 8, 2]) == 3   # a template closing the last message differently
+    assert system_prompt_end([3, 7, 8], [3, 7, 8]) is None          # nothing after the system part
+    assert system_prompt_end([5, 7], [3, 7]) is None                # nothing in common
+    assert system_prompt_end([3, 7], []) is None

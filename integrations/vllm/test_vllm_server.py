@@ -4,7 +4,9 @@ next to a random-weight checkpoint), /v1/completions and /v1/chat/completions, s
 /metrics. The server runs vLLM's engine in its own process (vLLM's default), the connector's scheduler side there.
 
 - /metrics carries vllm:reprise_* (counters and gauges), and they move with the requests served;
-- a chat conversation's second turn restores the first turn's end (the re-rendered reply extends it).
+- a chat conversation's second turn restores the first turn's end (the re-rendered reply extends it);
+- a second conversation over a system prompt restores its end at its first turn, with no change to the client (the
+  plugin derives the system prompt's end by rendering the system message alone with the server's template).
 """
 
 from __future__ import annotations
@@ -148,3 +150,23 @@ def test_chat_turn_two_restores_turn_one_end(server):
     print(f"\nchat: turn 1 {n1} prompt tokens + {replied} reply tokens; turn 2 {n2} prompt tokens, {cached} cached")
     # the turn end: turn 1's prompt and reply but its last token (sampled, never fed)
     assert cached == n1 + replied - 1
+
+
+def test_a_second_conversation_restores_the_system_prompt_at_its_first_meeting(server):
+    """No kv_transfer_params from the client: the plugin renders the system message alone with the chat template
+    and passes where the prompts agree (the end of "<|system|> ...", 1 + 281 tokens) as the capture offset, so the
+    first conversation's prefill is split and snapshotted there and the second conversation's first turn restores
+    it, rounded down to Reprise's block size (without the offset, chat restores a shared system prompt only from
+    the third conversation on). A third, with another system prompt of the same length, restores nothing."""
+    from reprise.vllm import DEFAULTS
+
+    system = models.words(range(700, 981))
+    first = server.chat([{"role": "system", "content": system}, {"role": "user", "content": models.words(range(6, 40))}])
+    second = server.chat([{"role": "system", "content": system},
+                          {"role": "user", "content": models.words(range(40, 90))}])
+    other = server.chat([{"role": "system", "content": models.words(range(300, 581))},
+                         {"role": "user", "content": models.words(range(40, 90))}])
+    end = (1 + 281) // DEFAULTS["block_size"] * DEFAULTS["block_size"]
+    print(f"\nchat API, no client change: first conversation {_usage(first)}, second {_usage(second)}, "
+          f"another system prompt {_usage(other)} (prompt tokens, cached)")
+    assert _usage(first)[1] == 0 and _usage(second)[1] == end and _usage(other)[1] == 0
