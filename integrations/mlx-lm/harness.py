@@ -27,13 +27,24 @@ class Server:
     """One server process. `args`: the launcher's options after the module (for reprise.mlx.server) or mlx-lm's
     (module 'mlx_lm' with 'server' first)."""
 
-    def __init__(self, args: list[str], log: Path, module: str = "reprise.mlx.server", script: Path | None = None):
+    def __init__(self, args: list[str], log: Path, module: str = "reprise.mlx.server", script: Path | None = None,
+                 wait: bool = True):
         self.port = free_port()
         cmd = [sys.executable] + ([str(script)] if script else ["-m", module]) + args + ["--port", str(self.port)]
         self.log = log
         self._out = open(log, "w")
         self.proc = subprocess.Popen(cmd, stdout=self._out, stderr=subprocess.STDOUT, env=dict(os.environ))
-        deadline = time.time() + 120
+        self._started = time.time()
+        self._up = False
+        if wait:
+            self.wait()
+
+    def wait(self) -> "Server":
+        """Returns once the server answers /health (started with wait=False, it starts beside other work)."""
+        if self._up:
+            return self
+        log = self.log
+        deadline = self._started + 120
         while True:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited with {self.proc.returncode}:\n{log.read_text()}")
@@ -46,7 +57,9 @@ class Server:
             if time.time() > deadline:
                 self.close()
                 raise RuntimeError(f"server did not start:\n{log.read_text()}")
-            time.sleep(0.3)
+            time.sleep(0.1)
+        self._up = True
+        return self
 
     def chat(self, messages: list[dict], max_tokens: int = 12, **fields) -> dict:
         """Greedy, with the chosen tokens' ids and log-probabilities (mlx-lm's `logprobs: true`); `fields` go into
@@ -63,6 +76,23 @@ class Server:
                 "logprobs": [c["logprob"] for c in content], "finish": choice["finish_reason"],
                 "prompt_tokens": out["usage"]["prompt_tokens"],
                 "cached": out["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0)}
+
+    def abandon(self, messages: list[dict], chunks: int = 3, max_tokens: int = 2000, **fields) -> None:
+        """A streamed request whose client reads `chunks` chunks of the reply and closes the connection; the special
+        tokens are biased away so that the reply would run to `max_tokens` (seconds) if the server did not notice."""
+        body = json.dumps({"messages": messages, "max_tokens": max_tokens, "temperature": 0.0, "stream": True,
+                           "logit_bias": {str(i): -1e9 for i in range(3)}, **fields}).encode()
+        with socket.create_connection(("127.0.0.1", self.port), timeout=60) as sock:
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            stream = sock.makefile("rb")
+            seen = 0
+            while seen < chunks:
+                line = stream.readline()
+                assert line, "the stream ended before the client closed it"
+                seen += line.startswith(b"data: {")
+            stream.close()
+            sock.shutdown(socket.SHUT_RDWR)
 
     def metrics(self) -> dict:
         """Reprise's figures once every request answered so far has finished in the cache too (the server answers
@@ -86,21 +116,47 @@ class Server:
         self._out.close()
 
 
+class ModelView:
+    """One model on a server that serves several: each request names the model (mlx-lm loads the one a request
+    names, a test checkpoint in tens of milliseconds), and the Reprise figures count from the view's making (a test
+    makes its own), with only this model's PrefixCache metrics."""
+
+    COUNTERS = ("requests", "finished", "prompt_tokens", "skipped_tokens", "kv_matched_tokens", "restores",
+                "captures", "turn_end_captures", "untracked", "abandoned", "restore_copy_s", "capture_copy_s")
+
+    def __init__(self, server: Server, model: Path, reprise: bool):
+        self.server, self.model = server.wait(), str(model)
+        self._base = {k: server.metrics()[k] for k in self.COUNTERS} if reprise else {}
+
+    def chat(self, messages: list[dict], max_tokens: int = 12, **fields) -> dict:
+        return self.server.chat(messages, max_tokens, model=self.model, **fields)
+
+    def abandon(self, messages: list[dict], **options) -> None:
+        self.server.abandon(messages, model=self.model, **options)
+
+    def metrics(self) -> dict:
+        m = self.server.metrics()
+        m.update({k: m[k] - self._base[k] for k in self.COUNTERS})
+        m["models"] = {k: v for k, v in m["models"].items() if k == self.model}
+        return m
+
+
 def start(kind: str, model: Path, log_dir: Path, extra: list[str] | None = None,
-          check_invariants: bool = True) -> Server:
+          check_invariants: bool = True, wait: bool = True) -> Server:
     """'off': mlx-lm's own server with its prompt cache holding nothing (caching off); 'lru': mlx-lm's own
     LRUPromptCache as it comes; 'chat' / 'strict': with Reprise; 'faulty-strict': Reprise with perturbed snapshots."""
     extra = extra or []
     log = log_dir / f"{model.name}-{kind}.log"
     if kind == "off":
-        return Server(["server", "--model", str(model), "--prompt-cache-size", "0"] + extra, log, module="mlx_lm")
+        return Server(["server", "--model", str(model), "--prompt-cache-size", "0"] + extra, log, module="mlx_lm",
+                      wait=wait)
     if kind == "lru":
-        return Server(["server", "--model", str(model)] + extra, log, module="mlx_lm")
+        return Server(["server", "--model", str(model)] + extra, log, module="mlx_lm", wait=wait)
     checked = ["--reprise-check-invariants"] if check_invariants else []
     if kind == "faulty-strict":
         return Server(["--reprise", "strict", "--model", str(model)] + checked + extra, log,
-                      script=HERE / "faulty_server.py")
-    return Server(["--reprise", kind, "--model", str(model)] + checked + extra, log)
+                      script=HERE / "faulty_server.py", wait=wait)
+    return Server(["--reprise", kind, "--model", str(model)] + checked + extra, log, wait=wait)
 
 
 class Session:

@@ -48,6 +48,61 @@ CONFIGS = {
         "partial_rotary_factor": 0.25, "max_position_embeddings": 4096, "full_attention_interval": 4,
         "norm_topk_prob": True, "tie_word_embeddings": False, "torch_dtype": "float32", "eos_token_id": 2,
     },
+    # Granite-4.0-H: Mamba2 and attention layers ("layer_types"), each followed by a MoE plus a shared MLP. Attention
+    # with RoPE (the released checkpoints use none) so that a restored KV cache at a wrong offset shows in the logits.
+    "granitemoehybrid": {
+        "architectures": ["GraniteMoeHybridForCausalLM"], "model_type": "granitemoehybrid", "vocab_size": VOCAB,
+        "hidden_size": 64, "intermediate_size": 32, "num_hidden_layers": 4, "max_position_embeddings": 4096,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "attention_bias": False, "embedding_multiplier": 1.0,
+        "attention_multiplier": 0.25, "logits_scaling": 1.0, "residual_multiplier": 1.0,
+        "layer_types": ["mamba", "attention", "mamba", "mamba"], "rms_norm_eps": 1e-5, "num_local_experts": 4,
+        "num_experts_per_tok": 2, "shared_intermediate_size": 64, "mamba_n_heads": 8, "mamba_d_head": 16,
+        "mamba_expand": 2, "mamba_proj_bias": False, "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_n_groups": 1,
+        "mamba_conv_bias": True, "mamba_chunk_size": 256, "position_embedding_type": "rope", "rope_theta": 10000.0,
+        "tie_word_embeddings": False, "torch_dtype": "float32", "eos_token_id": 2,
+    },
+    # Falcon-H1: every layer runs Mamba2 and attention side by side on the same input (mlx-lm: one CacheList of an
+    # ArraysCache and a KVCache per layer).
+    "falcon_h1": {
+        "architectures": ["FalconH1ForCausalLM"], "model_type": "falcon_h1", "vocab_size": VOCAB, "hidden_size": 64,
+        "intermediate_size": 128, "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "head_dim": 16, "attention_bias": False, "mamba_d_ssm": 128, "mamba_n_heads": 8, "mamba_d_head": 16,
+        "mamba_d_state": 16, "mamba_n_groups": 1, "mamba_d_conv": 4, "mamba_expand": 2, "mamba_chunk_size": 256,
+        "mamba_conv_bias": True, "mamba_proj_bias": False, "mamba_rms_norm": False, "max_position_embeddings": 4096,
+        "rope_theta": 10000.0, "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "torch_dtype": "float32",
+        "eos_token_id": 2,
+    },
+    # Qwen3.5 (dense): gated delta x3 + one full-attention layer, the language model's fields in text_config.
+    "qwen3_5": {
+        "architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5", "tie_word_embeddings": False,
+        "torch_dtype": "float32", "eos_token_id": 2,
+        "text_config": {
+            "model_type": "qwen3_5_text", "vocab_size": VOCAB, "hidden_size": 64, "num_hidden_layers": 4,
+            "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+            "linear_num_value_heads": 4, "linear_num_key_heads": 2, "linear_key_head_dim": 16,
+            "linear_value_head_dim": 16, "linear_conv_kernel_dim": 4, "full_attention_interval": 4,
+            "rms_norm_eps": 1e-6, "max_position_embeddings": 4096, "tie_word_embeddings": False,
+            "layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention"],
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
+                                "mrope_section": [1, 1, 0]},
+        },
+    },
+    # Qwen3.5 MoE: the same layers with sparse MoE MLPs and a shared expert.
+    "qwen3_5_moe": {
+        "architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe",
+        "tie_word_embeddings": False, "torch_dtype": "float32", "eos_token_id": 2,
+        "text_config": {
+            "model_type": "qwen3_5_moe_text", "vocab_size": VOCAB, "hidden_size": 64, "num_hidden_layers": 4,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "linear_num_value_heads": 4,
+            "linear_num_key_heads": 2, "linear_key_head_dim": 16, "linear_value_head_dim": 16,
+            "linear_conv_kernel_dim": 4, "full_attention_interval": 4, "num_experts": 4, "num_experts_per_tok": 2,
+            "moe_intermediate_size": 32, "shared_expert_intermediate_size": 64, "norm_topk_prob": True,
+            "rms_norm_eps": 1e-6, "max_position_embeddings": 4096, "tie_word_embeddings": False,
+            "layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention"],
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
+                                "mrope_section": [1, 1, 0]},
+        },
+    },
     # Attention only (Llama): Reprise's block_sharing policy.
     "llama": {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": VOCAB, "hidden_size": 64,
@@ -58,12 +113,23 @@ CONFIGS = {
 }
 
 
-def write_tokenizer(directory: Path) -> None:
-    from tokenizers import Tokenizer, decoders, models
+# transformers loads a Qwen3.5 checkpoint's tokenizer as its own Qwen3_5Tokenizer (byte-level pre-tokenizer and
+# decoder) whatever tokenizer_config.json names: its vocabulary must spell space and newline as byte-level does
+# ('Ġ', 'Ċ'), or they are dropped from every prompt.
+BYTE_LEVEL_TOKENIZER = {"qwen3_5", "qwen3_5_moe"}
 
-    vocab = {t: i for i, t in enumerate(SPECIALS + ALPHABET)}
+
+def write_tokenizer(directory: Path, byte_level: bool = False) -> None:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    alphabet = [{" ": "\u0120", "\n": "\u010a"}.get(c, c) for c in ALPHABET] if byte_level else ALPHABET
+    vocab = {t: i for i, t in enumerate(SPECIALS + alphabet)}
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None, fuse_unk=False))
-    tok.decoder = decoders.Fuse()
+    if byte_level:
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+        tok.decoder = decoders.ByteLevel()
+    else:
+        tok.decoder = decoders.Fuse()
     tok.add_special_tokens(SPECIALS)
     tok.save(str(directory / "tokenizer.json"))
     (directory / "tokenizer_config.json").write_text(json.dumps({
@@ -108,5 +174,5 @@ def write_checkpoint(directory: Path, arch: str, seed: int = 0, shape: dict | No
     mx.eval(params)
     mx.save_safetensors(str(directory / "model.safetensors"), params)
     (directory / "config.json").write_text(json.dumps(config, indent=1))
-    write_tokenizer(directory)
+    write_tokenizer(directory, byte_level=config["model_type"] in BYTE_LEVEL_TOKENIZER)
     return directory

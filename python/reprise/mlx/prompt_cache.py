@@ -7,6 +7,7 @@ How mlx-lm's engine memory maps onto Reprise:
 |---|---|
 | ``KVCache`` of an attention layer (``keys`` / ``values`` ``[1, kv heads, tokens, head dim]``) | one Reprise block id covers every attention layer: ``kv_pool[block]`` holds that block's tokens of each layer |
 | ``ArraysCache`` of a recurrent layer (conv window + SSM / delta-rule state) | one slot id covers every recurrent layer: ``slots[slot]`` holds each layer's arrays |
+| ``CacheList`` of a layer that runs several mixers side by side (Falcon-H1: an ``ArraysCache`` and a ``KVCache``) | each member counts as its own attention or recurrent layer, addressed by its path (layer, member) |
 | a request (the server's prompt, its segments, ``insert_cache`` at segment ends and at its end) | a sequence: admit (plan) -> restore -> prefill segments ending at capture positions -> capture, commit -> extend (the reply) -> finish (turn end) |
 
 The flow of one request, all on the server's generation thread (the one thread that drives the cache):
@@ -21,6 +22,8 @@ The flow of one request, all on the server's generation thread (the one thread t
    capture the recurrent state into the planned slot, commit(p).
 4. ``insert_cache`` at the request's end (all prompt and reply tokens, the live state after the last of them):
    extend by the reply, save its KV, commit, finish; the turn end's slot receives the live state.
+5. A request the server drops from its batch (its client gone; no prompt cache call from mlx-lm): ``abandon``, from
+   the launcher's batch generator, ends its sequence where its state was, or releases it if still in its prefill.
 
 Every array in the pools is a copy made with ``mx.contiguous`` (an mlx-lm cache's arrays are slices of buffers the
 engine keeps growing); MLX arrays are values, so a pool entry handed to a request's cache is never written through.
@@ -28,6 +31,7 @@ engine keeps growing); MLX arrays are values, so a pool entry handed to a reques
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
@@ -39,7 +43,7 @@ from typing import Any
 
 import mlx.core as mx
 import numpy as np
-from mlx_lm.models.cache import ArraysCache, KVCache, make_prompt_cache
+from mlx_lm.models.cache import ArraysCache, CacheList, KVCache, make_prompt_cache
 
 import reprise
 
@@ -63,6 +67,50 @@ HYBRID_POLICIES = ("strict", "chat")
 # call: a state is prefill-exact only on that grid, whatever chunk the checkpoint names.
 MLX_MAMBA2_CHUNK = 256
 _MAMBA2_TYPES = ("nemotron_h", "mamba2", "falcon_h1", "granitemoehybrid", "plamo2")
+
+
+def cache_leaves(cache: list[Any]) -> list[tuple[tuple[int, ...], Any]]:
+    """Each layer's cache with its path in the model's cache list: (layer,) for a plain cache, (layer, member) for
+    the members of a CacheList (Falcon-H1's layers hold a Mamba2 ArraysCache and an attention KVCache)."""
+    out = []
+    for i, c in enumerate(cache):
+        if type(c) is CacheList:
+            out += [((i,) + path, leaf) for path, leaf in cache_leaves(list(c.caches))]
+        else:
+            out.append(((i,), c))
+    return out
+
+
+def cache_at(cache: list[Any], path: tuple[int, ...]) -> Any:
+    c = cache[path[0]]
+    for j in path[1:]:
+        c = c[j]
+    return c
+
+
+def cache_layout(model: Any) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+    """The paths of the model's attention (KVCache) and recurrent (ArraysCache) caches in mlx-lm's cache list, in
+    its order; ValueError naming any other kind of cache, which Reprise cannot hold (a sliding window's
+    RotatingKVCache, a quantized or chunked KV cache)."""
+    leaves = cache_leaves(make_prompt_cache(model))
+    attention = [p for p, c in leaves if type(c) is KVCache]
+    recurrent = [p for p, c in leaves if type(c) is ArraysCache]
+    other = sorted({type(c).__name__ for p, c in leaves if type(c) not in (KVCache, ArraysCache)})
+    if other:
+        raise ValueError(f"reprise.mlx: the model's mlx-lm cache has {other} layers; Reprise handles mlx-lm's "
+                         f"KVCache (attention) and ArraysCache (recurrent) layers")
+    return attention, recurrent
+
+
+def check_layout(model: Any, config: Any) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+    """cache_layout(model), checked against Reprise's reading of its config.json (`config`, a ModelConfig): the
+    budgets are sized by that reading, so a cache list with other layer counts is refused rather than served."""
+    attention, recurrent = cache_layout(model)
+    if (len(attention), len(recurrent)) != (config.attention_layers, config.recurrent_layers):
+        raise ValueError(f"reprise.mlx: mlx-lm's cache for this model has {len(attention)} attention and "
+                         f"{len(recurrent)} recurrent layers, but Reprise reads config.json as "
+                         f"{config.attention_layers} attention and {config.recurrent_layers} recurrent layers")
+    return attention, recurrent
 
 
 def model_config(config: dict, block_size: int) -> Any:
@@ -129,14 +177,12 @@ class _ModelCache:
 
     def __init__(self, model: Any, model_dir: str, options: dict[str, Any]):
         config = json.loads((Path(model_dir) / "config.json").read_text())
-        self.layers = make_prompt_cache(model)
-        self.attention = [i for i, c in enumerate(self.layers) if type(c) is KVCache]
-        self.recurrent = [i for i, c in enumerate(self.layers) if type(c) is ArraysCache]
-        other = [type(c).__name__ for i, c in enumerate(self.layers) if i not in self.attention + self.recurrent]
-        if other:
-            raise ValueError(f"reprise.mlx: the model's cache has {sorted(set(other))} layers; Reprise handles "
-                             f"mlx-lm's KVCache (attention) and ArraysCache (recurrent) layers")
         self.config = model_config(config, options["block_size"])
+        # Paths into mlx-lm's cache list (cache_at), in its order: kv_pool and slots hold one entry per path.
+        self.attention, self.recurrent = check_layout(model, self.config)
+        # An empty cache list to copy for each restore: holding the model instead would keep its weights alive after
+        # the server loads another model (and this one again, as a new object).
+        self.empty_cache = make_prompt_cache(model)
         hybrid = bool(self.recurrent)
         policy = options["policy"] if hybrid else "block_sharing"
         if hybrid and policy not in HYBRID_POLICIES:
@@ -188,8 +234,9 @@ class PromptCache:
         self._lock = threading.Lock()   # the HTTP threads read the figures while the generation thread runs
         #: What the server did with Reprise, summed over requests (also served at GET /reprise/metrics).
         self.figures = {"requests": 0, "finished": 0, "prompt_tokens": 0, "skipped_tokens": 0, "kv_matched_tokens": 0,
-                        "restores": 0, "captures": 0, "turn_end_captures": 0, "untracked": 0,
+                        "restores": 0, "captures": 0, "turn_end_captures": 0, "untracked": 0, "abandoned": 0,
                         "restore_copy_s": 0.0, "capture_copy_s": 0.0}
+        self._last_fetched: _Sequence | None = None
         self.last_request: dict[str, Any] = {}
         self._model_metrics: dict[str, dict[str, Any]] = {}   # copies taken on the generation thread
 
@@ -240,11 +287,13 @@ class PromptCache:
     def fetch_nearest_cache(self, model_key: tuple, tokens: list[int]):
         """Restore: the mlx-lm cache of the admitted sequence for `tokens` at its usable hit, and the tokens still
         to compute; (None, tokens) when nothing is skipped."""
+        self._last_fetched = None
         found = self._find(model_key, lambda s: not s.fetched and s.tokens == list(tokens))
         if found is None:
             return None, tokens
         mc, seq = found
         seq.fetched = True
+        self._last_fetched = seq
         try:
             return self._restore(mc, seq, tokens)
         except Exception:
@@ -265,18 +314,18 @@ class PromptCache:
         tic = time.perf_counter()
         if plan.copy_src >= 0:   # the turn end's partial block, copy on write into the sequence's own block
             mc.kv_pool[int(plan.copy_dst)] = mc.kv_pool[int(plan.copy_src)]
-        cache = make_prompt_cache(mc.model)
+        cache = copy.deepcopy(mc.empty_cache)
         nblocks = -(-u // mc.block_size)
         for j, layer in enumerate(mc.attention):
             ks = [mc.kv_pool[b][j][0] for b in seq.table[:nblocks]]
             vs = [mc.kv_pool[b][j][1] for b in seq.table[:nblocks]]
             k, v = mx.concatenate(ks, axis=2)[..., :u, :], mx.concatenate(vs, axis=2)[..., :u, :]
-            c = cache[layer]
+            c = cache_at(cache, layer)
             c.keys, c.values, c.offset = mx.contiguous(k), mx.contiguous(v), u
         if plan.restore_slot >= 0:
             for j, layer in enumerate(mc.recurrent):
-                cache[layer].cache = list(mc.slots[int(plan.restore_slot)][j])
-        mx.eval([c.state for c in cache])
+                cache_at(cache, layer).cache = list(mc.slots[int(plan.restore_slot)][j])
+        mx.eval([c.state for _, c in cache_leaves(cache)])
         seq.restore_s = time.perf_counter() - tic
         with self._lock:
             self.figures["restores"] += 1
@@ -302,6 +351,50 @@ class PromptCache:
             logger.exception("reprise.mlx: %s failed; the request is no longer tracked by Reprise",
                              "capture" if capture is not None else "finish")
             self._abandon(*found)
+
+    def take_fetched(self) -> _Sequence | None:
+        """The sequence of the last fetch_nearest_cache call (None when it tracked none), once: the server inserts the
+        request into its batch right after that call, and the batch generator keeps it under the request's id
+        (reprise.mlx.server.RepriseBatchGenerator) to tell :meth:`abandon` which sequence a dropped request had."""
+        seq, self._last_fetched = self._last_fetched, None
+        return seq
+
+    def abandon(self, seq: _Sequence, tokens: list[int] | None = None, prompt_cache: list[Any] | None = None) -> None:
+        """The server dropped the request of `seq` from its batch before its end (its client went away); mlx-lm calls
+        no prompt cache method for it. When the request's state at that point (`prompt_cache`, after `tokens`) has
+        folded in the whole prompt, the request ends there as at a turn end: the prompt's KV and that state are
+        cached. Otherwise (still in its prefill) its sequence is released, its blocks and planned slots freed. A
+        sequence already finished or released is left alone."""
+        for key, live in self._seqs:
+            if live is seq:
+                mc = self._models[(key[0], key[2] if len(key) > 2 else None)]
+                break
+        else:
+            return
+        with self._lock:
+            self.figures["abandoned"] += 1
+        folded = cache_at(prompt_cache, mc.attention[0]).offset if prompt_cache and mc.attention else 0
+        logger.info("reprise.mlx: a request of %d prompt tokens was abandoned by its client after %d tokens",
+                    len(seq.tokens), folded)
+        if tokens is not None and len(seq.tokens) <= folded <= len(tokens) and \
+                list(tokens[:len(seq.tokens)]) == seq.tokens:
+            try:
+                self._finish(mc, seq, list(tokens[:folded]), prompt_cache)
+            except Exception:
+                logger.exception("reprise.mlx: caching an abandoned request failed; its sequence is released")
+                self._abandon(mc, seq)
+            return
+        self._seqs = [(k, s) for k, s in self._seqs if s is not seq]
+        try:
+            mc.cache.release(seq.seq_id)
+        except reprise.Error:
+            logger.exception("reprise.mlx: releasing an abandoned request's sequence failed")
+        mc.step_done()
+        if self.options["check_invariants"]:
+            mc.cache.check_invariants()
+        with self._lock:
+            self.figures["finished"] += 1
+            self._record(mc)
 
     def trim_to(self, *, n_sequences: int | None = None, n_bytes: int | None = None) -> None:
         """Reprise's own budgets bound its pools (--reprise-kv-budget, --reprise-snapshot-budget); the server's
@@ -346,7 +439,7 @@ class PromptCache:
         mc = self._models.get(base)
         if mc is None:
             mc = _ModelCache(model, model_key[0], self.options)
-            mc.model, mc.path = model, model_key[0]
+            mc.path = model_key[0]
             self._models[base] = mc
             logger.info("reprise.mlx: %s: policy %s, %d attention + %d recurrent layers, block %d, alignment %d, "
                         "%d KV blocks, %d snapshot slots of %d bytes", model_key[0], mc.policy, len(mc.attention),
@@ -373,6 +466,12 @@ class PromptCache:
                 return mc, seq
         return None
 
+    def _record(self, mc: _ModelCache) -> None:
+        """A copy of the model's metrics for /reprise/metrics (under self._lock, on the generation thread)."""
+        self._model_metrics[str(mc.path)] = {**mc.cache.metrics(), "policy": mc.policy, "block_size": mc.block_size,
+                                             "alignment": mc.cache.alignment,
+                                             "live_sequences_tracked": len(self._seqs)}
+
     def _abandon(self, mc: _ModelCache, seq: _Sequence) -> None:
         self._seqs = [(k, s) for k, s in self._seqs if s is not seq]
         try:
@@ -390,7 +489,7 @@ class PromptCache:
         if end <= seq.saved or not mc.attention:
             seq.saved = max(seq.saved, end)
             return
-        layers = [prompt_cache[i] for i in mc.attention]
+        layers = [cache_at(prompt_cache, path) for path in mc.attention]
         for b in range(seq.saved // B, -(-end // B)):
             lo, hi = b * B, min((b + 1) * B, end)
             mc.kv_pool[seq.table[b]] = [(mx.contiguous(c.keys[..., lo:hi, :]), mx.contiguous(c.values[..., lo:hi, :]))
@@ -400,8 +499,8 @@ class PromptCache:
 
     def _write_slot(self, mc: _ModelCache, slot: int, prompt_cache: list[Any]) -> float:
         tic = time.perf_counter()
-        arrays = [[mx.contiguous(a) if a is not None else None for a in prompt_cache[i].cache]
-                  for i in mc.recurrent]
+        arrays = [[mx.contiguous(a) if a is not None else None for a in cache_at(prompt_cache, path).cache]
+                  for path in mc.recurrent]
         mx.eval([a for layer in arrays for a in layer if a is not None])
         mc.slots[slot] = arrays
         return time.perf_counter() - tic
@@ -421,7 +520,7 @@ class PromptCache:
 
     def _finish(self, mc: _ModelCache, seq: _Sequence, tokens: list[int], prompt_cache: list[Any]) -> None:
         self._seqs = [(k, s) for k, s in self._seqs if s is not seq]
-        folded = prompt_cache[mc.attention[0]].offset if mc.attention else len(tokens)
+        folded = cache_at(prompt_cache, mc.attention[0]).offset if mc.attention else len(tokens)
         if folded != len(tokens):
             # The state is not the one after `tokens`: caching it would hand a later prompt another position's state.
             logger.warning("reprise.mlx: request end with %d tokens but a state after %d: not cached", len(tokens),
@@ -463,9 +562,7 @@ class PromptCache:
             self.figures["turn_end_captures"] += int(captured)
             self.figures["finished"] += 1
             self.last_request = record
-            self._model_metrics[str(mc.path)] = {**mc.cache.metrics(), "policy": mc.policy,
-                                                 "block_size": mc.block_size, "alignment": mc.cache.alignment,
-                                                 "live_sequences_tracked": len(self._seqs)}
+            self._record(mc)
         logger.info("reprise.mlx: prompt %d tokens, skipped %d (KV matched %d, %s), prefill stops %s, turn end %s, "
                     "restore copy %.2f ms", record["prompt_tokens"], record["skipped_tokens"],
                     record["kv_matched_tokens"], "snapshot restored" if record["restored"] else "no snapshot",

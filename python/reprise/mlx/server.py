@@ -21,9 +21,10 @@ from pathlib import Path
 
 import mlx_lm
 import mlx_lm.server as mlx_server
+from mlx_lm.utils import load_model
 
 from . import MLX_LM_VERSION
-from .prompt_cache import DEFAULTS, PromptCache, check_options, model_config
+from .prompt_cache import DEFAULTS, PromptCache, check_layout, check_options, model_config
 
 logger = logging.getLogger("reprise.mlx")
 
@@ -58,6 +59,42 @@ class RepriseResponseGenerator(mlx_server.ResponseGenerator):
         # One type per piece but the last: the server calls insert_cache at the end of each typed piece (the last
         # piece's end is the prompt's end, reached through the reply's turn end instead).
         return prompt, pieces, ["user"] * (len(pieces) - 1) + ["assistant"], initial_state, vision
+
+
+class RepriseBatchGenerator(mlx_server.BatchGenerator):
+    """mlx-lm's batch generator that keeps each request's Reprise sequence under the request's id, so that a request
+    the server drops before its end (``remove``: its client closed the connection), for which the server calls no
+    prompt cache method, still ends its sequence (PromptCache.abandon). `prompt_cache` is set on a subclass made per
+    server."""
+
+    prompt_cache: PromptCache
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._sequences: dict[int, object] = {}   # request id -> its sequence, until the request ends or is removed
+
+    def insert_segments(self, *args, **kwargs):
+        uids = super().insert_segments(*args, **kwargs)
+        seq = self.prompt_cache.take_fetched()   # the server fetched this request's cache just before
+        if seq is not None and len(uids) == 1:
+            self._sequences[uids[0]] = seq
+        return uids
+
+    def next(self):
+        prompt_responses, generation_responses = super().next()
+        for r in generation_responses:
+            if r.finish_reason is not None:   # the server hands its end to insert_cache
+                self._sequences.pop(r.uid, None)
+        return prompt_responses, generation_responses
+
+    def remove(self, uids, return_prompt_caches=False):
+        tracked = {uid: self._sequences.pop(uid) for uid in uids if uid in self._sequences}
+        # The dropped requests' states as they are, so that what they computed can still be cached.
+        caches = super().remove(uids, return_prompt_caches=return_prompt_caches or bool(tracked))
+        for uid, seq in tracked.items():
+            cache, tokens = caches.get(uid, (None, None))
+            self.prompt_cache.abandon(seq, None if tokens is None else list(tokens), cache)
+        return caches if return_prompt_caches else {}
 
 
 class RepriseHandler(mlx_server.APIHandler):
@@ -148,6 +185,17 @@ def main(argv: list[str] | None = None) -> None:
         cfg = model_config(json.loads(config_path.read_text()), options["block_size"])
     except Exception as e:   # the binding's errors name the config rule broken
         _refuse(f"--model {mlx_args.model}: Reprise cannot read this checkpoint's layers: {e}")
+    try:
+        # The model built lazily (its weights mapped, never evaluated) for the cache list mlx-lm will make for it:
+        # each cache must be of a kind Reprise holds, as many of each kind as Reprise reads in config.json.
+        layers, _ = load_model(Path(mlx_args.model), lazy=True, trust_remote_code=mlx_args.trust_remote_code)
+    except Exception as e:
+        _refuse(f"--model {mlx_args.model}: mlx-lm cannot load this checkpoint: {e}")
+    try:
+        check_layout(layers, cfg)
+    except ValueError as e:
+        _refuse(f"--model {mlx_args.model}: {e}")
+    del layers
     if cfg.bytes_per_snapshot and options["snapshot_budget_bytes"] < cfg.bytes_per_snapshot:
         _refuse(f"--reprise-snapshot-budget {options['snapshot_budget_bytes']} bytes holds no snapshot of this "
                 f"model ({cfg.bytes_per_snapshot} bytes each)")
@@ -162,6 +210,8 @@ def main(argv: list[str] | None = None) -> None:
         if mx.distributed.init().size() > 1:
             _refuse("distributed serving is not supported with --reprise")
         cache = PromptCache(**options)
+        # The server's generation thread builds its batch generators by this module-level name.
+        mlx_server.BatchGenerator = type("RepriseBatchGenerator", (RepriseBatchGenerator,), {"prompt_cache": cache})
         generator = RepriseResponseGenerator(model_provider, cache)
         logger.info("reprise.mlx: prompt cache: Reprise, policy %s (hybrid models), budgets %d B KV, %d B snapshots",
                     options["policy"], options["kv_budget_bytes"], options["snapshot_budget_bytes"])
