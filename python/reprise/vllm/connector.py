@@ -339,8 +339,10 @@ class TokenMove:
 
     start: int
     end: int
-    vllm_blocks: list[list[int]]   # per attention group: the request's vLLM block ids (block table)
-    reprise_blocks: list[int]      # the request's Reprise block table
+    vllm_blocks: list[list[int]]   # per attention group: the vLLM block ids holding [start, end), in order
+    reprise_blocks: list[int]      # the Reprise block ids holding [start, end), in order
+    first_vllm_block: int = 0      # the request's block number (start // vLLM's block size) of vllm_blocks[g][0]
+    first_reprise_block: int = 0   # of reprise_blocks[0] (start // Reprise's block size)
 
 
 @dataclass
@@ -550,13 +552,12 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
                 continue
             a, b = starts[req_id], starts[req_id] + count
             block_ids = self._manager.get_block_ids(req_id)
-            attention = [list(block_ids[g]) for g in self.geometry.attention_groups]
             states = [block_ids[g][0] for g in self.geometry.state_groups]
             if seq.load_pending:
                 plan = seq.plan
                 if plan.copy_src >= 0:
                     meta.block_copies.append((int(plan.copy_src), int(plan.copy_dst)))
-                meta.kv_loads.append(TokenMove(0, plan.usable_tokens, attention, list(seq.table)))
+                meta.kv_loads.append(self._token_move(0, plan.usable_tokens, block_ids, seq.table))
                 meta.restores.append(StateMove(states, int(plan.restore_slot)))
                 seq.load_pending = False
                 self.skipped_tokens += plan.usable_tokens
@@ -581,7 +582,7 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
                 self.prefill_tokens += min(b, seq.request.num_prompt_tokens) - a
             lo = max(a, seq.kv_from)
             if lo < b:
-                meta.kv_saves.append(TokenMove(lo, b, attention, list(seq.table)))
+                meta.kv_saves.append(self._token_move(lo, b, block_ids, seq.table))
             if b in seq.captures:
                 meta.captures.append(StateMove(states, seq.captures.pop(b)))
                 seq.pending_captures.append(b)
@@ -590,6 +591,15 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
             seq.pending_end = b
         self._epoch = self.cache.current_epoch()
         return meta
+
+    def _token_move(self, start: int, end: int, block_ids, table: list[int]) -> TokenMove:
+        """A move of [start, end) carrying only the blocks that hold it, so that a decode step's saves cost what
+        they touch (one block per request), not the length of each request's block tables."""
+        B, Bv = self.geometry.config.block_size, self.geometry.vllm_block_size or 1   # 0: no attention layer
+        r0, v0 = start // B, start // Bv
+        r1, v1 = (end - 1) // B + 1, (end - 1) // Bv + 1
+        return TokenMove(start, end, [block_ids[g][v0:v1] for g in self.geometry.attention_groups], table[r0:r1],
+                         v0, r0)
 
     def _commit(self, seq: _Sequence) -> None:
         if seq.pending_end > 0 or seq.pending_captures:
@@ -781,11 +791,12 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
             return
         B, Bv = self.geometry.config.block_size, self.geometry.vllm_block_size
         positions = [np.arange(m.start, m.end, dtype=np.int64) for m in moves]
-        ri = np.concatenate([np.asarray(m.reprise_blocks, dtype=np.int64)[p // B] for m, p in zip(moves, positions)])
+        ri = np.concatenate([np.asarray(m.reprise_blocks, dtype=np.int64)[p // B - m.first_reprise_block]
+                             for m, p in zip(moves, positions)])
         every = np.concatenate(positions)
         ro, vo = every % B, every % Bv
         for g, group_id in enumerate(self.geometry.attention_groups):
-            vi = np.concatenate([np.asarray(m.vllm_blocks[g], dtype=np.int64)[p // Bv]
+            vi = np.concatenate([np.asarray(m.vllm_blocks[g], dtype=np.int64)[p // Bv - m.first_vllm_block]
                                  for m, p in zip(moves, positions)])
             index = None
             for name in self._groups[group_id].layer_names:
