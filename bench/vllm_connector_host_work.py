@@ -38,17 +38,20 @@ def main() -> None:
 
     n, L = args.requests, args.prompt_tokens
     with tempfile.TemporaryDirectory() as tmp:
-        model = models.write_granite_hybrid(tmp)
         kv_bytes_per_token = 2 * 2 * 2 * 64 * 4   # 2 attention layers, K and V, 2 KV heads of 64, fp32
-        tokens = n * (L + args.decode + 256)
+        # Each request's reply must outlast the prefill steps of the requests after it (about one per request at
+        # vLLM's 8,192-token step budget), so that all are running together when the measured steps come.
+        reply = args.decode + n * (-(-L // 8192) + 1)
+        tokens = n * (L + reply + 256)
+        model = models.write_granite_hybrid(tmp, max_positions=L + reply + 16)
         llm = harness.engine(model, "strict", kv_cache_bytes=tokens * kv_bytes_per_token * 2, max_num_seqs=n,
-                             max_model_len=L + args.decode + 16, kv_budget_bytes=tokens * kv_bytes_per_token,
+                             max_model_len=L + reply + 16, kv_budget_bytes=tokens * kv_bytes_per_token,
                              snapshot_budget_bytes=256 << 20, max_sequences=2 * n)
         engine = llm.llm_engine
         rng = random.Random(1)
         for i in range(n):   # distinct prompts: nothing is restored, every request captures and saves its own
             prompt = [rng.randrange(3, models.VOCAB) for _ in range(L)]
-            engine.add_request(f"r{i}", TokensPrompt(prompt_token_ids=prompt), harness.params(args.decode))
+            engine.add_request(f"r{i}", TokensPrompt(prompt_token_ids=prompt), harness.params(reply))
         scheduler = engine.engine_core.engine_core.scheduler
         t = time.perf_counter()
         while any(r.num_computed_tokens < r.num_prompt_tokens for r in scheduler.requests.values()) or \
@@ -57,7 +60,7 @@ def main() -> None:
         prefill = time.perf_counter() - t
         connector.profile(reset=True)
         steps, t = 0, time.perf_counter()
-        while steps < args.decode - 2 and len(scheduler.running) == n:
+        while steps < args.decode and len(scheduler.running) == n:
             engine.step()
             steps += 1
         wall = time.perf_counter() - t

@@ -1,7 +1,9 @@
 # Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
 """Random-weight hybrid checkpoints written at test time from transformers' own config classes, small enough that
 vLLM loads them in seconds on a CPU: a Mamba2 hybrid (GraniteMoeHybrid, fp32) and a gated-delta hybrid (Qwen3-Next,
-bf16, with an MoE layer: vLLM's CPU gated-delta path needs bf16 and its Qwen3-Next needs one)."""
+bf16, with an MoE layer: vLLM's CPU gated-delta path needs bf16 and its Qwen3-Next needs one) for the tests that run
+in CI, and Nemotron-H, Falcon-H1, pure Mamba2, Qwen3.5 dense and MoE, Granite-4.0-H at its published chunk of 256 and
+Jamba (refused) for test_vllm_architectures.py."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ def _write(path: str, seed: int, make) -> str:
     return path
 
 
-def write_granite_hybrid(path: str, seed: int = 0, experts: int = 4) -> str:
+def write_granite_hybrid(path: str, seed: int = 0, experts: int = 4, max_positions: int = 4096) -> str:
     """GraniteMoeHybrid: hidden 256, 6 layers (Mamba2 x2, attention, Mamba2 x2, attention), vocab 1024, fp32.
     Mamba2: 8 heads of 64, state 64, one group, conv width 4, chunk 64. `experts` 0: a dense MLP (shared only), as
     vLLM's CPU build runs LoRA adapters (its LoRA MoE path is a Triton kernel)."""
@@ -29,7 +31,7 @@ def write_granite_hybrid(path: str, seed: int = 0, experts: int = 4) -> str:
 
     return _write(path, seed, lambda: GraniteMoeHybridForCausalLM(GraniteMoeHybridConfig(
         vocab_size=VOCAB, hidden_size=256, intermediate_size=512, num_hidden_layers=6, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=4096, num_local_experts=experts, num_experts_per_tok=2,
+        num_key_value_heads=2, max_position_embeddings=max_positions, num_local_experts=experts, num_experts_per_tok=2,
         shared_intermediate_size=256,
         layer_types=["mamba", "mamba", "attention", "mamba", "mamba", "attention"],
         mamba_n_heads=8, mamba_n_groups=1, mamba_d_state=64, mamba_d_head=64, mamba_d_conv=4, mamba_expand=2,
@@ -119,3 +121,103 @@ def write_tokenizer(path: str) -> str:
 def words(ids) -> str:
     """The text of word ids (>= 6) for the test tokenizer."""
     return " ".join(f"w{i}" for i in ids)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Further hybrid architectures vLLM 0.32's CPU build registers (test_vllm_architectures.py)
+
+
+def write_nemotron_h(path: str, seed: int = 0) -> str:
+    """Nemotron-H: hidden 256, 5 layers (Mamba2, attention, MLP, Mamba2, MLP), vocab 1024, fp32. Mamba2: 8 heads of
+    64, state 64, one group, conv width 4, chunk 64. Its MLP layers are the published dense, non-gated relu^2 MLP:
+    vLLM's CPU build runs those (a plain up/down projection); what it refuses is Nemotron-H's MoE layers ('moe', as in
+    Nemotron 3), whose experts are non-gated (FusedMoE is_act_and_mul=False: CUDA, XPU and ROCm only)."""
+    import torch
+    from transformers import NemotronHConfig, NemotronHForCausalLM
+
+    return _write(path, seed, lambda: NemotronHForCausalLM(NemotronHConfig(
+        vocab_size=VOCAB, hidden_size=256, intermediate_size=512, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=64, max_position_embeddings=4096, layers_block_type=["mamba", "attention", "mlp", "mamba", "mlp"],
+        mamba_num_heads=8, mamba_head_dim=64, ssm_state_size=64, n_groups=1, conv_kernel=4, expand=2, chunk_size=64,
+        bos_token_id=1, eos_token_id=2, pad_token_id=0, dtype="float32")).to(torch.float32))
+
+
+def write_falcon_h1(path: str, seed: int = 0) -> str:
+    """Falcon-H1: hidden 256, 4 layers, each attention and Mamba2 side by side (4 heads of 64, 2 KV heads; Mamba2 8
+    heads of 64, state 64, one group, conv width 4, chunk 64), vocab 1024, fp32."""
+    import torch
+    from transformers import FalconH1Config, FalconH1ForCausalLM
+
+    return _write(path, seed, lambda: FalconH1ForCausalLM(FalconH1Config(
+        vocab_size=VOCAB, hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=4096, mamba_d_ssm=512, mamba_n_heads=8, mamba_d_head=64,
+        mamba_n_groups=1, mamba_d_state=64, mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=64,
+        bos_token_id=1, eos_token_id=2, pad_token_id=0, dtype="float32")).to(torch.float32))
+
+
+def write_mamba2(path: str, seed: int = 0) -> str:
+    """Pure Mamba2 (no attention): hidden 256, 4 layers, 8 heads of 64, state 64, one group, conv width 4, chunk 64,
+    vocab 1024, fp32."""
+    import torch
+    from transformers import Mamba2Config, Mamba2ForCausalLM
+
+    return _write(path, seed, lambda: Mamba2ForCausalLM(Mamba2Config(
+        vocab_size=VOCAB, hidden_size=256, num_hidden_layers=4, num_heads=8, head_dim=64, expand=2, state_size=64,
+        n_groups=1, conv_kernel=4, chunk_size=64, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        dtype="float32")).to(torch.float32))
+
+
+def _qwen3_5_fields() -> dict:
+    return dict(vocab_size=VOCAB, hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=64, max_position_embeddings=4096, linear_conv_kernel_dim=4,
+                linear_key_head_dim=64, linear_value_head_dim=64, linear_num_key_heads=2, linear_num_value_heads=4,
+                layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"],
+                bos_token_id=1, eos_token_id=2, pad_token_id=0, dtype="bfloat16")
+
+
+def write_qwen3_5(path: str, seed: int = 0) -> str:
+    """Qwen3.5 dense text model: hidden 256, 4 layers (gated delta x3, attention), vocab 1024, bf16."""
+    import torch
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    return _write(path, seed, lambda: Qwen3_5ForCausalLM(Qwen3_5TextConfig(**_qwen3_5_fields())).to(torch.bfloat16))
+
+
+def write_qwen3_5_moe(path: str, seed: int = 0) -> str:
+    """Qwen3.5 MoE text model: hidden 256, 4 layers (gated delta x3, attention), every MLP 4 experts (top 2, 128
+    wide) and a shared expert of 128, vocab 1024, bf16."""
+    import torch
+    from transformers import Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig
+
+    fields = {k: v for k, v in _qwen3_5_fields().items() if k != "intermediate_size"}
+    return _write(path, seed, lambda: Qwen3_5MoeForCausalLM(Qwen3_5MoeTextConfig(
+        **fields, moe_intermediate_size=128, shared_expert_intermediate_size=128, num_experts_per_tok=2,
+        num_experts=4)).to(torch.bfloat16))
+
+
+def write_granite_hybrid_chunk256(path: str, seed: int = 0) -> str:
+    """GraniteMoeHybrid as write_granite_hybrid (dense MLP) with Granite-4.0-H's published Mamba2 chunk of 256."""
+    import torch
+    from transformers import GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM
+
+    return _write(path, seed, lambda: GraniteMoeHybridForCausalLM(GraniteMoeHybridConfig(
+        vocab_size=VOCAB, hidden_size=256, intermediate_size=512, num_hidden_layers=6, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=4096, num_local_experts=0, shared_intermediate_size=256,
+        layer_types=["mamba", "mamba", "attention", "mamba", "mamba", "attention"],
+        mamba_n_heads=8, mamba_n_groups=1, mamba_d_state=64, mamba_d_head=64, mamba_d_conv=4, mamba_expand=2,
+        mamba_chunk_size=256, position_embedding_type="rope", bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        dtype="float32")).to(torch.float32))
+
+
+def write_jamba(path: str, seed: int = 0) -> str:
+    """Jamba (refused by the connector: Mamba-1 layers): hidden 128, 4 layers (Mamba-1 x3, attention), dense MLP,
+    vocab 1024, fp32."""
+    import torch
+    from transformers import JambaConfig, JambaForCausalLM
+
+    return _write(path, seed, lambda: JambaForCausalLM(JambaConfig(
+        vocab_size=VOCAB, hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=4096, attn_layer_period=4, attn_layer_offset=3,
+        expert_layer_period=4, expert_layer_offset=1, num_experts=1, num_experts_per_tok=1, mamba_d_state=16,
+        mamba_d_conv=4, mamba_expand=2, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        dtype="float32")).to(torch.float32))

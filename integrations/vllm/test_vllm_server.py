@@ -161,7 +161,8 @@ def test_a_second_conversation_restores_the_system_prompt_at_its_first_meeting(s
     from reprise.vllm import DEFAULTS
 
     system = models.words(range(700, 981))
-    first = server.chat([{"role": "system", "content": system}, {"role": "user", "content": models.words(range(6, 40))}])
+    first = server.chat([{"role": "system", "content": system},
+                         {"role": "user", "content": models.words(range(6, 40))}])
     second = server.chat([{"role": "system", "content": system},
                           {"role": "user", "content": models.words(range(40, 90))}])
     other = server.chat([{"role": "system", "content": models.words(range(300, 581))},

@@ -295,11 +295,33 @@ mamba2_shape mamba2_fields(const fields& f, const dtypes& d, std::uint32_t inter
                       .conv_type = d.conv};
 }
 
-std::uint32_t expanded(const fields& f, std::uint32_t hidden) {
-  const std::uint64_t v = std::uint64_t{f.u32_or("mamba_expand", 2)} * hidden;
+std::uint32_t expanded_by(const fields& f, const char* field, std::uint32_t hidden) {
+  const std::uint64_t v = std::uint64_t{f.u32_or(field, 2)} * hidden;
   if (v > std::numeric_limits<std::uint32_t>::max())
-    f.fail(errc::invalid_argument, "mamba_expand x hidden_size does not fit in 32 bits");
+    f.fail(errc::invalid_argument, std::string(field) + " x hidden_size does not fit in 32 bits");
   return static_cast<std::uint32_t>(v);
+}
+
+std::uint32_t expanded(const fields& f, std::uint32_t hidden) { return expanded_by(f, "mamba_expand", hidden); }
+
+// --- Mamba2 (transformers' Mamba2Config): Mamba2 layers only, no attention ------------------------------
+std::vector<layer_spec> mamba2(const fields& f, const hf_options& o, const dtypes& d) {
+  const std::uint32_t heads = f.u32_or("num_heads", 128);
+  const std::uint32_t head_dim = f.u32_or("head_dim", 64);
+  // The mixer's inner size is expand x hidden_size (Mamba2Config); its heads must tile it exactly.
+  const std::uint32_t inner = expanded_by(f, "expand", f.u32_or("hidden_size", 4096));
+  if (std::uint64_t{heads} * head_dim != inner)
+    f.fail(errc::invalid_argument, "num_heads " + std::to_string(heads) + " x head_dim " + std::to_string(head_dim) +
+                                       " != expand x hidden_size " + std::to_string(inner));
+  const mamba2_shape m{.heads = heads,
+                       .head_dim = head_dim,
+                       .state_dim = f.u32_or("state_size", 128),
+                       .groups = f.u32_or("n_groups", 8),
+                       .conv_width = f.u32_or("conv_kernel", 4),
+                       .chunk = f.u32_or("chunk_size", 256),
+                       .state_type = d.state,
+                       .conv_type = d.conv};
+  return groups_of(0, kv(1, 1, o, d), f.u32_or("num_hidden_layers", 64), m);
 }
 
 // --- Falcon-H1 (FalconH1Config): attention and Mamba2 side by side in every layer ------------------------
@@ -423,7 +445,8 @@ constexpr std::array<unsupported, 5> unsupported_archs = {{
 }};
 
 constexpr std::string_view supported_list =
-    "BambaForCausalLM, FalconH1ForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Qwen3NextForCausalLM, "
+    "BambaForCausalLM, FalconH1ForCausalLM, GraniteMoeHybridForCausalLM, Mamba2ForCausalLM, NemotronHForCausalLM, "
+    "Qwen3NextForCausalLM, "
     "Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration, Qwen3_5MoeForCausalLM, Qwen3_5MoeForConditionalGeneration, "
     "and attention-only Gemma2, Granite, Llama, Mistral, Phi3, Qwen2, Qwen3, Qwen3Moe";
 
@@ -455,6 +478,7 @@ std::vector<layer_spec> read_groups(dom::object top_object, const hf_options& o)
   if (arch == "FalconH1ForCausalLM") return falcon_h1(model, o, d);
   if (arch == "GraniteMoeHybridForCausalLM") return granite_hybrid(model, o, d);
   if (arch == "BambaForCausalLM") return bamba(model, o, d);
+  if (arch == "Mamba2ForCausalLM") return mamba2(model, o, d);
   for (std::string_view a : attention_only_archs)
     if (a == arch) return attention_only(model, o, d);
   throw read_error{errc::unsupported_config,

@@ -137,6 +137,31 @@ TEST_CASE("the other fixtures") {
     CHECK(r.config->attention_layers() == 3);
     CHECK(r.config->facts().mamba2_layers == 29);
   }
+  SUBCASE("Mamba2 (Mamba2Config): Mamba2 layers only, no KV") {
+    const hf_reading r = read_hf_config(
+        R"({"architectures": ["Mamba2ForCausalLM"], "hidden_size": 256, "num_hidden_layers": 4, "num_heads": 8,
+            "head_dim": 64, "expand": 2, "state_size": 64, "n_groups": 1, "conv_kernel": 4, "chunk_size": 64,
+            "torch_dtype": "float32"})");
+    REQUIRE(r);
+    CHECK(r.config->attention_layers() == 0);
+    CHECK(r.config->facts().mamba2_layers == 4);
+    CHECK(r.config->bytes_per_kv_block() == 0);
+    CHECK(r.config->bytes_per_snapshot() == 4u * (3 * (8 * 64 + 2 * 64) * 4 + 8 * 64 * 64 * 4));
+    CHECK(r.config->alignment() == 64);
+  }
+  SUBCASE("Mamba2 without its sizes: Mamba2Config's defaults (128 heads of 64 over 2 x 4096, 64 layers)") {
+    const hf_reading r = read_hf_config(R"({"architectures": ["Mamba2ForCausalLM"], "torch_dtype": "bfloat16"})");
+    REQUIRE(r);
+    CHECK(r.config->facts().mamba2_layers == 64);
+    CHECK(r.config->bytes_per_snapshot() == 64u * (3 * (128 * 64 + 2 * 8 * 128) * 2 + 128 * 64 * 128 * 4));
+    CHECK(r.config->alignment() == 256);
+  }
+  SUBCASE("Mamba2 whose heads do not tile its inner size is an error naming the fields") {
+    const hf_reading r = read_hf_config(R"({"architectures": ["Mamba2ForCausalLM"], "hidden_size": 256,
+                                            "num_heads": 8, "head_dim": 48})");
+    CHECK(r.error == errc::invalid_argument);
+    CHECK(r.message.find("num_heads 8 x head_dim 48 != expand x hidden_size 512") != std::string::npos);
+  }
   SUBCASE("Jamba is refused, naming Mamba-1") {
     const hf_reading r = read_hf_config(fixture("jamba_v0_1.json"));
     CHECK(r.error == errc::unsupported_config);

@@ -159,8 +159,11 @@ class Geometry:
                 f"reprise.vllm: Reprise reads {config.bytes_per_snapshot} bytes of recurrent state and "
                 f"{config.bytes_per_kv_block} bytes per KV block from the checkpoint, vLLM allocates "
                 f"{state_bytes} and {kv_bytes_per_token * config.block_size}: the layer shapes differ")
-        kv_blocks = int(options["kv_budget_bytes"]) // config.bytes_per_kv_block
         slots = int(options["snapshot_budget_bytes"]) // config.bytes_per_snapshot
+        # An attention-free model (pure Mamba2) keeps no KV: its Reprise blocks are keys without pool memory, as
+        # many as every snapshot slot's path at the longest prompt needs.
+        kv_blocks = (int(options["kv_budget_bytes"]) // config.bytes_per_kv_block if config.bytes_per_kv_block else
+                     max(1, slots) * -(-vllm_config.model_config.max_model_len // config.block_size))
         return Geometry(config, options, kv_blocks, slots, tuple(attention), tuple(state), vllm_block or 0)
 
 
@@ -787,7 +790,7 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
         """The KV of every move of a step: one indexed copy per attention layer (the token ranges of all requests
         together; no two write the same position)."""
         moves = [m for m in moves if m.end > m.start]
-        if not moves:
+        if not moves or not self.geometry.attention_groups:   # (an attention-free model moves no KV)
             return
         B, Bv = self.geometry.config.block_size, self.geometry.vllm_block_size
         positions = [np.arange(m.start, m.end, dtype=np.int64) for m in moves]
