@@ -161,3 +161,31 @@ def generate_one(llm, prompt, max_tokens: int, lora=None, cache_salt: str | None
     out = llm.generate([p], [params(max_tokens)], lora_request=lora, use_tqdm=False)[0]
     turn = _turn(out, n)
     return turn, (turn.tokens, turn.logprobs)
+
+
+def run(model: str, mode: str, convs: list[Conversation], system_offsets: bool = False, concurrent: int = 1, **kw):
+    """Serves fresh copies of `convs` on a new engine (`kw` as engine()'s; `system_offsets` and `concurrent` as
+    serve()'s); returns them and the connector's metrics (None without it), the cache's invariants checked."""
+    import gc
+
+    llm = engine(model, mode, **kw)
+    convs = fresh(convs)
+    serve(llm, convs, concurrent=concurrent, system_offsets=system_offsets)
+    metrics = None
+    if mode not in ("off", "vllm"):
+        c = connector(llm)
+        c.cache.check_invariants()
+        metrics = c.metrics()
+    del llm
+    gc.collect()
+    return convs, metrics
+
+
+def outputs(convs: list[Conversation]) -> list[tuple[list[int], list[float]]]:
+    """Every turn's (token ids, log-probabilities), conversation by conversation."""
+    return [(t.tokens, t.logprobs) for c in convs for t in c.turns]
+
+
+def cached(convs: list[Conversation]) -> list[int]:
+    """Every turn's cached prompt tokens (vLLM's num_cached_tokens)."""
+    return [t.cached_tokens for c in convs for t in c.turns]

@@ -60,27 +60,7 @@ def checkpoints(tmp_path_factory):
     return get
 
 
-def run(model, mode, convs, concurrent=1, **kw):
-    """Serves fresh copies of `convs`; returns them and the connector's metrics (None without it)."""
-    llm = harness.engine(model, mode, **kw)
-    convs = harness.fresh(convs)
-    harness.serve(llm, convs, concurrent=concurrent)
-    metrics = None
-    if mode not in ("off", "vllm"):
-        c = harness.connector(llm)
-        c.cache.check_invariants()
-        metrics = c.metrics()
-    del llm
-    gc.collect()
-    return convs, metrics
-
-
-def outputs(convs):
-    return [(t.tokens, t.logprobs) for c in convs for t in c.turns]
-
-
-def cached(convs):
-    return [t.cached_tokens for c in convs for t in c.turns]
+run, outputs, cached = harness.run, harness.outputs, harness.cached
 
 
 def agreement(chat, off):

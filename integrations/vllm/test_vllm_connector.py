@@ -35,28 +35,7 @@ def qwen(tmp_path_factory):
     return models.write_qwen3_next(str(tmp_path_factory.mktemp("qwen3next")))
 
 
-def run(model, mode, convs, system_offsets=False, **kw):
-    """Serves fresh copies of `convs` (with their system prompts' ends as capture offsets: `system_offsets`); returns
-    them and the connector's metrics (None without it)."""
-    llm = harness.engine(model, mode, **kw)
-    convs = harness.fresh(convs)
-    harness.serve(llm, convs, system_offsets=system_offsets)
-    metrics = None
-    if mode not in ("off", "vllm"):
-        c = harness.connector(llm)
-        c.cache.check_invariants()
-        metrics = c.metrics()
-    del llm
-    gc.collect()
-    return convs, metrics
-
-
-def outputs(convs):
-    return [(t.tokens, t.logprobs) for c in convs for t in c.turns]
-
-
-def cached(convs):
-    return [t.cached_tokens for c in convs for t in c.turns]
+run, outputs, cached = harness.run, harness.outputs, harness.cached
 
 
 CONVS = harness.conversations(n=3, turns=3, system_prompts=1, seed=11)
