@@ -535,3 +535,56 @@ def test_the_system_prompt_end_is_the_common_prefix_of_the_two_renderings():
     assert system_prompt_end([3, 7, 8], [3, 7, 8]) is None          # nothing after the system part
     assert system_prompt_end([5, 7], [3, 7]) is None                # nothing in common
     assert system_prompt_end([3, 7], []) is None
+
+
+def test_the_stop_string_hold_follows_vllm_s_detokenizer(tmp_path, monkeypatch):
+    """StopStringHold in isolation, over the test tokenizer: it holds a request at the token that completes one of its
+    stop strings (not before, not before min_tokens), once; a hold no abort confirms runs out after wait_s and the
+    request goes on (counted); wait_s = 0, no stop strings or no tokenizer: never held; a bad wait is refused."""
+    from types import SimpleNamespace
+
+    from vllm import SamplingParams
+    from vllm.tokenizers import get_tokenizer
+
+    import reprise.vllm.connector as connector
+    from reprise.vllm.connector import Geometry, StopStringHold
+
+    tokenizer = get_tokenizer(models.write_tokenizer(str(tmp_path)))
+    model_config = SimpleNamespace(skip_tokenizer_init=False)
+    clock = [100.0]
+    monkeypatch.setattr(connector.time, "monotonic", lambda: clock[0])
+
+    def request(rid, out, **sp):
+        return SimpleNamespace(request_id=rid, prompt_token_ids=[7, 8, 9], output_token_ids=out,
+                               sampling_params=SamplingParams(max_tokens=20, **sp))
+
+    hold = StopStringHold(model_config, wait_s=0.5)
+    hold._tokenizer = tokenizer
+    r = request("a", [], stop=["w42"])
+    for t in (40, 41):
+        r.output_token_ids.append(t)
+        assert not hold.holds_back(r)
+    r.output_token_ids.append(42)
+    assert hold.holds_back(r) and hold.holds == 1
+    clock[0] += 0.4
+    assert hold.holds_back(r)            # still waiting for the abort
+    clock[0] += 0.2
+    assert not hold.holds_back(r) and hold.unconfirmed == 1   # ran out: the request goes on
+    r.output_token_ids.append(42)
+    assert not hold.holds_back(r) and hold.holds == 1          # one hold per request
+
+    early = request("b", [42], stop=["w42"], min_tokens=2)     # vLLM checks stop strings only past min_tokens
+    assert not hold.holds_back(early)
+    early.output_token_ids += [43, 42]
+    assert hold.holds_back(early)
+    hold.forget("b")
+    assert "b" not in hold._held and "b" not in hold._watched
+
+    assert not StopStringHold(model_config, 0).holds_back(request("c", [42], stop=["w42"]))
+    assert not hold.holds_back(request("d", [42]))
+    assert not StopStringHold(SimpleNamespace(skip_tokenizer_init=True), 1).holds_back(request("e", [42], stop=["w42"]))
+
+    for bad in (-1, "1", True, 61):
+        config = SimpleNamespace(kv_transfer_config=SimpleNamespace(kv_connector_extra_config={"stop_string_wait_s": bad}))
+        with pytest.raises(ValueError, match="stop_string_wait_s"):
+            Geometry.of(config, None)

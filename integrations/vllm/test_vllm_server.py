@@ -6,7 +6,9 @@ next to a random-weight checkpoint), /v1/completions and /v1/chat/completions, s
 - /metrics carries vllm:reprise_* (counters and gauges), and they move with the requests served;
 - a chat conversation's second turn restores the first turn's end (the re-rendered reply extends it);
 - a second conversation over a system prompt restores its end at its first turn, with no change to the client (the
-  plugin derives the system prompt's end by rendering the system message alone with the server's template).
+  plugin derives the system prompt's end by rendering the system message alone with the server's template);
+- a reply ended by a stop string or a stop token id keeps its turn end (the stop string's hold shown necessary on a
+  second server without it).
 """
 
 from __future__ import annotations
@@ -33,11 +35,11 @@ def _port():
 
 
 class Server:
-    def __init__(self, model, workdir, policy="chat"):
+    def __init__(self, model, workdir, policy="chat", **options):
         self.port = _port()
         config = {"kv_connector": "RepriseConnector", "kv_connector_module_path": "reprise.vllm.connector",
-                  "kv_role": "kv_both", "kv_connector_extra_config": {"policy": policy}}
-        self.log_path = os.path.join(workdir, f"server-{policy}.log")
+                  "kv_role": "kv_both", "kv_connector_extra_config": {"policy": policy, **options}}
+        self.log_path = os.path.join(workdir, f"server-{policy}-{self.port}.log")
         self.log = open(self.log_path, "w")
         env = dict(os.environ)
         env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)   # as vLLM is run: the engine in a process of its own
@@ -107,10 +109,14 @@ class Server:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def checkpoint(tmp_path_factory):
     model = models.write_granite_hybrid(str(tmp_path_factory.mktemp("granite-chat")))
-    models.write_tokenizer(model)
-    s = Server(model, str(tmp_path_factory.mktemp("logs")))
+    return models.write_tokenizer(model)
+
+
+@pytest.fixture(scope="module")
+def server(checkpoint, tmp_path_factory):
+    s = Server(checkpoint, str(tmp_path_factory.mktemp("logs")))
     yield s
     s.stop()
 
@@ -171,3 +177,66 @@ def test_a_second_conversation_restores_the_system_prompt_at_its_first_meeting(s
     print(f"\nchat API, no client change: first conversation {_usage(first)}, second {_usage(second)}, "
           f"another system prompt {_usage(other)} (prompt tokens, cached)")
     assert _usage(first)[1] == 0 and _usage(second)[1] == end and _usage(other)[1] == 0
+
+
+def _stop_word(reply_words, first=3):
+    """The index k of a reply word usable as a stop string that vLLM finds exactly at reply token k: its first
+    occurrence in the reply's text is that word (a word such as 'w34' would also be found inside an earlier 'w345')."""
+    text = " ".join(reply_words)
+    for k in range(first, len(reply_words)):
+        if text.find(reply_words[k]) == len(" ".join(reply_words[:k])) + (1 if k else 0):
+            return k
+    raise AssertionError(f"no usable stop word in {reply_words}")
+
+
+def _stop_string_turns(server, system_ids, user_ids, by_token_id=False):
+    """A conversation whose first reply ends on a stop string, or a stop token id (the reply's k-th word, known from
+    the same request run to max_tokens first), then its second turn: (k, reply words, turn-1 prompt tokens, turn 2's
+    cached)."""
+    messages = [{"role": "system", "content": models.words(system_ids)},
+                {"role": "user", "content": models.words(user_ids)}]
+    full = server.chat(messages, max_tokens=12)["choices"][0]["message"]["content"].split()
+    k = _stop_word(full)
+    stop = {"stop_token_ids": [int(full[k][1:])]} if by_token_id else {"stop": [full[k]]}
+    first = server.chat(messages, max_tokens=12, **stop)
+    reply = first["choices"][0]["message"]["content"].split()
+    assert first["choices"][0]["finish_reason"] == "stop" and reply == full[:k]
+    n1, _ = _usage(first)
+    messages += [{"role": "assistant", "content": " ".join(reply)},
+                 {"role": "user", "content": models.words(range(900, 920))}]
+    _, cached = _usage(server.chat(messages))
+    return k, reply, n1, cached
+
+
+def test_a_reply_ended_by_a_stop_string_keeps_its_turn_end(server):
+    """vLLM's frontend finds a stop string and aborts the request in the engine core, which under the API server has
+    stepped on meanwhile. The connector runs vLLM's detokenizer on the reply in the engine core and holds the
+    request's next step until the abort arrives, so the state is the turn end: the prompt and every reply token but
+    the stop string's. Turn 2 restores exactly that (its prompt extends turn 1's prompt by the reply's k words)."""
+    holds = server.metrics().get("vllm:reprise_stop_string_holds_total", 0)
+    k, reply, n1, cached = _stop_string_turns(server, range(120, 330), range(520, 560))
+    print(f"\nstop string at reply token {k}: turn 1 {n1} prompt tokens + {len(reply)} reply words; turn 2 cached "
+          f"{cached}")
+    assert cached == n1 + k
+    assert server.figure_after("vllm:reprise_stop_string_holds_total", holds + 1) == holds + 1
+    assert server.metrics().get("vllm:reprise_stop_string_holds_unconfirmed_total", 0) == 0
+
+
+def test_a_reply_ended_by_a_stop_token_id_keeps_its_turn_end(server):
+    """A stop token id (as an EOS) stops the request in the engine core, after the step that sampled it: the state
+    holds the prompt and the reply before it, and turn 2 restores exactly that."""
+    k, reply, n1, cached = _stop_string_turns(server, range(130, 340), range(530, 570), by_token_id=True)
+    print(f"\nstop token id at reply token {k}: turn 2 cached {cached}")
+    assert cached == n1 + k
+
+
+def test_without_the_hold_a_stop_string_loses_the_turn_end(checkpoint, tmp_path_factory):
+    """The same conversation on a server whose connector does not hold (stop_string_wait_s = 0): the engine core has
+    fed tokens past the reply by the time the abort arrives, so turn 2 restores an earlier snapshot."""
+    s = Server(checkpoint, str(tmp_path_factory.mktemp("logs-nohold")), stop_string_wait_s=0)
+    try:
+        k, reply, n1, cached = _stop_string_turns(s, range(120, 330), range(520, 560))
+    finally:
+        s.stop()
+    print(f"\nno hold: stop string at reply token {k}: turn 2 cached {cached} of {n1 + k}")
+    assert cached < n1 + k

@@ -30,6 +30,7 @@ DEFAULTS: dict[str, Any] = {
     "block_size": 16,                 # Reprise's block size (8..256); vLLM's own block size is unrelated
     "max_sequences": 256,
     "hasher_seed": 1,
+    "stop_string_wait_s": 1.0,        # a reply ending on a stop string waits this long for vLLM's abort (0: off)
 }
 
 

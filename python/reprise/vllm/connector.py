@@ -124,6 +124,9 @@ class Geometry:
             raise ValueError(f"reprise.vllm: unknown kv_connector_extra_config key(s) {unknown}; keys: "
                              f"{sorted(DEFAULTS)}")
         options = {**DEFAULTS, **extra}
+        wait = options["stop_string_wait_s"]
+        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 60:
+            raise ValueError(f"reprise.vllm: stop_string_wait_s must be a number of seconds in [0, 60], not {wait!r}")
         attention, state = [], []
         kv_dtype = conv_dtype = state_dtype = None
         kv_bytes_per_token = state_bytes = 0
@@ -281,6 +284,8 @@ FIGURES: dict[str, tuple[str, str]] = {
     "snapshot_evictions": ("counter", "snapshots evicted (least recently used, expired or invalidated)"),
     "untracked_requests": ("counter", "requests served without the connector (larger than its budgets)"),
     "cache_resets": ("counter", "cache resets (weight updates, sleep, cache clears)"),
+    "stop_string_holds": ("counter", "replies ended on a stop string held at their turn end for vLLM's abort"),
+    "stop_string_holds_unconfirmed": ("counter", "stop-string holds that no abort confirmed in time"),
     "kv_bytes_held": ("gauge", "bytes of the cached KV blocks"),
     "kv_pool_bytes": ("gauge", "bytes of Reprise's KV pool"),
     "snapshot_bytes_held": ("gauge", "bytes of the published snapshots"),
@@ -368,6 +373,84 @@ class RepriseMetadata(KVConnectorMetadata):
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# Stop strings seen from the engine core
+
+
+class StopStringHold:
+    """Keeps a reply that ends on a stop string from running past its turn end under the API server.
+
+    vLLM finds stop strings in its frontend (the detokenizer of the output processor) and then aborts the request in
+    the engine core. In-process the abort lands between two steps, so the live state holds the prompt and every reply
+    token but the last, as at a stop token. Under the API server the engine core runs in its own process and goes on
+    stepping while the abort travels, feeding tokens past the reply the client sees, and the turn end is lost.
+
+    This component runs the frontend's own incremental detokenizer (vLLM's ``IncrementalDetokenizer``, same class,
+    same tokenizer, same sampling parameters: stop strings, ``min_tokens``, special-token handling) over a tracked
+    request's output in the engine core. When the token just sampled completes a stop string, the request's next
+    step is held back (the scheduler's split hook schedules 0 tokens for it) until the frontend's abort arrives, at
+    most ``wait_s`` seconds; then the state is exactly the turn end. A hold that the frontend never confirms (the
+    detokenizers disagreed) costs that request ``wait_s`` and nothing else: what is cached stays keyed by the tokens
+    it holds, so a wrong guess can only cost a hit, never give a wrong one. ``wait_s = 0`` turns it off."""
+
+    def __init__(self, model_config: Any, wait_s: float):
+        self.wait_s = float(wait_s)
+        self._model_config = model_config
+        self._tokenizer: Any = None
+        # request id -> [detokenizer, output tokens fed to it], or None: not watched (no stop strings, held once)
+        self._watched: dict[str, list[Any] | None] = {}
+        self._held: dict[str, float] = {}          # request id -> when its hold began (time.monotonic)
+        self.holds = 0                             # holds begun
+        self.unconfirmed = 0                       # holds that ran out before the frontend's abort
+
+    def enabled_for(self, request: Request) -> bool:
+        params = request.sampling_params
+        return (self.wait_s > 0 and params is not None and bool(params.stop)
+                and not self._model_config.skip_tokenizer_init)
+
+    def holds_back(self, request: Request) -> bool:
+        """Whether `request`'s next decode step waits for the frontend's abort. Called once per step and request from
+        the scheduler (decode steps only). Complexity: O(new output tokens)."""
+        rid = request.request_id
+        since = self._held.get(rid)
+        if since is not None:
+            if time.monotonic() - since < self.wait_s:
+                return True
+            del self._held[rid]
+            self.unconfirmed += 1
+            logger.warning("reprise.vllm: request %s: a stop string seen in the engine core was not confirmed by an "
+                           "abort within %.3f s; the request goes on", rid, self.wait_s)
+            return False
+        if rid not in self._watched:
+            self._watched[rid] = [self._detokenizer(request), 0] if self.enabled_for(request) else None
+        watched = self._watched[rid]
+        if watched is None:
+            return False
+        detokenizer, fed = watched
+        new = request.output_token_ids[fed:]
+        if not new:
+            return False
+        watched[1] = fed + len(new)
+        if detokenizer.update(list(new), False) is None:
+            return False
+        self._watched[rid] = None   # one hold per request: after it, the request runs as vLLM schedules it
+        self._held[rid] = time.monotonic()
+        self.holds += 1
+        return True
+
+    def forget(self, request_id: str) -> None:
+        self._watched.pop(request_id, None)
+        self._held.pop(request_id, None)
+
+    def _detokenizer(self, request: Request) -> Any:
+        from vllm.tokenizers import cached_tokenizer_from_config
+        from vllm.v1.engine.detokenizer import IncrementalDetokenizer
+
+        if self._tokenizer is None:
+            self._tokenizer = cached_tokenizer_from_config(self._model_config)
+        return IncrementalDetokenizer.from_new_request(self._tokenizer, request)
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # Scheduler-side bookkeeping of one request
 
 
@@ -421,6 +504,7 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
             self.ignored_offsets = 0   # requests whose capture offsets were not used (see _capture_offsets)
             self.resets = 0            # reset_cache calls
             self.unscheduled_queries = 0   # admitted by a query, then not allocated that step: released
+            self.stop_strings = StopStringHold(vllm_config.model_config, g.options["stop_string_wait_s"])
             self._reported: dict[str, int] = {}   # the figures last reported to vLLM (get_kv_connector_stats)
         else:
             self._kv: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}  # layer -> (vLLM blocks, offsets, pool)
@@ -511,11 +595,15 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
         vLLM's token budget cuts short ends on the alignment grid, so later captures of the prompt stay
         prefill-exact; when the budget left cannot reach the next grid point the request computes nothing this step
         (0, as vLLM's own aligned split does: it waits for a step with budget), unless no step's budget ever could
-        (the alignment is larger than vLLM's largest prefill chunk)."""
+        (the alignment is larger than vLLM's largest prefill chunk). A decode step of a reply that has just completed
+        a stop string computes nothing until vLLM's abort arrives (:class:`StopStringHold`)."""
         seq = self._seqs.get(request.request_id)
         start = request.num_computed_tokens + num_new_local_computed_tokens + num_external_computed_tokens
-        if seq is None or start >= request.num_tokens - 1:
+        if seq is None:
             return num_new_tokens
+        if start >= request.num_tokens - 1:
+            # decode: held back while the reply's stop string travels to the frontend and back as an abort
+            return 0 if request.num_output_tokens > 0 and self.stop_strings.holds_back(request) else num_new_tokens
         end = start + num_new_tokens
         for position in sorted(seq.captures):
             if start < position < end:
@@ -621,6 +709,7 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
     @_timed
     def request_finished_all_groups(self, request: Request,
                                     block_ids: tuple[list[int], ...]) -> tuple[bool, dict[str, Any] | None]:
+        self.stop_strings.forget(request.request_id)
         seq = self._seqs.get(request.request_id)
         if seq is None:
             return False, None
@@ -666,6 +755,7 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
         return bool(self._turn_ends)
 
     def _drop(self, req_id: str, release: bool) -> None:
+        self.stop_strings.forget(req_id)
         seq = self._seqs.pop(req_id)
         if seq.scheduled:
             self._commit(seq)
@@ -684,6 +774,8 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
             "snapshot_evictions": m["snapshot_evictions_lru"] + m["snapshot_evictions_ttl"]
             + m["snapshot_evictions_invalidated"],
             "untracked_requests": self.untracked, "cache_resets": self.resets,
+            "stop_string_holds": self.stop_strings.holds,
+            "stop_string_holds_unconfirmed": self.stop_strings.unconfirmed,
             "kv_bytes_held": m["blocks_cached"] * c.bytes_per_kv_block,
             "kv_pool_bytes": self.geometry.kv_blocks * c.bytes_per_kv_block,
             "snapshot_bytes_held": m["snapshot_bytes_held"],
