@@ -588,3 +588,61 @@ def test_the_stop_string_hold_follows_vllm_s_detokenizer(tmp_path, monkeypatch):
         config = SimpleNamespace(kv_transfer_config=SimpleNamespace(kv_connector_extra_config={"stop_string_wait_s": bad}))
         with pytest.raises(ValueError, match="stop_string_wait_s"):
             Geometry.of(config, None)
+
+
+@pytest.mark.parametrize("layout", ["blocks-first", "kv-first", "permuted-view"])
+def test_kv_is_moved_by_indexing_whatever_the_tensor_s_layout(layout):
+    """KVLayout reads a KV cache tensor's own shape and strides, so a strided or permuted view (as a GPU backend's
+    KV views are) is read and written in place, element for element, with no reshape; a shape whose block or token
+    dimension is missing or ambiguous is refused at start."""
+    import torch
+
+    from reprise.vllm.connector import KVLayout
+
+    nb, B, H, D = 7, 16, 3, 5
+    if layout == "blocks-first":      # [blocks, tokens, heads, 2 * head size]
+        t = torch.randn(nb, B, H, 2 * D)
+        token = lambda x, b, j: x[b, j]   # noqa: E731
+    elif layout == "kv-first":        # [2, blocks, tokens, heads, head size]
+        t = torch.randn(2, nb, B, H, D)
+        token = lambda x, b, j: x[:, b, j]   # noqa: E731
+    else:                             # [blocks, tokens, heads, head size] viewed over [blocks, heads, tokens, size]
+        t = torch.randn(nb, H, B, D).permute(0, 2, 1, 3)
+        assert not t.is_contiguous()
+        token = lambda x, b, j: x[b, j]   # noqa: E731
+    kv = KVLayout.of(t, None, B, nb)
+    pairs = [(0, 0), (3, 15), (6, 1), (6, 2)]
+    blocks, tokens = torch.tensor([b for b, _ in pairs]), torch.tensor([j for _, j in pairs])
+    got = kv.flat[kv.elements(blocks, tokens)]
+    assert torch.equal(got, torch.stack([token(t, b, j).reshape(-1) for b, j in pairs]))
+    expected = t.clone()
+    for b, j in pairs[:2]:
+        token(expected, b, j).fill_(5.0)
+    kv.flat[kv.elements(blocks[:2], tokens[:2])] = torch.full((2, got.shape[1]), 5.0)
+    assert torch.equal(t, expected)   # those two tokens, in place, and nothing else
+    for bad, n in ((torch.zeros(nb, 5, H, D), nb), (torch.zeros(nb, B, B, D), nb), (torch.zeros(B, B, H, D), B)):
+        with pytest.raises(ValueError, match="cannot tell its layout"):
+            KVLayout.of(bad, None, B, n)
+
+
+def test_budgets_default_from_vllm_s_cache_and_the_model(granite):
+    """Without budgets the KV pool holds as many tokens as vLLM's own cache has slots and the snapshot pool two
+    snapshots per sequence vLLM runs at once (at least 16), whatever the model's sizes; given budgets are kept; a
+    budget that is not a byte count is refused at start."""
+    llm = harness.engine(granite, "strict", max_num_seqs=12)
+    c = harness.connector(llm)
+    g, kv = c.geometry, c._kv_cache_config
+    assert g.slots == 24 and c.cache.snapshot_slots == 24
+    assert g.kv_blocks == kv.num_blocks * g.vllm_block_size // g.config.block_size and g.kv_blocks > 0
+    figures = c.figures()
+    assert figures["snapshot_pool_bytes"] == 24 * g.config.bytes_per_snapshot
+    del llm
+    gc.collect()
+    llm = harness.engine(granite, "strict", kv_budget_bytes=64 * g.config.bytes_per_kv_block,
+                         snapshot_budget_bytes=5 * g.config.bytes_per_snapshot)
+    c = harness.connector(llm)
+    assert (c.geometry.kv_blocks, c.geometry.slots) == (64, 5)
+    del llm
+    gc.collect()
+    with pytest.raises(Exception, match="kv_budget_bytes must be a number of bytes"):
+        harness.engine(granite, "strict", kv_budget_bytes="1G")

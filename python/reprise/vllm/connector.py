@@ -162,11 +162,23 @@ class Geometry:
                 f"reprise.vllm: Reprise reads {config.bytes_per_snapshot} bytes of recurrent state and "
                 f"{config.bytes_per_kv_block} bytes per KV block from the checkpoint, vLLM allocates "
                 f"{state_bytes} and {kv_bytes_per_token * config.block_size}: the layer shapes differ")
-        slots = int(options["snapshot_budget_bytes"]) // config.bytes_per_snapshot
+        slots = None
+        for name in ("kv_budget_bytes", "snapshot_budget_bytes"):
+            v = options[name]
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                raise ValueError(f"reprise.vllm: {name} must be a number of bytes (an int >= 0) or None, not {v!r}")
+        if options["snapshot_budget_bytes"] is None:
+            slots = max(16, 2 * vllm_config.scheduler_config.max_num_seqs)
+        else:
+            slots = options["snapshot_budget_bytes"] // config.bytes_per_snapshot
         # An attention-free model (pure Mamba2) keeps no KV: its Reprise blocks are keys without pool memory, as
         # many as every snapshot slot's path at the longest prompt needs.
-        kv_blocks = (int(options["kv_budget_bytes"]) // config.bytes_per_kv_block if config.bytes_per_kv_block else
-                     max(1, slots) * -(-vllm_config.model_config.max_model_len // config.block_size))
+        if not config.bytes_per_kv_block:
+            kv_blocks = max(1, slots) * -(-vllm_config.model_config.max_model_len // config.block_size)
+        elif options["kv_budget_bytes"] is None:
+            kv_blocks = kv_cache_config.num_blocks * (vllm_block or 0) // config.block_size
+        else:
+            kv_blocks = options["kv_budget_bytes"] // config.bytes_per_kv_block
         return Geometry(config, options, kv_blocks, slots, tuple(attention), tuple(state), vllm_block or 0)
 
 
@@ -487,6 +499,11 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
                 g.config, g.options["policy"], kv_blocks=g.kv_blocks, max_sequences=int(g.options["max_sequences"]),
                 snapshot_budget_bytes=g.slots * g.config.bytes_per_snapshot, hasher_seed=int(g.options["hasher_seed"]))
             assert self.cache.kv_blocks == g.kv_blocks and self.cache.snapshot_slots == g.slots
+            vllm_bytes = sum(t.size for t in kv_cache_config.kv_cache_tensors)
+            logger.info("reprise.vllm: KV pool %d blocks of %d tokens (%.1f MiB), %d snapshot slots (%.1f MiB), beside "
+                        "vLLM's KV cache of %.1f MiB (the pools are memory of their own: see docs/vllm.md, Memory)",
+                        g.kv_blocks, g.config.block_size, g.kv_blocks * g.config.bytes_per_kv_block / 2**20, g.slots,
+                        g.slots * g.config.bytes_per_snapshot / 2**20, vllm_bytes / 2**20)
             self._seqs: dict[str, _Sequence] = {}
             self._next_seq = 0
             self._turn_ends: list[tuple[str, StateMove]] = []
@@ -507,7 +524,8 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
             self.stop_strings = StopStringHold(vllm_config.model_config, g.options["stop_string_wait_s"])
             self._reported: dict[str, int] = {}   # the figures last reported to vLLM (get_kv_connector_stats)
         else:
-            self._kv: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}  # layer -> (vLLM blocks, offsets, pool)
+            self._kv: dict[str, tuple[KVLayout, torch.Tensor]] = {}  # layer -> (vLLM's tensor's layout, pool)
+            self._num_vllm_blocks = kv_cache_config.num_blocks
             self._state: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {}  # layer -> [(vLLM, pool)]
             self._captured: set[str] = set()
 
@@ -819,13 +837,21 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
         g = self.geometry
         B = g.config.block_size
         context = self._vllm_config.compilation_config.static_forward_context
+        seen: list[KVLayout] = []   # layers of one layout share its offsets, and so a step's indices
         for group_id in g.attention_groups:
             for name in self._groups[group_id].layer_names:
                 t = kv_caches[name]
-                blocks = t.view(t.shape[0], -1)   # one row of elements per vLLM block
-                offsets = _token_offsets(t, context.get(name), g.vllm_block_size).to(t.device)
-                pool = torch.zeros((g.kv_blocks, B, offsets.shape[1]), dtype=t.dtype, device=t.device)
-                self._kv[name] = (blocks, offsets, pool)
+                layout = KVLayout.of(t, context.get(name), g.vllm_block_size, self._num_vllm_blocks)
+                for other in seen:
+                    if (other.block_stride == layout.block_stride and other.offsets.device == layout.offsets.device
+                            and other.offsets.shape == layout.offsets.shape
+                            and torch.equal(other.offsets, layout.offsets)):
+                        layout.offsets = other.offsets
+                        break
+                else:
+                    seen.append(layout)
+                pool = torch.zeros((g.kv_blocks, B, layout.offsets.shape[1]), dtype=t.dtype, device=t.device)
+                self._kv[name] = (layout, pool)
         for group_id in g.state_groups:
             spec = self._groups[group_id].kv_cache_spec
             for name in self._groups[group_id].layer_names:
@@ -833,7 +859,13 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
                 if isinstance(tensors, (list, tuple)):   # one typed tensor per state tensor, [blocks, ...]
                     live = [t for t in tensors]
                 else:   # the raw page of each block: the state tensors, then padding up to the attention page
-                    live = [tensors.view(tensors.shape[0], -1)[:, : spec.real_page_size_bytes]]
+                    try:   # (a view, never a copy: a page whose elements are not one run cannot be a row)
+                        rows = tensors.view(tensors.shape[0], -1)
+                    except RuntimeError as e:
+                        raise ValueError(f"reprise.vllm: layer {name}: a raw state page tensor of shape "
+                                         f"{list(tensors.shape)} and strides {tensors.stride()} whose pages are not "
+                                         f"contiguous rows: {e}") from None
+                    live = [rows[:, : spec.real_page_size_bytes]]
                 self._state[name] = [(t, torch.zeros((g.slots, *t.shape[1:]), dtype=t.dtype, device=t.device))
                                      for t in live]
 
@@ -845,7 +877,7 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
             self._copy_state(move, to_slot=True)
         self._captured.update(meta.finished_captures)
         for src, dst in meta.block_copies:
-            for _, _, pool in self._kv.values():
+            for _, pool in self._kv.values():
                 pool[dst] = pool[src]
         self._copy_tokens(meta.kv_loads, to_reprise=False)
         for move in meta.restores:
@@ -893,34 +925,76 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
         for g, group_id in enumerate(self.geometry.attention_groups):
             vi = np.concatenate([np.asarray(m.vllm_blocks[g], dtype=np.int64)[p // Bv - m.first_vllm_block]
                                  for m, p in zip(moves, positions)])
-            index = None
+            index = elements = None
             for name in self._groups[group_id].layer_names:
-                blocks, offsets, pool = self._kv[name]
-                if index is None:   # the layers of a group share the device and the layout
-                    dev = blocks.device
+                layout, pool = self._kv[name]
+                if index is None:   # the layers of a group share the device
+                    dev = pool.device
                     index = [torch.from_numpy(t).to(dev, non_blocking=True) for t in (vi, vo, ri, ro)]
-                    v_rows, elements = index[0][:, None], offsets[index[1]]   # [tokens, elements of one token]
+                if elements is None or elements[0] is not layout.offsets:   # [tokens, elements of one token]
+                    elements = (layout.offsets, layout.elements(index[0], index[1]))
                 if to_reprise:
-                    pool[index[2], index[3]] = blocks[v_rows, elements]
+                    pool[index[2], index[3]] = layout.flat[elements[1]]
                 else:
-                    blocks[v_rows, elements] = pool[index[2], index[3]]
+                    layout.flat[elements[1]] = pool[index[2], index[3]]
 
 
-def _token_offsets(t: torch.Tensor, layer: Any, block_size: int) -> torch.Tensor:
-    """Where each token's K and V elements sit inside one vLLM block of an attention layer's KV cache: an int64
-    tensor [block_size, elements per token] of offsets into the block's elements, the same element order for every
-    token. The layout is the backend's: vLLM's CPU backend keeps V row-major but packs K in ISA-specific tiles
-    across tokens, so the offsets are read from its own write op (cpu_attn_reshape_and_cache) on a scratch block,
-    each offset written as base-128 digits (exact in bf16). Other backends: the logical layout of the tensor, found from
-    its shape ([blocks, ..., block_size, ...])."""
-    isa = getattr(layer, "isa", None)
-    if isa is None:
-        dims = list(t.shape)
-        rest = [i for i in range(1, len(dims)) if dims[i] == block_size]
-        if not rest:
-            raise ValueError(f"reprise.vllm: no dimension of {block_size} tokens in a KV cache tensor of shape {dims}")
-        index = torch.arange(math.prod(dims[1:]), dtype=torch.int64).view(dims[1:])
-        return index.movedim(rest[0] - 1, 0).reshape(block_size, -1)
+@dataclass
+class KVLayout:
+    """Where one attention layer's KV elements sit in vLLM's cache tensor, from the tensor's own shape and strides, so
+    that any layout (a strided or permuted view included) is moved by indexing its storage, never by reshaping it:
+    element e of token j of vLLM block b is ``flat[b * block_stride + offsets[j, e]]``."""
+
+    flat: torch.Tensor     # 1-D view of the tensor's storage from the tensor's first element on
+    block_stride: int      # elements from one vLLM block to the next
+    offsets: torch.Tensor  # int64 [block_size, elements per token]
+
+    def elements(self, blocks: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """Storage indices [n, elements per token] of the tokens at (vLLM block, token in block) pairs."""
+        return blocks[:, None] * self.block_stride + self.offsets[tokens]
+
+    @staticmethod
+    def of(t: torch.Tensor, layer: Any, block_size: int, num_blocks: int) -> KVLayout:
+        """The layout of `t`. vLLM's CPU backend (a layer with an ``isa``) packs K in ISA-specific tiles inside a
+        block: its offsets are read from its own write op. Other backends: the tensor's logical layout, found from its
+        shape (one dimension of `num_blocks` vLLM blocks, one of `block_size` tokens; any others, such as K/V, heads
+        and head size, are a token's elements). A tensor with neither dimension fails here, at start."""
+        dims, strides = list(t.shape), list(t.stride())
+        size = t.untyped_storage().nbytes() // t.element_size() - t.storage_offset()
+        flat = t.as_strided((size,), (1,), t.storage_offset())
+        isa = getattr(layer, "isa", None)
+        if isa is not None:
+            ids = _cpu_block_offsets(t, isa)           # element ids, row-major over one block's dims
+            return KVLayout(flat, strides[0], _storage_offsets(dims[1:], strides[1:], ids).to(t.device))
+        block_dims = [i for i, n in enumerate(dims) if n == num_blocks]
+        token_dims = [i for i, n in enumerate(dims) if n == block_size and i not in block_dims]
+        if len(block_dims) != 1 or len(token_dims) != 1:
+            # (a shape alone cannot tell which of two equal dimensions is which: refused rather than guessed)
+            raise ValueError(f"reprise.vllm: a KV cache tensor of shape {dims}: not one dimension of {num_blocks} "
+                             f"blocks and one of {block_size} tokens; the connector cannot tell its layout")
+        bdim, tdim = block_dims[0], token_dims[0]
+        rest = [i for i in range(len(dims)) if i not in (bdim, tdim)]
+        ids = torch.arange(math.prod(dims[i] for i in rest), dtype=torch.int64)
+        per_token = _storage_offsets([dims[i] for i in rest], [strides[i] for i in rest], ids)
+        offsets = torch.arange(block_size, dtype=torch.int64)[:, None] * strides[tdim] + per_token[None, :]
+        return KVLayout(flat, strides[bdim], offsets.to(t.device))
+
+
+def _storage_offsets(dims: list[int], strides: list[int], ids: torch.Tensor) -> torch.Tensor:
+    """Storage offsets (by `strides`) of the elements whose row-major ids over `dims` are `ids` (any shape)."""
+    out = torch.zeros_like(ids)
+    rest = ids.clone()
+    for n, stride in zip(reversed(dims), reversed(strides)):
+        out += (rest % n) * stride
+        rest //= n
+    return out
+
+
+def _cpu_block_offsets(t: torch.Tensor, isa: str) -> torch.Tensor:
+    """Where each token's K and V elements sit inside one vLLM block of vLLM's CPU backend: int64 [block_size,
+    elements per token] of row-major element ids of the block ([kv heads, block_size, 2 * head_size]). The backend
+    keeps V row-major but packs K in ISA-specific tiles across tokens, so the ids are read from its own write op
+    (cpu_attn_reshape_and_cache) on a scratch block, each id written as base-128 digits (exact in bf16)."""
     from vllm import _custom_ops as ops
 
     _, heads, tokens, channels = t.shape   # [blocks, kv heads, block_size, 2 * head_size]
