@@ -13,7 +13,16 @@ stream_outcome run_cache_operation_stream(const std::uint8_t* data, std::size_t 
   // Pools of 384 tokens whatever the block size, so every configuration evicts about as often.
   const bool recurrent = data[0] % stream_policies >= 2 && data[0] % stream_policies != 6;
   const std::uint32_t block_size = recurrent ? hybrid.block_size() : attention.block_size();
-  const cache_options small{.kv_blocks = 384 / block_size, .max_sequences = 6, .hasher_seed = 3};
+  // First bytes from 2 * stream_policies on repeat the configurations with cost-aware snapshot eviction (a
+  // window of 4, the cost model derived from the model) in place of LRU; below it they select what they did
+  // before eviction was a choice.
+  const bool cost_aware = (data[0] / (2 * stream_policies)) % 2 == 1;
+  const cache_options small{.kv_blocks = 384 / block_size,
+                            .max_sequences = 6,
+                            .hasher_seed = 3,
+                            .snapshot_eviction = cost_aware ? policy::snapshot_eviction::cost_aware
+                                                            : policy::snapshot_eviction::policy_default,
+                            .eviction_window = cost_aware ? 4u : 0u};
   using every_path = policy::snapshot_restore<
       policy::capture<policy::every<64>, policy::last_aligned, policy::branch_point, policy::end_of_turn>,
       policy::accept_any>;

@@ -88,7 +88,8 @@ inline constexpr std::uint8_t stream_policies = 11;
 /// policy::strict with host and remote tiers, 9 and 10 policy::chat with host and remote tiers and turn ends
 /// in the store, two caches sharing it, with write-through and without), (byte / 11) % 2 picks the
 /// typed cache over the test models (B = 16) or a runtime-configured cache (`dynamic_model`) over a model
-/// of another block size. First bytes 0..5 select what they did when there were 6 policies.
+/// of another block size, and (byte / 22) % 2 picks LRU or cost-aware snapshot eviction (the latter only from
+/// byte 22 on). First bytes 0..5 select what they did when there were 6 policies.
 /// Defined once, in cache_fuzz_entry.cpp: its 22 cache configurations are the heaviest code the tests compile.
 stream_outcome run_cache_operation_stream(const std::uint8_t* data, std::size_t size);
 

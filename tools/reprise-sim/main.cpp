@@ -161,10 +161,30 @@ int cmd_sweep(const cli_options& o) {
   if (ec) die("cannot create " + o.out_dir + ": " + ec.message());
   const std::string stem = o.name.empty() ? base.model.name + "-" + std::string(to_string(axis)) : o.name;
   const bool bar = o.progress && progress::stderr_is_terminal();
-  const sweep_result s = run_sweep(t, base, policies, axis, values, bar, o.limits);
   std::string error;
   const std::string title = base.model.name + ", " + (o.use_workload ? std::string(to_string(o.workload.kind)) : o.trace_path) +
                             ", " + std::to_string(t.requests.size()) + " requests";
+  if (!o.evictions.empty()) {
+    replay_config c = base;
+    c.policy = policies.front();
+    const eviction_sweep_result s = run_eviction_sweep(t, c, o.evictions, o.working_set_fractions, bar, o.limits);
+    const auto files = write_eviction_sweep(s, o.out_dir, stem, title + ", " + std::string(to_string(c.policy)), error);
+    if (files.empty()) die(error);
+    std::cout << "working set " << format_bytes(static_cast<double>(s.working_set_bytes)) << "\n";
+    std::cout << "eviction,fraction,budget,slots,computed_over_floor,computed_tokens,hit_rate\n";
+    std::size_t k = 0;
+    for (eviction_kind e : s.evictions)
+      for (std::uint64_t d : s.denominators) {
+        const replay_report& r = s.points[k++].report;
+        if (!r.error.empty()) std::cerr << "warning: " << name_of(e) << " 1/" << d << ": " << r.error << "\n";
+        std::cout << name_of(e) << ",1/" << d << "," << format_bytes(static_cast<double>(r.snapshot_budget_bytes)) << ","
+                  << r.snapshot_slots << "," << r.computed_over_floor() << "," << r.prompt_tokens - r.usable_tokens << ","
+                  << r.hit_rate() << "\n";
+      }
+    for (const std::string& f : files) std::cout << f << "\n";
+    return 0;
+  }
+  const sweep_result s = run_sweep(t, base, policies, axis, values, bar, o.limits);
   const auto files = write_sweep(s, o.out_dir, stem, title, error);
   if (files.empty()) die(error);
   std::set<std::string> warned;

@@ -80,7 +80,11 @@ struct cache_core {
         slots(slot_count(g, o), g.bytes_per_snapshot, blocks.pool(), clock, metrics), sequences(o.max_sequences),
         in_step(can_share_in_step && o.share_in_step, blocks.pool(), o.max_sequences),
         tiers(tier_context{blocks, slots, sequences, geometry, options, clock, metrics}),
-        events(o.state_events, blocks, slots, sequences, tiers) {}
+        events(o.state_events, blocks, slots, sequences, tiers) {
+    if constexpr (restores)
+      slots.set_eviction(eviction_rule::resolve<typename traits::eviction>(o.snapshot_eviction, o.eviction_window,
+                                                                           o.prefill_cost, o.snapshot_chooser));
+  }
   cache_core(const cache_core&) = delete; // its components point into it
   cache_core& operator=(const cache_core&) = delete;
 

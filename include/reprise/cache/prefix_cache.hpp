@@ -114,7 +114,7 @@ public:
   static result<prefix_cache> create(const cache_options& options)
     requires model<Model>
   {
-    return make(geometry_of<Model>(), options);
+    return make(geometry_of<Model>(), with_prefill_cost(options, model_config::of<Model>()));
   }
 
   /// Creates a cache for the runtime model `m`.
@@ -139,7 +139,7 @@ public:
   static result<prefix_cache> create(const model_config& m, const cache_options& options)
     requires std::same_as<Model, dynamic_model>
   {
-    return make(geometry_of(m), options);
+    return make(geometry_of(m), with_prefill_cost(options, m));
   }
 
   /// The first configuration rule the compile-time model `Model` and `options` break with this policy and
@@ -354,6 +354,12 @@ public:
 
   /// Snapshot slots the engine must provide (0 unless `snapshot_restore`).
   std::uint32_t snapshot_slots() const noexcept { return st_ ? st_->slots.size() : 0; }
+  /// The idle snapshots the next eviction would choose among, oldest first (at most `out.size()` and the
+  /// eviction window; snapshot_eviction.hpp), with the value the cost-aware rule gives each; returns how many.
+  /// Changes nothing. Complexity: O(window * 64).
+  std::size_t snapshot_eviction_candidates(std::span<policy::snapshot_candidate> out) const noexcept {
+    return st_ ? st_->slots.candidates(out) : 0;
+  }
   std::uint32_t kv_blocks() const noexcept { return st_ ? st_->blocks.size() : 0; }
   /// Units of the host tier's KV pool and snapshot pool (`policy::host_tier`; 0 without).
   std::uint32_t host_kv_units() const noexcept { return st_ ? st_->tiers.kv_units() : 0; }
@@ -383,6 +389,13 @@ private:
     cache_options o = options;
     if (o.remote_turn_ends && o.remote_writer_id == 0) o.remote_writer_id = random_seed() | 1; // never 0
     return prefix_cache(std::make_unique<core>(g, o, seed));
+  }
+
+  /// `options` with the prefill cost model cost-aware snapshot eviction reads, derived from `m` unless given.
+  static cache_options with_prefill_cost(const cache_options& options, const model_config& m) noexcept {
+    cache_options o = options;
+    if (o.prefill_cost.empty()) o.prefill_cost = prefill_cost_of(m);
+    return o;
   }
 
   static std::uint64_t random_seed() {

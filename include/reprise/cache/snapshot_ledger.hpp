@@ -10,12 +10,15 @@
 
 #include <reprise/cache/block_ledger.hpp>
 #include <reprise/cache/block_pool.hpp>
+#include <reprise/cache/snapshot_eviction.hpp>
 #include <reprise/cache/snapshot_pool.hpp>
 #include <reprise/cache/types.hpp>
 #include <reprise/ids.hpp>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 namespace reprise::detail {
 
@@ -47,14 +50,19 @@ public:
     detach_context_ = context;
   }
 
-  /// A slot for a capture, now pending: a safe free one, else the LRU snapshot evicted. Null when neither
-  /// is reusable. Complexity: O(1).
+  /// Which idle snapshot `take` evicts (snapshot_eviction.hpp); LRU until set.
+  void set_eviction(const eviction_rule& r) noexcept { rule_ = r; }
+  const eviction_rule& eviction() const noexcept { return rule_; }
+
+  /// A slot for a capture, now pending: a safe free one, else an idle snapshot evicted, chosen by the
+  /// eviction rule among the oldest safe ones. Null when neither is reusable.
+  /// Complexity: O(1) under LRU; O(W * fallback_walk_blocks) under another rule with window W.
   slot_node* take() noexcept {
     slot_node* n = pool_.free().front_safe();
     if (n != nullptr) {
       pool_.free().erase(*n, clock_->safe_before);
     } else {
-      n = pool_.lru().front_safe();
+      n = victim();
       if (n == nullptr) return nullptr;
       ++metrics_->snapshot_evictions_lru;
       if (evict_hook_ != nullptr) evict_hook_(evict_context_, *n);
@@ -63,6 +71,16 @@ public:
     }
     n->state = slot_state::pending;
     return n;
+  }
+
+  /// The candidates `take` would choose among now, oldest first, written into `out` (at most its size and
+  /// the rule's window); returns how many. For tests and choosers. Complexity: as `take`.
+  std::size_t candidates(std::span<policy::snapshot_candidate> out) const noexcept {
+    const std::size_t limit = std::min<std::size_t>({out.size(), rule_.window, pool_.lru().safe_count()});
+    std::size_t k = 0;
+    // The safe nodes are a prefix of the queue (epoch_fifo), so the first `limit` nodes are all reusable.
+    for (auto it = pool_.lru().begin(); k < limit; ++it) out[k++] = candidate(*it);
+    return k;
   }
 
   /// Publishes pending slot `n` at the end of cached block `b`, restorable once `safe_before >= ready`;
@@ -158,6 +176,59 @@ public:
   bool ready(slot_id s) const noexcept { return pool_.node(s).ready_tag <= clock_->safe_before; }
 
 private:
+  /// The position a published snapshot sits at: the end of its block, or of a tail's tokens.
+  std::uint64_t position_of(const block_node& b) const noexcept {
+    const std::uint64_t B = blocks_->block_size();
+    return b.state == block_state::tail ? std::uint64_t{b.depth} * B + b.fill : (std::uint64_t{b.depth} + 1) * B;
+  }
+
+  /// Candidate `n`: its position, the deepest other snapshot at or before it on its chain (the same block's
+  /// other class, then up to `fallback_walk_blocks` ancestors), the FLOPs that difference costs.
+  policy::snapshot_candidate candidate(const slot_node& n) const noexcept {
+    policy::snapshot_candidate c;
+    c.slot = pool_.id_of(n);
+    c.last_use = n.last_use;
+    c.superseded = n.superseded;
+    const block_node& own = blocks_->node(n.block);
+    c.position = position_of(own);
+    const slot_id other = own.snapshot[1 - static_cast<int>(n.kind)];
+    if (other != no_slot) {
+      c.fallback = c.position;
+    } else {
+      // A tail's parent ends at the tail's start; a full block's parent ends one block before it.
+      block_id b = own.parent;
+      std::uint64_t end = std::uint64_t{own.depth} * blocks_->block_size();
+      std::uint32_t walked = 0;
+      for (; b != no_block && walked < fallback_walk_blocks; ++walked) {
+        const block_node& p = blocks_->node(b);
+        if (p.snapshot[0] != no_slot || p.snapshot[1] != no_slot) break;
+        b = p.parent;
+        end -= blocks_->block_size();
+      }
+      c.fallback = b == no_block ? 0 : end; // past the walk: as if one sat just above it (a lower bound)
+    }
+    c.saved_flops = rule_.cost.flops(c.position) - rule_.cost.flops(c.fallback);
+    return c;
+  }
+
+  /// The idle snapshot `take` evicts, or null when none is reusable.
+  slot_node* victim() noexcept {
+    slot_node* front = pool_.lru().front_safe();
+    if (front == nullptr || rule_.plain_lru() || front->superseded) return front;
+    std::array<policy::snapshot_candidate, policy::max_eviction_window> buffer;
+    const std::size_t k = candidates(buffer);
+    const std::span<const policy::snapshot_candidate> c(buffer.data(), k);
+    std::size_t pick = 0;
+    if (rule_.chooser) {
+      // A caller's chooser sees the superseded ones too; they still go first.
+      for (; pick < k && !c[pick].superseded; ++pick) {}
+      if (pick == k) pick = rule_.chooser.choose(rule_.chooser.context, c, clock_->current);
+      if (pick >= k) pick = 0;
+    } else if (rule_.kind == policy::snapshot_eviction::cost_aware) {
+      pick = cost_aware_choice(c, clock_->current);
+    }
+    return &pool_.node(c[pick].slot);
+  }
 
   /// Still the idle from-decode snapshot of block `b` (not evicted and reused since).
   bool supersedable(slot_id s, block_id b) const noexcept {
@@ -190,6 +261,7 @@ private:
   block_pool* blocks_;
   const epoch_clock* clock_;
   cache_metrics* metrics_;
+  eviction_rule rule_{};
 };
 
 } // namespace reprise::detail

@@ -9,6 +9,7 @@
 #include <reprise/keys/block_key.hpp>
 #include <reprise/keys/state_keys.hpp>
 #include <reprise/keys/remote_keys.hpp>
+#include <reprise/policy/policies.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -140,6 +141,22 @@ struct cache_options {
   /// uses a turn end only if those blocks are the same computation as the turn end's. Unique within a fleet;
   /// 0 (the default): drawn at random when the cache is created.
   std::uint64_t remote_writer_id = 0;
+  /// `remote_turn_ends`: a turn end's value holds its partial block and snapshot only, linked to continuation
+  /// blocks each put once (remote_tier.hpp), so a conversation's store traffic stays flat in its length.
+  /// False (the default): one value with every decode-filled block past the chain's prefill-exact lead.
+  bool remote_turn_end_links = false;
+  /// Which idle snapshot goes when a capture needs a slot and none is free (cache/snapshot_eviction.hpp):
+  /// `policy_default` keeps the policy's eviction option (`policy::lru_eviction` unless it names another).
+  policy::snapshot_eviction snapshot_eviction = policy::snapshot_eviction::policy_default;
+  /// `snapshot_eviction::cost_aware`: idle snapshots examined per eviction, oldest first, in [1, 64]
+  /// (0: the policy's window, 8 under `lru_eviction`; larger values are clamped to 64).
+  std::uint32_t eviction_window = 0;
+  /// The prefill cost model cost-aware eviction values snapshots by; zero: derived from the model's layer
+  /// shapes by `create` (`prefill_cost_of`).
+  policy::prefill_cost prefill_cost{};
+  /// A victim chooser of the caller's, used instead of the built-in rule (superseded snapshots still go
+  /// first); it sees the same window of candidates. Empty (the default): none.
+  policy::snapshot_chooser snapshot_chooser{};
   /// Report what this cache holds to a fleet router (<reprise/routing/state_router.hpp>): given a key source
   /// (`routing::fleet_keys`, kept alive by the engine as long as the cache), every full KV block and every
   /// snapshot that GPU memory or the host tier comes to hold, or no longer holds anywhere, is an event, taken

@@ -23,6 +23,7 @@
 #include <reprise/ids.hpp>
 
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <type_traits>
@@ -207,6 +208,77 @@ concept accept_policy = requires {
   { A::accepts_decode_continuation } -> std::convertible_to<bool>;
 };
 
+// ----- which idle snapshot goes when the snapshot budget is full -----
+
+/// The victim rules a cache ships (cache/snapshot_eviction.hpp has the rule and its complexity). Under any
+/// rule a superseded snapshot (a turn end its conversation moved past, `finish_options::last_turn`) goes
+/// first, and only a slot whose last use ended in a completed step is reused.
+enum class snapshot_eviction : std::uint8_t {
+  policy_default = 0, ///< `cache_options` only: the policy's eviction option (`lru_eviction` unless given)
+  lru = 1,            ///< the least recently published or restored idle snapshot
+  cost_aware = 2,     ///< of the oldest idle snapshots, the one saving the fewest prefill FLOPs per slot-step
+};
+
+/// What recomputing a prefix of p tokens costs, in FLOPs: `linear * p + quadratic * p * p`. The linear term
+/// is the weights every token passes through (about 2 FLOPs per parameter, recurrent scans included); the
+/// quadratic term is causal attention's scores and weighted sums (about 2 * query width FLOPs per layer for
+/// each of the p^2 / 2 token pairs, both products together). `prefix_cache::create` derives one from the
+/// model's layer shapes when it is left zero (snapshot_eviction.hpp, `prefill_cost_of`); an engine that
+/// knows its model's exact costs sets it.
+struct prefill_cost {
+  double linear = 0;
+  double quadratic = 0;
+  constexpr double flops(std::uint64_t p) const noexcept {
+    const auto x = static_cast<double>(p);
+    return linear * x + quadratic * x * x;
+  }
+  constexpr bool empty() const noexcept { return linear == 0 && quadratic == 0; }
+};
+
+/// One idle snapshot a victim chooser may evict: the oldest first, at most the eviction window of them,
+/// each one whose slot may be reused now.
+struct snapshot_candidate {
+  slot_id slot = no_slot;
+  std::uint64_t position = 0;     ///< tokens folded into the state
+  /// The deepest position at or before `position` on the same chain where another snapshot sits (0: none
+  /// found within the walk's bound, or none at all): a prompt through `position` would restore there instead.
+  std::uint64_t fallback = 0;
+  double saved_flops = 0;         ///< cost.flops(position) - cost.flops(fallback)
+  epoch_t last_use = 0;           ///< step of its publication or of its last restore
+  bool superseded = false;
+};
+
+/// A victim chooser supplied at run time (a simulator's peer policies, an offline bound): `choose` returns
+/// the index in `candidates` (never empty, oldest first) of the snapshot to evict; an index out of range
+/// evicts the oldest. Called on the scheduler thread; must not call into the cache.
+struct snapshot_chooser {
+  std::size_t (*choose)(void* context, std::span<const snapshot_candidate> candidates, epoch_t now) noexcept = nullptr;
+  void* context = nullptr;
+  explicit operator bool() const noexcept { return choose != nullptr; }
+};
+
+/// Eviction options of `snapshot_restore<...>`: `lru_eviction` (the default) or `cost_aware_eviction<W>`,
+/// which examines the `W` oldest idle snapshots (1 <= W <= 64) and evicts the cheapest to recompute.
+struct lru_eviction {
+  static constexpr snapshot_eviction kind = snapshot_eviction::lru;
+  static constexpr std::uint32_t window = 1;
+};
+inline constexpr std::uint32_t max_eviction_window = 64;
+template <std::uint32_t Window = 8>
+struct cost_aware_eviction {
+  static_assert(Window >= 1 && Window <= max_eviction_window,
+                "policy::cost_aware_eviction<W>: W, the idle snapshots examined per eviction, is in [1, 64]");
+  static constexpr snapshot_eviction kind = snapshot_eviction::cost_aware;
+  static constexpr std::uint32_t window = Window;
+};
+
+/// An eviction option: a type with a `snapshot_eviction kind` and a `window`.
+template <class E>
+concept eviction_policy = requires {
+  { E::kind } -> std::convertible_to<snapshot_eviction>;
+  { E::window } -> std::convertible_to<std::uint32_t>;
+};
+
 // ----- the three policies -----
 
 /// Attention-only models: share KV blocks and skip their prefill.
@@ -226,7 +298,7 @@ template <class T>
 inline constexpr bool is_bare_placement_v = !is_capture_v<T> && valid_placement<T>;
 
 template <class T>
-inline constexpr bool is_restore_option_v = is_capture_v<T> || accept_policy<T>;
+inline constexpr bool is_restore_option_v = is_capture_v<T> || accept_policy<T> || eviction_policy<T>;
 
 /// The first option of `Options` satisfying `Pred`, or `Default`.
 template <template <class> class Pred, class Default, class... Options>
@@ -241,28 +313,36 @@ template <class T>
 struct is_capture_pred : std::bool_constant<is_capture_v<T>> {};
 template <class T>
 struct is_accept_pred : std::bool_constant<accept_policy<T> && !is_capture_v<T>> {};
+template <class T>
+struct is_eviction_pred : std::bool_constant<eviction_policy<T>> {};
 } // namespace detail
 
 /// Hybrid models: share KV blocks and skip prefill up to the deepest position where a snapshot of every
 /// recurrent layer exists, restoring it. Options, in any order, each at most once:
 ///   - `capture<Placements...>`: where snapshots are taken (default: last_aligned, branch_point, end_of_turn);
-///   - an accept policy: which snapshots and blocks a hit may reuse (default: accept_any).
+///   - an accept policy: which snapshots and blocks a hit may reuse (default: accept_any);
+///   - an eviction option: which idle snapshot goes when the budget is full (default: lru_eviction;
+///     `cache_options::snapshot_eviction` overrides it at run time).
 template <class... Options>
 struct snapshot_restore {
   static_assert(!(detail::is_bare_placement_v<Options> || ...),
                 "policy::snapshot_restore<...>: wrap capture placements in policy::capture<...>, e.g. "
                 "snapshot_restore<policy::capture<policy::last_aligned>>");
   static_assert((detail::is_restore_option_v<Options> && ...),
-                "policy::snapshot_restore<...>: unknown option; valid options are policy::capture<...> and "
-                "policy::accept_prefill_exact / policy::accept_any");
+                "policy::snapshot_restore<...>: unknown option; valid options are policy::capture<...>, "
+                "policy::accept_prefill_exact / policy::accept_any and policy::lru_eviction / "
+                "policy::cost_aware_eviction<W>");
   static_assert((std::size_t{detail::is_capture_v<Options>} + ... + 0) <= 1,
                 "policy::snapshot_restore<...>: give at most one policy::capture<...> (list every placement in it)");
   static_assert((std::size_t{accept_policy<Options>} + ... + 0) <= 1,
                 "policy::snapshot_restore<...>: give at most one accept policy");
+  static_assert((std::size_t{eviction_policy<Options>} + ... + 0) <= 1,
+                "policy::snapshot_restore<...>: give at most one eviction option");
 
   using capture_type = typename detail::find_option<detail::is_capture_pred,
                                                     capture<last_aligned, branch_point, end_of_turn>, Options...>::type;
   using accept_type = typename detail::find_option<detail::is_accept_pred, accept_any, Options...>::type;
+  using eviction_type = typename detail::find_option<detail::is_eviction_pred, lru_eviction, Options...>::type;
 };
 
 // ----- presets named for what engines do -----
@@ -349,6 +429,7 @@ struct policy_traits<block_sharing> {
   static constexpr bool reads_capture_offsets = false;
   static constexpr bool skips_prefill = true;
   static constexpr bool accepts_decode_continuation = false;
+  using eviction = lru_eviction;
 };
 template <>
 struct policy_traits<memory_only> {
@@ -357,6 +438,7 @@ struct policy_traits<memory_only> {
   static constexpr bool skips_prefill = false;
   /// Shared KV feeds every recomputed token's attention: only prefill-exact blocks keep it bit-exact.
   static constexpr bool accepts_decode_continuation = false;
+  using eviction = lru_eviction;
 };
 template <class... Options>
 struct policy_traits<snapshot_restore<Options...>> {
@@ -367,6 +449,7 @@ struct policy_traits<snapshot_restore<Options...>> {
   static constexpr bool skips_prefill = true;
   static constexpr bool accepts_decode_continuation =
       snapshot_restore<Options...>::accept_type::accepts_decode_continuation;
+  using eviction = typename snapshot_restore<Options...>::eviction_type;
   static_assert(!capture::off_grid || accepts_decode_continuation,
                 "policy::snapshot_restore<...>: a placement that captures off the alignment grid "
                 "(policy::branch_block) takes decode_continuation snapshots: use policy::accept_any");

@@ -49,6 +49,14 @@ inline cache_options options_for(const replay_config& c, std::uint32_t kv_blocks
   o.host_kv_budget_bytes = c.host_kv_budget_bytes;
   o.host_snapshot_budget_bytes = restores_snapshots(c.policy) ? c.host_snapshot_budget_bytes : 0;
   o.remote_keys = keys;
+  // The cost model: 2 FLOPs per active parameter and token (the figure the report's savings use) plus
+  // attention's quadratic term from the layer shapes.
+  o.prefill_cost = {.linear = 2 * c.model.active_params, .quadratic = prefill_cost_of(c.model.config).quadratic};
+  if (c.snapshot_eviction == eviction_kind::cost_aware) o.snapshot_eviction = policy::snapshot_eviction::cost_aware;
+  // The simulator's choosers see the 64 oldest idle snapshots (the most the cache offers).
+  if (c.snapshot_eviction == eviction_kind::marconi || c.snapshot_eviction == eviction_kind::oracle)
+    o.eviction_window = policy::max_eviction_window;
+  if (c.snapshot_eviction == eviction_kind::cost_aware) o.eviction_window = 0; // the cache's default, 8
   if (keys != nullptr) {
     o.remote_snapshot_candidates = c.remote_snapshot_candidates;
     o.remote_write_through = c.remote_write_through;
@@ -99,6 +107,10 @@ struct fleet_context {
   clock_type::duration in_cache{};
   /// The remote tier every engine shares (null without one).
   fleet_store* store = nullptr;
+  /// `eviction_kind::oracle`: the request being served, and every prompt's prefix hashes (sim/eviction.hpp).
+  std::uint32_t now = 0;
+  std::vector<oracle_chooser::entry> oracle_index;
+  std::vector<std::uint32_t> prompt_length;
 };
 
 /// One engine: its cache, the requests it has in flight, and its share of the report.
@@ -117,6 +129,8 @@ public:
 
   const Cache& cache() const noexcept { return cache_; }
   Cache& cache() noexcept { return cache_; }
+  /// `eviction_kind::oracle`: where this engine records what its captures hold.
+  void set_oracle(oracle_chooser* o) noexcept { oracle_ = o; }
 
   /// Serves request `i` with prompt `prompt`: admit (after finishing what must make room), commit the
   /// prompt, decode, and finish it when nothing else may be in flight.
@@ -175,6 +189,7 @@ public:
       share.host_kv_hit_tokens += from_host;
     }
 
+    if (oracle_ != nullptr) record_captures(i, prompt, *plan);
     // The engine restores, prefills [usable, L) and writes every planned capture.
     written_.clear();
     for (const capture_point& p : plan->captures) written_.push_back(static_cast<std::uint32_t>(p.position));
@@ -266,11 +281,32 @@ private:
                      std::to_string(f_.t.requests[index].id);
   }
 
+  /// `eviction_kind::oracle`: the prefixes request `i`'s captures hold, and the one its turn end would.
+  void record_captures(std::uint32_t i, std::span<const token> prompt, const admit_plan& plan) {
+    const std::uint64_t tenant = f_.t.requests[i].tenant;
+    prefix_hasher::hashes(prompt, tenant, hashes_);
+    for (const capture_point& p : plan.captures) {
+      const auto at = static_cast<std::uint64_t>(p.position);
+      if (static_cast<std::size_t>(p.slot) < oracle_->slots.size())
+        oracle_->slots[static_cast<std::size_t>(p.slot)] = {hashes_[at / prefix_hasher::step], at};
+    }
+    // The turn end sits at the prompt plus the decoded tokens fed (all but the last sampled one).
+    const std::uint32_t out = f_.t.requests[i].output_tokens;
+    ended_.assign(prompt.begin(), prompt.end());
+    if (out > 1) materializer::append_output(i, out - 1, ended_);
+    prefix_hasher::hashes(ended_, tenant, hashes_);
+    if (turn_ends_.size() < f_.t.requests.size()) turn_ends_.resize(f_.t.requests.size());
+    turn_ends_[i] = {hashes_[ended_.size() / prefix_hasher::step], ended_.size()};
+  }
+
   void finish(std::uint32_t index) {
     const auto t0 = clock_type::now();
     auto done = cache_.finish(index, {.last_turn = f_.c.last_turn_hints && f_.continued[index] == 0});
     f_.in_cache += clock_type::now() - t0;
     if (!done) misuse("finish", done.error(), index);
+    if (done && oracle_ != nullptr && done->capture.slot != no_slot && index < turn_ends_.size() &&
+        static_cast<std::size_t>(done->capture.slot) < oracle_->slots.size())
+      oracle_->slots[static_cast<std::size_t>(done->capture.slot)] = turn_ends_[index];
     f_.live[index] = 0;
   }
 
@@ -390,13 +426,17 @@ private:
   std::vector<std::uint8_t> probe_found_;
   std::vector<remote_fetch> fetches_;
   std::vector<std::byte> header_;
+  oracle_chooser* oracle_ = nullptr;
+  std::vector<std::uint64_t> hashes_;
+  std::vector<token> ended_;
+  std::vector<oracle_chooser::slot_info> turn_ends_;
 };
 
 /// Creates the engines' caches (typed: `Cache::create(o)`, runtime: from the model's config) and replays `t`,
 /// each request on the engine `route_requests` picks.
 template <class Cache>
 void run(const trace& t, const replay_config& c, std::uint32_t kv_blocks, replay_report& rep, progress* bar) {
-  fleet_context f{.t = t, .c = c, .kv_blocks = kv_blocks, .rep = rep, .continued = {}, .live = {}};
+  fleet_context f{.t = t, .c = c, .kv_blocks = kv_blocks, .rep = rep, .continued = {}, .live = {}, .oracle_index = {}, .prompt_length = {}};
   // The remote tier: the fleet's content keys (the model's name stands in for its weights' revision) and
   // the store every engine shares.
   std::optional<content_keyer> keyer;
@@ -446,9 +486,36 @@ void run(const trace& t, const replay_config& c, std::uint32_t kv_blocks, replay
     o.state_events = &*state_keys;
   }
   rep.per_engine.assign(c.engines, {});
+  // The simulator's victim choosers, one per engine (the oracle records what each engine's slots hold).
+  std::vector<marconi_chooser> marconi(c.engines);
+  std::vector<oracle_chooser> oracle(c.engines);
+  if (c.snapshot_eviction == eviction_kind::oracle) {
+    materializer all(t);
+    std::vector<token> p;
+    std::vector<std::uint64_t> h;
+    f.prompt_length.resize(t.requests.size());
+    for (std::uint32_t i = 0; i < t.requests.size(); ++i) {
+      all.prompt(i, p);
+      f.prompt_length[i] = static_cast<std::uint32_t>(p.size());
+      prefix_hasher::hashes(p, t.requests[i].tenant, h);
+      for (std::uint64_t x : h) f.oracle_index.push_back({x, i});
+    }
+    std::sort(f.oracle_index.begin(), f.oracle_index.end());
+  }
   std::vector<engine<Cache>> fleet;
   fleet.reserve(c.engines);
   for (std::uint32_t e = 0; e < c.engines; ++e) {
+    if (c.snapshot_eviction == eviction_kind::marconi) {
+      marconi[e] = {.alpha = c.marconi_alpha, .bytes = static_cast<double>(c.model.config.bytes_per_snapshot()),
+                    .cost = o.prefill_cost};
+      o.snapshot_chooser = {&marconi_chooser::choose, &marconi[e]};
+    } else if (c.snapshot_eviction == eviction_kind::oracle) {
+      oracle[e].index = &f.oracle_index;
+      oracle[e].prompt_length = &f.prompt_length;
+      oracle[e].now = &f.now;
+      oracle[e].slots.assign(restores_snapshots(c.policy) ? c.snapshot_budget_bytes / c.model.config.bytes_per_snapshot() + 1 : 0, {});
+      o.snapshot_chooser = {&oracle_chooser::choose, &oracle[e]};
+    }
     if (o.remote_turn_ends) o.remote_writer_id = e + 1; // one per engine, the same in every run
     auto created = [&] {
       if constexpr (std::is_same_v<typename Cache::model_type, dynamic_model>) return Cache::create(c.model.config, o);
@@ -459,6 +526,7 @@ void run(const trace& t, const replay_config& c, std::uint32_t kv_blocks, replay
       return;
     }
     fleet.emplace_back(std::move(*created), f, e);
+    if (c.snapshot_eviction == eviction_kind::oracle) fleet.back().set_oracle(&oracle[e]);
   }
   rep.snapshot_slots = fleet.front().cache().snapshot_slots();
   rep.host_kv_units = fleet.front().cache().host_kv_units();
@@ -488,6 +556,7 @@ void run(const trace& t, const replay_config& c, std::uint32_t kv_blocks, replay
   const auto wall0 = clock_type::now();
   for (std::uint32_t i = 0; i < t.requests.size(); ++i) {
     m.prompt(i, prompt);
+    f.now = i;
     if (bar) bar->update(i);
     // A request that continues one still in flight waits for it (its turn ended before this one began),
     // on whichever engine it runs.

@@ -97,7 +97,7 @@ cli_parse parse_command_line(int argc, const char* const* argv) {
              "Traces: docs/sim-trace-format.md. Run `reprise-sim COMMAND --help` for a command's options.");
 
   std::string workload, model, policy = "all", on_error_text = "fail", axis, values, affinity = "on";
-  std::string remote_write = "back", remote_probe = "on", remote_turn_ends = "off";
+  std::string remote_write = "back", remote_probe = "on", remote_turn_ends = "off", eviction = "lru";
   bool no_progress = false;
 
   app.add_subcommand("models", "list the preset models, their block and snapshot sizes and policies");
@@ -111,7 +111,7 @@ cli_parse parse_command_line(int argc, const char* const* argv) {
         ->check(CLI::IsMember({"fail", "skip"}))
         ->needs(tr);
     auto* wl = c->add_option("--workload", workload, "a generated workload instead of a trace")
-                   ->check(CLI::IsMember({"chat", "system_prompt", "agentic", "rag"}))
+                   ->check(CLI::IsMember({"chat", "system_prompt", "agentic", "rag", "long_context"}))
                    ->excludes(tr);
     c->add_option("--requests", o.workload.requests, "requests to generate")
         ->check(range(1, L::max_requests))
@@ -213,6 +213,13 @@ cli_parse parse_command_line(int argc, const char* const* argv) {
     c->add_flag("--last-turn-hints", o.cache.last_turn_hints,
                 "finish a conversation's last turn (no later request continues it) with finish_options::last_turn, "
                 "as an engine that knows when a chat ends");
+    c->add_option("--snapshot-eviction", eviction,
+                  "which idle snapshot goes when the snapshot budget is full: lru (default), cost-aware (the "
+                  "cache's rule: fewest prefill FLOPs saved of the 8 oldest), marconi (normalized recency + alpha x "
+                  "FLOP efficiency) or oracle (offline: the trace's future)")
+        ->check(CLI::IsMember({"lru", "cost-aware", "marconi", "oracle"}));
+    c->add_option("--marconi-alpha", o.cache.marconi_alpha, "marconi's weight of FLOP efficiency (default 1)")
+        ->check(CLI::Range(0.0, 1e6));
     c->add_option("--policy", policy, "all, or a comma-separated list of: " + policy_names());
     c->add_flag("--no-progress", no_progress, "no progress bar (it is drawn only when stderr is a terminal)");
   };
@@ -238,6 +245,12 @@ cli_parse parse_command_line(int argc, const char* const* argv) {
       ->required();
   sweep->add_option("--values", values,
                     "comma-separated values along the axis (byte sizes for budgets; 0 on a host axis: no host tier)");
+  std::string evictions, fractions = "32,16,8,4,2,1";
+  sweep->add_option("--evictions", evictions,
+                    "compare snapshot eviction rules instead of policies: a comma-separated list of lru, cost-aware, "
+                    "marconi, oracle (needs --axis snapshot_budget and one --policy)");
+  sweep->add_option("--working-set-fractions", fractions,
+                    "with --evictions: budgets of the working set / each of these (default 32,16,8,4,2,1)");
   sweep->add_option("--out", o.out_dir, "directory for the CSV and charts (created)");
   sweep->add_option("--name", o.name, "file name stem (default MODEL-AXIS)");
 
@@ -274,6 +287,7 @@ cli_parse parse_command_line(int argc, const char* const* argv) {
     o.cache.remote_write_through = remote_write == "through";
     o.cache.remote_probe = remote_probe == "on";
     o.cache.remote_turn_ends = remote_turn_ends == "on";
+    o.cache.snapshot_eviction = *parse_eviction(eviction);
     if (o.cache.remote_turn_ends && !o.cache.remote_probe)
       throw CLI::ValidationError("--remote-turn-ends on", "needs --remote-probe on: a prompt's turn end is found by "
                                                           "asking the store which of its boundaries has one");
@@ -305,6 +319,25 @@ cli_parse parse_command_line(int argc, const char* const* argv) {
         });
         if (!e.empty()) throw CLI::ValidationError("--values", e);
       }
+    }
+    if (!evictions.empty()) {
+      const std::string e = split_each(evictions, [&](const std::string& name) -> std::string {
+        const auto k = parse_eviction(name);
+        if (!k) return "unknown eviction '" + name + "' (lru, cost-aware, marconi, oracle)";
+        o.evictions.push_back(*k);
+        return {};
+      });
+      if (!e.empty()) throw CLI::ValidationError("--evictions", e);
+      const std::string f = split_each(fractions, [&](const std::string& item) -> std::string {
+        const auto v = parse_bytes(item);
+        if (!v || *v == 0 || *v > 0xffff'ffffu) return "bad denominator '" + item + "' (a positive number)";
+        o.working_set_fractions.push_back(*v);
+        return {};
+      });
+      if (!f.empty()) throw CLI::ValidationError("--working-set-fractions", f);
+      if (o.axis != sweep_axis::snapshot_budget)
+        throw CLI::ValidationError("--evictions", "needs --axis snapshot_budget");
+      if (o.policies.size() != 1) throw CLI::ValidationError("--evictions", "needs exactly one --policy");
     }
     const bool host_axis = o.axis && sweep_takes_zero(*o.axis);
     if (o.cache.remote_tier && o.cache.host_kv_budget_bytes == 0 && !host_axis)

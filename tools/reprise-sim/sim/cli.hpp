@@ -60,6 +60,10 @@ struct cli_options {
   std::string name;     ///< sweep --name
   std::optional<sweep_axis> axis;
   std::vector<std::uint64_t> values;
+  /// sweep --evictions: one line per snapshot eviction rule over budgets of the working set / each of
+  /// `working_set_fractions` (sweep.hpp, `run_eviction_sweep`); needs --axis snapshot_budget and one policy.
+  std::vector<eviction_kind> evictions;
+  std::vector<std::uint64_t> working_set_fractions;
   bool progress = true;
 };
 

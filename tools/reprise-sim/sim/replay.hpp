@@ -21,6 +21,7 @@
 /// Only this header's types are shared with the rest of the tool; everything that names the cache API lives
 /// in sim/cache_replay.cpp.
 
+#include "sim/eviction.hpp"
 #include "sim/models.hpp"
 #include "sim/trace.hpp"
 
@@ -120,6 +121,11 @@ struct replay_config {
   /// With `remote_redis`: the payload stored with every value (a stand-in for its real bytes, checked on
   /// every hit).
   std::uint64_t remote_stand_in_bytes = 4096;
+  /// Which idle snapshot goes when the snapshot budget is full (sim/eviction.hpp): the cache's LRU or
+  /// cost-aware rule, or the simulator's Marconi peer or offline oracle.
+  eviction_kind snapshot_eviction = eviction_kind::lru;
+  /// `eviction_kind::marconi`: the weight of FLOP efficiency against recency.
+  double marconi_alpha = 1.0;
 };
 
 /// Whether `c` gives the cache a host tier.

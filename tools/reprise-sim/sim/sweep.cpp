@@ -319,4 +319,90 @@ std::vector<std::string> write_sweep(const sweep_result& s, const std::string& d
   return written;
 }
 
+eviction_sweep_result run_eviction_sweep(const trace& t, const replay_config& base,
+                                         const std::vector<eviction_kind>& evictions,
+                                         const std::vector<std::uint64_t>& denominators, bool show_progress,
+                                         const replay_limits& limits) {
+  eviction_sweep_result s;
+  s.evictions = evictions;
+  s.denominators = denominators;
+  {
+    // The working set: what the trace's captures hold when nothing is ever evicted for want of a slot
+    // (`simulate` caps the budget at the slots the trace can fill).
+    replay_config c = base;
+    c.snapshot_eviction = eviction_kind::lru;
+    c.snapshot_budget_bytes = std::uint64_t{1} << 50;
+    const replay_report r = simulate(t, c, limits);
+    s.working_set_bytes = static_cast<std::uint64_t>(r.peak_snapshot_bytes);
+  }
+  const std::uint64_t per_snapshot = base.model.config.bytes_per_snapshot();
+  progress bar("sweep", evictions.size() * denominators.size(), show_progress);
+  std::uint64_t done = 0;
+  for (eviction_kind e : evictions) {
+    for (std::uint64_t d : denominators) {
+      replay_config c = base;
+      c.snapshot_eviction = e;
+      // At least one snapshot; whole snapshots, so every rule sees the same slot count.
+      c.snapshot_budget_bytes = std::max(s.working_set_bytes / std::max<std::uint64_t>(d, 1) / per_snapshot, std::uint64_t{1}) *
+                                per_snapshot;
+      s.points.push_back({c.snapshot_budget_bytes, simulate(t, c, limits)});
+      bar.update(++done);
+    }
+  }
+  bar.finish();
+  return s;
+}
+
+std::vector<std::string> write_eviction_sweep(const eviction_sweep_result& s, const std::string& dir,
+                                              const std::string& stem, const std::string& title, std::string& error) {
+  std::vector<std::string> written;
+  const std::string base = (std::filesystem::path(dir.empty() ? "." : dir) / stem).string();
+  {
+    std::ofstream out(base + ".csv", std::ios::binary);
+    std::vector<std::string> columns = report_columns();
+    columns.insert(columns.begin(), {"snapshot_eviction", "working_set_fraction", "working_set_bytes"});
+    csv_writer w(out, columns);
+    std::size_t k = 0;
+    for (eviction_kind e : s.evictions) {
+      for (std::uint64_t d : s.denominators) {
+        const sweep_point& pt = s.points[k++];
+        w.cell(std::string(name_of(e)));
+        w.cell("1/" + std::to_string(d));
+        w.cell(s.working_set_bytes);
+        write_report_row(w, pt.report);
+      }
+    }
+    if (!out) {
+      error = "cannot write " + base + ".csv";
+      return {};
+    }
+    written.push_back(base + ".csv");
+  }
+  line_chart c{.title = "Prefill computed over the floor vs snapshot budget",
+               .subtitle = title + "; working set " + format_bytes(static_cast<double>(s.working_set_bytes)) +
+                           ", budgets 1/" + std::to_string(s.denominators.front()) + " .. 1/" +
+                           std::to_string(s.denominators.back()) + " of it",
+               .x_label = "snapshot budget",
+               .y_label = "prefill computed / floor (x)",
+               .x_format = axis_format::bytes,
+               .y_format = axis_format::number,
+               .x_log = true,
+               .y_min = 1.0,
+               .y_max = std::nullopt};
+  std::size_t k = 0;
+  for (eviction_kind e : s.evictions) {
+    series line{std::string(name_of(e)), {}, {}};
+    for (std::size_t i = 0; i < s.denominators.size(); ++i) {
+      const sweep_point& pt = s.points[k++];
+      line.x.push_back(static_cast<double>(pt.value));
+      line.y.push_back(pt.report.error.empty() ? pt.report.computed_over_floor() : NAN);
+      if (!pt.report.error.empty()) c.notes.push_back(std::string(name_of(e)) + ": " + pt.report.error);
+    }
+    c.lines.push_back(std::move(line));
+  }
+  if (!write_file(base + "-floor.svg", render_svg(c), error)) return {};
+  written.push_back(base + "-floor.svg");
+  return written;
+}
+
 } // namespace reprise::sim

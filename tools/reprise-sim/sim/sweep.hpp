@@ -61,4 +61,24 @@ sweep_result run_sweep(const trace& t, const replay_config& base, const std::vec
 std::vector<std::string> write_sweep(const sweep_result& s, const std::string& dir, const std::string& stem,
                                      const std::string& title, std::string& error);
 
+/// Snapshot eviction under pressure: one replay per (eviction rule, budget), the budgets working set / d for
+/// each denominator d, where the working set is the peak snapshot bytes an unbounded budget holds (one LRU
+/// replay with the budget the trace can fill, `base.snapshot_budget_bytes` ignored).
+struct eviction_sweep_result {
+  std::uint64_t working_set_bytes = 0;
+  std::vector<eviction_kind> evictions;
+  std::vector<std::uint64_t> denominators;
+  std::vector<sweep_point> points; ///< eviction-major; `value` is the budget in bytes
+};
+
+eviction_sweep_result run_eviction_sweep(const trace& t, const replay_config& base,
+                                         const std::vector<eviction_kind>& evictions,
+                                         const std::vector<std::uint64_t>& denominators, bool show_progress,
+                                         const replay_limits& limits = {});
+
+/// Writes `<dir>/<stem>.csv` (the eviction and the denominator, then the report columns) and
+/// `<dir>/<stem>-floor.svg` (prefill computed / floor, one line per rule); returns the paths written.
+std::vector<std::string> write_eviction_sweep(const eviction_sweep_result& s, const std::string& dir,
+                                              const std::string& stem, const std::string& title, std::string& error);
+
 } // namespace reprise::sim

@@ -16,12 +16,14 @@ std::string_view to_string(workload_kind k) noexcept {
   case workload_kind::system_prompt: return "system_prompt";
   case workload_kind::agentic: return "agentic";
   case workload_kind::rag: return "rag";
+  case workload_kind::long_context: return "long_context";
   }
   return "?";
 }
 
 std::optional<workload_kind> parse_workload(std::string_view name) noexcept {
-  for (auto k : {workload_kind::chat, workload_kind::system_prompt, workload_kind::agentic, workload_kind::rag})
+  for (auto k : {workload_kind::chat, workload_kind::system_prompt, workload_kind::agentic, workload_kind::rag,
+                 workload_kind::long_context})
     if (name == to_string(k)) return k;
   return std::nullopt;
 }
@@ -146,8 +148,15 @@ private:
         add_pool("doc-" + std::to_string(i), 800, 0.6, 100, 4000);
       doc_pick_ = zipf_table(std::max<std::uint32_t>(o_.documents, 1), 1.1);
       break;
+    case workload_kind::long_context:
+      for (std::uint32_t i = 0; i < long_documents(); ++i)
+        add_pool("doc-" + std::to_string(i), 65536, 0.5, 32768, 131072);
+      doc_pick_ = zipf_table(long_documents(), 1.0);
+      break;
     }
   }
+
+  std::uint32_t long_documents() const noexcept { return std::clamp<std::uint32_t>(o_.documents, 1, 48); }
 
   void start(session_state& s) {
     s = session_state{};
@@ -158,6 +167,7 @@ private:
     case workload_kind::system_prompt: s.turns_left = 1 + r_.geometric(0.75, 4); break;
     case workload_kind::agentic: s.depth_limit = 2 + r_.geometric(1.0 / 6.0, 30); break;
     case workload_kind::rag: s.turns_left = 1 + r_.geometric(0.8, 3); break;
+    case workload_kind::long_context: s.turns_left = 2 + r_.geometric(0.4, 8); break; // mean 3.5 questions
     }
   }
 
@@ -172,6 +182,7 @@ private:
     case workload_kind::system_prompt: return chat_turn(s);
     case workload_kind::agentic: return agent_step(s);
     case workload_kind::rag: return rag_turn(s);
+    case workload_kind::long_context: return document_turn(s);
     }
     return false;
   }
@@ -226,6 +237,23 @@ private:
     }
     b_.add_fresh(question);
     return finish_turn(s, r_.lognormal(150, 0.6, 8, 1024));
+  }
+
+  /// A question over the session's document: the first one right after it, a follow-up continuing the
+  /// conversation or, half the time, asked anew after the document (a branch at its end). The document is
+  /// kept in `depth_limit` (its pool).
+  bool document_turn(session_state& s) {
+    if (s.turns_left == 0) return false;
+    const std::uint32_t question = r_.lognormal(60, 0.7, 4, 1000);
+    begin(s);
+    if (s.has_last && r_.uniform() < 0.5) {
+      b_.add_from(s.last);
+    } else {
+      if (!s.has_last) s.depth_limit = doc_pick_.draw(r_);
+      b_.add_pool_slice(s.depth_limit, 0, t_.pools[s.depth_limit].tokens.size());
+    }
+    b_.add_fresh(question);
+    return finish_turn(s, r_.lognormal(200, 0.6, 8, 1024));
   }
 
   bool agent_step(session_state& s) {

@@ -22,6 +22,9 @@ enum class workload_kind : std::uint8_t {
   system_prompt, ///< many users behind one long shared system prompt, mostly single-turn
   agentic,       ///< agent trees: tool definitions, then steps that branch into parallel tool calls
   rag,           ///< a shared system prompt, then retrieved documents drawn from a Zipf-popular corpus
+  /// long documents (32K..128K tokens, log-normal, median 64K; at most 48 of them, Zipf-popular) with several
+  /// questions each: a follow-up continues the conversation or asks anew right after the document
+  long_context,
 };
 
 std::string_view to_string(workload_kind k) noexcept;
