@@ -1,8 +1,8 @@
 // Copyright 2026 The Reprise Authors. SPDX-License-Identifier: Apache-2.0
 // Turn ends in the remote store (cache_options::remote_turn_ends): a conversation's turn end (its
-// decode-continuation snapshot, the decode-filled blocks before it, its partial block) goes to the store as
-// one value under a key any engine derives from its own prompt, and another engine continues the
-// conversation from it bitwise as the writer would have, had the session stayed alive there.
+// decode-continuation snapshot and its partial block, linked to the decode-filled blocks before it, each put
+// once) goes to the store under a key any engine derives from its own prompt, and another engine continues
+// the conversation from it bitwise as the writer would have, had the session stayed alive there.
 //
 // Two or three caches stand for processes, with a store in memory and engine pools whose bytes are a
 // function of how they were computed: the state restored (its bytes), the tokens since, and whether a
@@ -53,11 +53,12 @@ struct turn_bytes {
 
 /// One process: a chat cache with host and remote tiers, and the pools an engine would own.
 struct process {
-  explicit process(const content_keyer& keys, bool turn_ends = true, std::uint32_t kv_blocks = 48)
-      : cache(make(keys, turn_ends, kv_blocks)), gpu_kv(kv_blocks), gpu_slots(cache.snapshot_slots()),
+  /// `links`: `cache_options::remote_turn_end_links`.
+  explicit process(const content_keyer& keys, bool turn_ends = true, std::uint32_t kv_blocks = 48, bool links = false)
+      : cache(make(keys, turn_ends, kv_blocks, links)), gpu_kv(kv_blocks), gpu_slots(cache.snapshot_slots()),
         host_kv(cache.host_kv_units()), host_slots(cache.host_snapshot_units()) {}
 
-  static cache_type make(const content_keyer& keys, bool turn_ends, std::uint32_t kv_blocks) {
+  static cache_type make(const content_keyer& keys, bool turn_ends, std::uint32_t kv_blocks, bool links) {
     auto c = cache_type::create({.kv_blocks = kv_blocks,
                                  .snapshot_budget_bytes = 4 * small_hybrid::bytes_per_snapshot,
                                  .hasher_seed = 5,
@@ -65,7 +66,8 @@ struct process {
                                  .host_snapshot_budget_bytes = 4 * small_hybrid::bytes_per_snapshot,
                                  .remote_keys = &keys,
                                  .remote_write_through = true,
-                                 .remote_turn_ends = turn_ends});
+                                 .remote_turn_ends = turn_ends,
+                                 .remote_turn_end_links = links});
     REQUIRE(c.has_value());
     return std::move(*c);
   }
@@ -96,8 +98,9 @@ struct process {
 
   /// Probes `prompt`, prefetches what `store` has and answers every fetch (its header passed through
   /// `tamper` first).
+  /// `reverse`: report the fetches last first, as a store answering out of order would.
   fetch_plan prefetch(const std::vector<token_id>& prompt, store_map& store, void (*tamper)(bytes&) = nullptr,
-                      const extra_keys& keys = {}) {
+                      const extra_keys& keys = {}, bool reverse = false) {
     auto probe = cache.probe(prompt, keys);
     REQUIRE(probe.has_value());
     std::vector<content_key> present;
@@ -111,7 +114,8 @@ struct process {
     std::vector<std::vector<std::uint32_t>> units;
     for (const remote_fetch& f : fetches) units.emplace_back(f.kv_units.begin(), f.kv_units.end());
     run_transfers(store); // the puts of what the reservations evicted, before the fetches write the units
-    for (std::size_t i = 0; i < fetches.size(); ++i) {
+    for (std::size_t n = 0; n < fetches.size(); ++n) {
+      const std::size_t i = reverse ? fetches.size() - 1 - n : n;
       const remote_fetch& f = fetches[i];
       auto it = store.find(f.key);
       if (it == store.end()) {
@@ -615,4 +619,158 @@ TEST_CASE("a turn end whose blocks are reused before its step completed is not p
   CHECK(writer.cache.metrics().remote_turn_ends_put == 0);
   CHECK(writer.cache.metrics().remote_turn_ends_lost == 1);
   CHECK(writer.cache.check_invariants().has_value());
+}
+
+namespace {
+
+/// The position a stored header names.
+std::uint32_t header_position(const bytes& h) {
+  std::uint32_t v = 0;
+  for (std::size_t i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(h[12 + i]) << (8 * i);
+  return v;
+}
+
+/// A continuation block in the store (a block header of class decode_continuation): a turn end's link.
+bool is_link(const stored_value& v) {
+  return v.header.size() > 9 && v.header[8] == std::byte{0} && v.header[9] == std::byte{1};
+}
+
+/// `turns` turns of one conversation (a 150-token prompt, then 20 user and 30 reply tokens a turn), turn t
+/// on engine t % 2 of `engines`: what each turn put and fetched, with the session kept alive on `alive`.
+struct flat_run {
+  std::vector<std::uint64_t> put, fetched;
+};
+flat_run alternate(process& a, process& b, process& alive, store_map& store, int turns) {
+  store_map alive_store;
+  std::vector<token_id> tokens = turn_tokens(150, 1), alive_tokens = tokens;
+  flat_run out;
+  for (int turn = 0; turn < turns; ++turn) {
+    process& p = turn % 2 == 0 ? a : b;
+    const std::uint64_t put_before = a.cache.metrics().remote_bytes_put + b.cache.metrics().remote_bytes_put;
+    const std::uint64_t fetched_before = p.cache.metrics().remote_bytes_fetched;
+    const std::vector<token_id> reply = turn_tokens(30, 70000 + 1000 * static_cast<token_id>(turn));
+    if (turn != 0) {
+      const std::vector<token_id> user = turn_tokens(20, 90000 + 1000 * static_cast<token_id>(turn));
+      tokens.insert(tokens.end(), user.begin(), user.end());
+      alive_tokens.insert(alive_tokens.end(), user.begin(), user.end());
+      p.prefetch(tokens, store);
+    }
+    const auto before = static_cast<std::uint32_t>(tokens.size());
+    const turn_bytes t = p.turn(static_cast<seq_id>(turn + 1), tokens, reply, store);
+    const turn_bytes k = alive.turn(static_cast<seq_id>(turn + 1), alive_tokens, reply, alive_store);
+    CAPTURE(turn);
+    if (turn != 0) CHECK(t.admitted.usable_tokens + 21 == before); // from the previous turn's end
+    CHECK(t.turn_end == k.turn_end);
+    CHECK(t.kv == k.kv);
+    out.put.push_back(a.cache.metrics().remote_bytes_put + b.cache.metrics().remote_bytes_put - put_before);
+    out.fetched.push_back(p.cache.metrics().remote_bytes_fetched - fetched_before);
+  }
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("a turn end puts and fetches only what the previous one lacks: flat in the conversation's length") {
+  // Each turn adds 50 tokens (3 or 4 blocks). Without links, turn t's value held every block since the first
+  // prompt's end (3 t blocks and more); with them it holds the turn's own blocks, and a reader that served
+  // the turn before last fetches the blocks of the last turn only.
+  const content_keyer keys = make_keyer();
+  store_map store;
+  process a(keys, true, 64, true), b(keys, true, 64, true), alive(keys, true, 64, true);
+  const flat_run r = alternate(a, b, alive, store, 8);
+  const std::uint64_t block = small_hybrid::bytes_per_kv_block, snapshot = small_hybrid::bytes_per_snapshot;
+  for (int turn = 1; turn < 8; ++turn) {
+    CAPTURE(turn);
+    CHECK(r.put[turn] <= snapshot + 5 * block); // at most 4 new full blocks and the partial one
+    CHECK(r.put[turn] <= r.put[1] + block);
+    if (turn < 2) continue; // turn 2's reader never saw the conversation: it fetches all of it
+    CHECK(r.fetched[turn] <= r.fetched[2] + block);
+    CHECK(r.fetched[turn] <= snapshot + 5 * block);
+  }
+  CHECK(r.put[7] <= r.put[1] + block); // turn 8's put is no larger than turn 2's, give or take a block
+  for (process* p : {&a, &b}) {
+    CHECK(p->cache.metrics().remote_rejected == 0);
+    CHECK(p->cache.metrics().remote_misses == 0);
+    CHECK(p->cache.check_invariants().has_value());
+  }
+  CHECK(b.cache.metrics().remote_turn_end_hits == 4);
+  CHECK(a.cache.metrics().remote_turn_end_hits == 3);
+  // Every continuation block was put once: as many as the conversation's decode-continuation full blocks.
+  std::size_t links = 0;
+  for (const auto& [key, v] : store) links += is_link(v) ? 1 : 0;
+  CHECK(links >= 7 * 3);
+}
+
+TEST_CASE("a turn end with a missing, corrupt or foreign link is a miss, never wrong data") {
+  // Turns 1 and 2 on engines a and b; engine c, which never saw the conversation, continues turn 3 and needs
+  // the links of both turns.
+  const content_keyer keys = make_keyer();
+  store_map store;
+  process a(keys, true, 64, true), b(keys, true, 64, true), alive(keys, true, 64, true);
+  (void)alternate(a, b, alive, store, 2);
+  std::vector<token_id> tokens = turn_tokens(150, 1);
+  for (int turn = 0; turn < 2; ++turn) {
+    if (turn != 0) tokens = concat(tokens, turn_tokens(20, 90000 + 1000 * static_cast<token_id>(turn)));
+    tokens = concat(tokens, turn_tokens(30, 70000 + 1000 * static_cast<token_id>(turn)));
+  }
+  const std::vector<token_id> next = concat(tokens, turn_tokens(20, 92000));
+  const std::uint32_t turn_end = static_cast<std::uint32_t>(tokens.size()) - 1;
+
+  SUBCASE("every link present, reported in any order: the turn end is kept") {
+    for (const bool reverse : {false, true}) {
+      process c(keys, true, 64, true);
+      c.prefetch(next, store, nullptr, {}, reverse);
+      CHECK(c.cache.metrics().remote_turn_end_hits == 1);
+      CHECK(c.cache.check_invariants().has_value());
+      auto p = c.cache.admit(3, next);
+      REQUIRE(p.has_value());
+      CHECK(p->usable_tokens == turn_end);
+    }
+  }
+  auto refused = [&](store_map& damaged, void (*tamper)(bytes&), bool rejected) {
+    process c(keys, true, 64, true);
+    c.prefetch(next, damaged, tamper);
+    CHECK(c.cache.metrics().remote_turn_end_hits == 0);
+    CHECK((rejected ? c.cache.metrics().remote_rejected : c.cache.metrics().remote_misses) == 1);
+    CHECK(c.cache.check_invariants().has_value());
+    auto p = c.cache.admit(3, next);
+    REQUIRE(p.has_value());
+    CHECK(p->usable_tokens < turn_end); // nothing of the turn end is used
+    CHECK(p->restore_exactness == exactness::prefill_exact);
+    CHECK(c.cache.check_invariants().has_value());
+  };
+  SUBCASE("a link absent from the store: the probe shows it, and the turn end past it is not fetched") {
+    store_map damaged = store;
+    std::size_t erased = 0;
+    for (auto it = damaged.begin(); it != damaged.end(); ++it)
+      if (is_link(it->second) && header_position(it->second.header) > 200) { // one of turn 2's blocks
+        damaged.erase(it);
+        ++erased;
+        break;
+      }
+    REQUIRE(erased == 1);
+    process c(keys, true, 64, true);
+    c.prefetch(next, damaged);
+    CHECK(c.cache.metrics().remote_rejected == 0);
+    CHECK(c.cache.check_invariants().has_value());
+    auto p = c.cache.admit(3, next);
+    REQUIRE(p.has_value());
+    CHECK(p->usable_tokens < turn_end); // at most turn 1's end, whose links are all there
+    CHECK(c.cache.check_invariants().has_value());
+  }
+  SUBCASE("a link lost between the probe and the fetch") {
+    refused(store, [](bytes& h) {
+      if (h.size() > 84 && h[8] == std::byte{0} && h[9] == std::byte{1}) h.clear();
+    }, false);
+  }
+  SUBCASE("a link's token changed") {
+    refused(store, [](bytes& h) {
+      if (h.size() > 84 && h[8] == std::byte{0} && h[9] == std::byte{1}) h[84] ^= std::byte{1};
+    }, true);
+  }
+  SUBCASE("a link of another computation (its origin differs from the one the turn end lists)") {
+    refused(store, [](bytes& h) {
+      if (h.size() > 84 && h[8] == std::byte{0} && h[9] == std::byte{1}) h.back() ^= std::byte{1};
+    }, true);
+  }
 }

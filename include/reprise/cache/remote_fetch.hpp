@@ -25,6 +25,7 @@
 #include <cstring>
 #include <limits>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace reprise::detail {
@@ -88,6 +89,10 @@ public:
       return !header.empty() && header.size() == expected.size() &&
              std::memcmp(header.data(), expected.data(), header.size()) == 0;
     };
+    if (item == remote_item::block && unit < remote.turn_end_of_block.size() && remote.turn_end_of_block[unit] != no_unit) {
+      link_fetched(c, unit, header);
+      return {};
+    }
     if (item == remote_item::block) {
       if (unit >= remote.kv_pending.size() || !remote.kv_pending[unit].active) return errc::invalid_argument;
       const host_unit u{unit};
@@ -113,7 +118,9 @@ public:
       return {};
     }
     if (item == remote_item::turn_end) {
-      if (unit >= remote.turn_end_pending.size() || !remote.turn_end_pending[unit].active) return errc::invalid_argument;
+      if (unit >= remote.turn_end_pending.size() || !remote.turn_end_pending[unit].active ||
+          remote.turn_end_pending[unit].turn_end_state != 0)
+        return errc::invalid_argument;
       turn_end_fetched(c, unit, header);
       return {};
     }
@@ -152,10 +159,12 @@ private:
 
   /// Reserves the units of the chosen turn end (`turn_end_boundary`, `turn_end_key`) starting at `at`: one
   /// per block past those this engine matched (`turn_end_own`), one for a partial block and one for the
-  /// snapshot, and lists the fetch. Reserves nothing when a unit is missing.
+  /// snapshot, and lists the fetches: the continuation block of each block it reserved a unit for (its links),
+  /// then the turn end itself (its partial block and snapshot). Reserves nothing when a unit is missing.
   template <class Core, class HoldBlock, class HoldSnapshot>
   void reserve_turn_end(Core& c, std::span<const token_id> prompt, const stored_extra_keys& extras,
-                        const turn_end_start& at, HoldBlock&& store_can_hold_block, HoldSnapshot&& store_can_hold_snapshot) {
+                        const turn_end_start& at, std::span<const content_key> chain_keys,
+                        HoldBlock&& store_can_hold_block, HoldSnapshot&& store_can_hold_snapshot) {
     auto& remote = c.tiers.below;
     host_ledger& ledger = c.tiers.ledger;
     const std::uint32_t B = c.geometry.block_size;
@@ -202,8 +211,30 @@ private:
         break;
       }
     t.extras = extras;
-    turn_end_units.assign(own, no_unit);
-    for (const host_unit u : units) turn_end_units.push_back(unit_index(u));
+    t.chain.assign(chain_keys.begin(), chain_keys.end());
+    // The links: the continuation block of every block past those this engine holds, fetched beside the turn
+    // end (which carries only its partial block and its snapshot) and kept only together with it.
+    const bool linked = c.options.remote_turn_end_links;
+    const std::size_t links = linked ? units.size() - 1 : 0;
+    t.block_state.assign(links, 0);
+    t.block_origins.assign(links, block_origin{});
+    t.header.clear();
+    t.turn_end_state = 0;
+    t.any_rejected = false;
+    t.waiting = static_cast<std::uint32_t>(links) + 1;
+    constexpr auto link_header = static_cast<std::uint32_t>(remote_header_fixed_bytes + block_origin_bytes);
+    for (std::size_t j = 0; j < links; ++j) {
+      const std::size_t i = own + j; // its index among blocks first ..
+      remote.turn_end_of_block[unit_index(units[j])] = unit_index(snapshot);
+      fetches.push_back({remote_item::block, unit_index(units[j]), continuation_key(remote.keyer, t.chain[i]),
+                         link_header + 4 * B});
+    }
+    if (linked) {
+      turn_end_units.assign(1, unit_index(units.back()));
+    } else { // one value: the blocks this engine holds (bytes it discards), those it lacks, the partial block
+      turn_end_units.assign(own, no_unit);
+      for (const host_unit u : units) turn_end_units.push_back(unit_index(u));
+    }
     const std::size_t header =
         remote_header_fixed_bytes + 4 * t.tokens.size() + block_origin_bytes * (k - at.first + 1);
     fetches.push_back({remote_item::turn_end, unit_index(snapshot), turn_end_key, static_cast<std::uint32_t>(header),
@@ -213,24 +244,22 @@ private:
   /// A host KV unit a fetched turn end filled: no content key (its block is not prefill-exact), the origin
   /// its writer gave it, from the store.
   template <class Entry>
-  static void mark_from_store(Entry& e, const block_origin& origin) noexcept {
+  static void mark_from_store(Entry& e, const block_origin& origin, bool link) noexcept {
     e = Entry{};
     e.keys.origin = origin;
+    e.keys.in_store = link; // a continuation block is in the store: a later turn end does not put it again
     e.from_store = true;
   }
 
-  /// Reports turn-end fetch `t` into snapshot unit `unit`: kept when `header` is the one the prompt implies
-  /// for the position it names (its blocks, its partial block's tokens, its chain's key and class), each unit
-  /// then a host-tier block, partial block or decode-continuation snapshot under the prompt's chain; freed
-  /// otherwise.
+  /// Reports the turn end's own value (into snapshot unit `unit`): well formed when `header` is the one the
+  /// prompt implies for the position it names (its blocks' tokens, its partial block's, its chain's key and
+  /// class) and the blocks this engine holds are the turn end's own computation. Kept until every link has
+  /// reported (`turn_end_done`).
   template <class Core>
   void turn_end_fetched(Core& c, std::uint32_t unit, std::span<const std::byte> header) {
     auto& remote = c.tiers.below;
-    host_ledger& ledger = c.tiers.ledger;
     const std::uint32_t B = c.geometry.block_size;
     pending_turn_end_fetch& t = remote.turn_end_pending[unit];
-    t.active = false;
-    const host_unit snapshot{unit};
     // The position it names: in [boundary, boundary + B), within the prompt's tokens, past the chain's start.
     auto read_u32 = [&](std::size_t at) {
       std::uint32_t v = 0;
@@ -253,16 +282,69 @@ private:
            std::memcmp(header.data(), expected_header.data(), expected_header.size()) == 0;
     }
     // The blocks this engine matched must be the turn end's own computation.
+    for (std::uint32_t j = 0; ok && j < t.own; ++j)
+      ok = read_origin(header.subspan(expected_header.size() + block_origin_bytes * j)) == t.origins[j];
+    t.turn_end_state = ok ? 1 : 2;
+    t.any_rejected = t.any_rejected || (!ok && !header.empty());
+    if (ok) t.header.assign(header.begin(), header.end());
+    if (--t.waiting == 0) turn_end_done(c, unit);
+  }
+
+  /// Reports the continuation block fetched into KV unit `unit` for a pending turn end: well formed when its
+  /// header is the block header the prompt implies (its index, key_{i-1}, its tokens, decode_continuation)
+  /// followed by an origin, which must then be the one the turn end lists (checked by `turn_end_done`).
+  template <class Core>
+  void link_fetched(Core& c, std::uint32_t unit, std::span<const std::byte> header) {
+    auto& remote = c.tiers.below;
+    const std::uint32_t B = c.geometry.block_size;
+    const std::uint32_t owner = std::exchange(remote.turn_end_of_block[unit], no_unit);
+    pending_turn_end_fetch& t = remote.turn_end_pending[owner];
+    const auto at = static_cast<std::size_t>(
+        std::find(t.units.begin(), t.units.end() - 1, host_unit{unit}) - t.units.begin()); // its index among the links
+    const std::size_t i = t.own + at; // among blocks first ..
+    expected_header.clear();
+    append_remote_header(expected_header, remote_item::block, exactness::decode_continuation,
+                         static_cast<std::uint32_t>((t.first + i + 1) * B), continuation_key(remote.keyer, t.chain[i]),
+                         i == 0 ? t.anchor : t.chain[i - 1], std::span<const token_id>(t.tokens).subspan(i * B, B));
+    const bool ok = header.size() == expected_header.size() + block_origin_bytes &&
+                    std::memcmp(header.data(), expected_header.data(), expected_header.size()) == 0;
+    t.block_state[at] = ok ? 1 : 2;
+    if (ok) t.block_origins[at] = read_origin(header.subspan(expected_header.size()));
+    t.any_rejected = t.any_rejected || (!ok && !header.empty());
+    if (--t.waiting == 0) turn_end_done(c, owner);
+  }
+
+  /// Every part of turn-end fetch `unit` has reported: kept when each one was well formed and each fetched
+  /// block's origin is the one the turn end lists (the same computation as its snapshot), each unit then a
+  /// host-tier block, partial block or decode-continuation snapshot under the prompt's chain; all freed
+  /// otherwise, counted as one miss (a part absent) or one rejected value (a part wrong).
+  template <class Core>
+  void turn_end_done(Core& c, std::uint32_t unit) {
+    auto& remote = c.tiers.below;
+    host_ledger& ledger = c.tiers.ledger;
+    const std::uint32_t B = c.geometry.block_size;
+    pending_turn_end_fetch& t = remote.turn_end_pending[unit];
+    t.active = false;
+    const host_unit snapshot{unit};
+    const std::uint32_t parts = t.boundary / B - t.first + 1;
+    const std::size_t origins_at = t.header.size() - block_origin_bytes * parts;
     auto origin = [&](std::uint32_t j) {
-      return read_origin(header.subspan(expected_header.size() + block_origin_bytes * j));
+      return read_origin(std::span<const std::byte>(t.header).subspan(origins_at + block_origin_bytes * j));
     };
-    for (std::uint32_t j = 0; ok && j < t.own; ++j) ok = origin(j) == t.origins[j];
+    const bool linked = c.options.remote_turn_end_links;
+    bool ok = t.turn_end_state == 1, other_computation = false;
+    for (std::size_t j = 0; ok && j < t.block_state.size(); ++j) {
+      ok = t.block_state[j] == 1 && t.block_origins[j] == origin(t.own + static_cast<std::uint32_t>(j));
+      other_computation = t.block_state[j] == 1 && !ok;
+    }
     if (!ok) {
-      ++(header.empty() ? c.metrics.remote_misses : c.metrics.remote_rejected);
+      ++(t.any_rejected || other_computation ? c.metrics.remote_rejected : c.metrics.remote_misses);
       for (const host_unit u : t.units) ledger.release_reserved_block(u);
       ledger.release_reserved_snapshot(snapshot);
       return;
     }
+    std::uint32_t position = 0;
+    for (std::size_t i = 0; i < 4; ++i) position |= static_cast<std::uint32_t>(t.header[12 + i]) << (8 * i);
     const std::uint32_t blocks = t.boundary / B - t.first, fill = position % B;
     block_key key = t.start;
     std::uint64_t parent = t.parent_serial;
@@ -280,7 +362,7 @@ private:
                                        .tokens = tokens,
                                        .extras = &t.extras,
                                        .media = media});
-      mark_from_store(remote.host_block(u), origin(j));
+      mark_from_store(remote.host_block(u), origin(j), linked);
       key = next;
       parent = t.serials[j - t.own];
     }
@@ -294,7 +376,7 @@ private:
                                              .kind = exactness::decode_continuation,
                                              .tokens = std::span<const token_id>(t.tokens).subspan(std::size_t{blocks} * B, fill),
                                              .extras = &t.extras});
-      mark_from_store(remote.host_block(partial), origin(parts - 1));
+      mark_from_store(remote.host_block(partial), origin(parts - 1), false);
       parent = t.serials.back();
     } else {
       ledger.release_reserved_block(partial);
@@ -303,8 +385,11 @@ private:
     remote.host_snapshot(snapshot) = {};
     ++c.metrics.remote_hits;
     ++c.metrics.remote_turn_end_hits;
-    c.metrics.remote_bytes_fetched += remote_payload_bytes(remote_item::turn_end, parts,
-                                                           c.geometry.bytes_per_kv_block, c.geometry.bytes_per_snapshot);
+    // The bytes kept: the links fetched, then the turn end's payload (its partial block, or every part).
+    c.metrics.remote_bytes_fetched +=
+        t.block_state.size() * c.geometry.bytes_per_kv_block +
+        remote_payload_bytes(remote_item::turn_end, linked ? 1 : parts, c.geometry.bytes_per_kv_block,
+                             c.geometry.bytes_per_snapshot);
   }
 
   /// A snapshot `prefetch` may fetch: its position, its block's content key and its own.
@@ -434,6 +519,7 @@ private:
         std::uint32_t lead = matched; // the prefill-exact lead among the matched blocks
         if (!chain_ok)
           for (lead = 0; lead < matched && c.matched_kind(r, lead) == exactness::prefill_exact;) ++lead;
+        turn_end_lead_index = lead;
         const bool usable = chain_ok || (lead < matched && tiers.matched_serial(r, matched - 1) != 0);
         // The chain keys of blocks [lead, limit), from key_{lead-1}: the walked ones, then the prompt's tokens.
         // None when the lead already reaches the prompt's last full block (a short follow-up): the anchor alone
@@ -457,9 +543,16 @@ private:
           const content_key& parent = k == lead ? anchor : chained[k - 1 - lead];
           const content_key named = remote.keyer->turn_end(parent, k * B);
           if (is_zero(named)) continue;
+          // The links a turn end at k needs: the continuation blocks of [reach, k), which the store must have too.
+          auto links_present = [&] {
+            if (!c.options.remote_turn_end_links) return true;
+            for (std::uint32_t i = reach; i < k; ++i)
+              if (!in_store(continuation_key(remote.keyer, chained[i - lead]))) return false;
+            return true;
+          };
           if (probing) {
             turn_end_keys.push_back(named);
-          } else if (in_store(named)) {
+          } else if (in_store(named) && links_present()) {
             turn_end_chosen = true;
             turn_end_boundary = k;
             turn_end_key = named;
@@ -485,6 +578,11 @@ private:
         for (const content_key& k : walked) probes.push_back({remote_item::block, k});
         for (const snapshot_candidate& s : candidates) probes.push_back({remote_item::snapshot, s.key});
         for (const content_key& k : turn_end_keys) probes.push_back({remote_item::turn_end, k});
+        // The continuation blocks past the local match that a listed turn end may link to.
+        if (!turn_end_keys.empty() && c.options.remote_turn_end_links)
+          for (std::uint32_t i = matched; i < turn_end_lead_index + chained.size(); ++i)
+            if (const content_key k = continuation_key(remote.keyer, chained[i - turn_end_lead_index]); !is_zero(k))
+              probes.push_back({remote_item::block, k});
         turn_end_keys.clear();
         return fetch_plan{};
       }
@@ -568,7 +666,10 @@ private:
         // Its blocks continue the chain fetched (or matched) so far, or hang under the matched ones.
         const turn_end_start at = turn_end_own.empty() ? turn_end_start{matched + fetched_blocks, key, serial, chain}
                                                        : turn_end_lead;
-        reserve_turn_end(c, prompt, r.extras, at, store_can_hold_block, store_can_hold_snapshot);
+        // The chain keys of blocks at.first .. boundary - 1, for their continuation blocks.
+        const std::span<const content_key> chain_keys =
+            std::span<const content_key>(chained).subspan(at.first - turn_end_lead_index, turn_end_boundary - at.first);
+        reserve_turn_end(c, prompt, r.extras, at, chain_keys, store_can_hold_block, store_can_hold_snapshot);
       }
       for (const host_unit u : tiers.hit_units) ledger.unhold_block(u);
       c.metrics.remote_fetches += fetches.size();
@@ -599,6 +700,7 @@ private:
   std::vector<std::uint32_t> turn_end_units;
   std::vector<block_origin> turn_end_own; ///< the origins of the decode-filled blocks the prompt matched here
   turn_end_start turn_end_lead;           ///< ... and where the fetched ones hang
+  std::uint32_t turn_end_lead_index = 0;  ///< the block `chained` starts at
 
   std::vector<std::byte> expected_header;
 };

@@ -23,9 +23,18 @@
 /// floor(p/B) B), `parent` the key of the last block the store names (key_{d-1}: the chain's last
 /// prefill-exact block; key_{-1} when none is) and the tokens those of [d B, p), so d = (p - tokens) / B;
 /// then the origin of each block d .. floor(p/B) - 1 and of the partial block (`block_origin`: writer u64,
-/// serial u64; zero for none). Its payload is the writer's blocks d .. floor(p/B) - 1, its partial block
-/// (zeros at a block boundary) and its snapshot: one value, so every byte a reader uses comes from one
-/// writer's computation, or from blocks of the same origin the reader holds.
+/// serial u64; zero for none). Its payload is its partial block (zeros at a block boundary) and its snapshot.
+///
+/// The full blocks d .. floor(p/B) - 1 are values of their own, *continuation blocks*, each put once: by the
+/// first turn end whose chain holds it, never again by a later turn end of the same conversation (a block
+/// fetched from the store, or put, is marked `in_store` and travels so through the tiers). So a turn end puts
+/// the blocks computed since the previous one, its partial block and its snapshot: flat in the conversation's
+/// length. A continuation block of chain key key_i (key_{i-1} chained with its tokens, as if prefill-exact)
+/// sits under `continuation_key(key_i)` with the block header (item 0, class 1, `key` that index, `parent`
+/// key_{i-1}, its B tokens) followed by its origin. A reader fetches the ones it lacks beside the turn end and
+/// keeps the turn end only if every header equals the one its prompt implies and every block's origin is the
+/// one the turn end lists: a missing, replaced or corrupt link makes the whole turn end a miss, so every byte
+/// a reader uses is still one writer's computation, or blocks of the same origin the reader holds.
 
 #include <reprise/cache/block_ledger.hpp>
 #include <reprise/cache/block_pool.hpp>
@@ -70,6 +79,13 @@ inline void append_remote_header(std::vector<std::byte>& out, remote_item item, 
   for (std::uint8_t b : key.bytes) out.push_back(static_cast<std::byte>(b));
   for (std::uint8_t b : parent.bytes) out.push_back(static_cast<std::byte>(b));
   for (token_id t : tokens) u32(static_cast<std::uint32_t>(t));
+}
+
+/// The index of the continuation block whose chain key is `chain` (see the file comment): a snapshot key at
+/// position 0, which names no snapshot (none sits at 0), so no other value is under it.
+template <class Keys>
+content_key continuation_key(const Keys& keyer, const content_key& chain) noexcept {
+  return is_zero(chain) ? content_key{} : keyer->snapshot(chain, 0);
 }
 
 /// Which computation wrote a block that no content key names (a decode-filled block, or any computed after
@@ -131,6 +147,17 @@ struct pending_turn_end_fetch {
   block_key start{};                  ///< its in-process key (the root's)
   std::vector<host_unit> units;       ///< the fetched blocks' units, then the partial block's
   std::vector<std::uint64_t> serials; ///< drawn at `prefetch`, one per unit
+  /// The chain keys of blocks first .. boundary / B - 1 (key_i), for their continuation blocks' headers.
+  std::vector<content_key> chain;
+  /// Per fetched block (every unit but the last), what its continuation block's fetch reported: 0 not yet,
+  /// 1 its header as expected (its origin in `block_origins`), 2 missing or wrong; `turn_end_state` the same
+  /// for the turn end's own value, whose header is kept in `header` until every part has reported.
+  std::vector<std::uint8_t> block_state;
+  std::vector<block_origin> block_origins;
+  std::vector<std::byte> header;
+  std::uint8_t turn_end_state = 0;
+  bool any_rejected = false;          ///< a part came back with a wrong header (else only misses)
+  std::uint32_t waiting = 0;          ///< parts not reported yet
   std::vector<token_id> tokens;       ///< the prompt's tokens [first B, boundary + B - 1), as far as it has them
   std::vector<media_digest> media;    ///< the media digests of the prompt's blocks first .. boundary / B - 1
   /// The position of the prompt's first media item at or past `boundary` (max: none). The store's turn ends
@@ -167,6 +194,7 @@ struct turn_end_write {
   std::uint32_t position = 0;         ///< p, the turn's last position
   content_key key{}, anchor{};        ///< its turn-end key; key_{d-1}
   std::vector<block_id> blocks;       ///< blocks d .. floor(p/B) - 1, then the partial block (no_block: none)
+  std::vector<content_key> chain;     ///< the chain keys of blocks d .. floor(p/B) - 1
   std::vector<std::uint64_t> serials; ///< each one's serial at the capture
   std::vector<block_origin> origins;  ///< each one's origin (none for no_block)
   std::vector<token_id> tokens;       ///< tokens [d B, p)
@@ -218,7 +246,7 @@ public:
   remote_tier(const tier_context& c, const cache_options& o, std::uint32_t kv_units, std::uint32_t snapshot_units)
       : c_(c), keyer(o.remote_keys), gpu_blocks(o.kv_blocks), gpu_slots(c.slots.size()), host_blocks(kv_units),
         host_snapshots(snapshot_units), kv_pending(kv_units), snapshot_pending(snapshot_units),
-        turn_end_pending(snapshot_units),
+        turn_end_pending(snapshot_units), turn_end_of_block(kv_units, no_unit),
         roots(c.sequences.capacity()) {}
   remote_tier(const remote_tier&) = delete;
   remote_tier& operator=(const remote_tier&) = delete;
@@ -299,6 +327,7 @@ public:
       const auto tokens = c_.blocks.pool().tokens(blk);
       w.tokens.insert(w.tokens.end(), tokens.begin(), tokens.end());
       key = keyer->chain(key, tokens, c_.blocks.pool().media(blk));
+      w.chain.push_back(key);
     }
     // The store's index of a turn end does not name its position, so nothing keys the media of its partial
     // block: one with media stays in this engine (a reader could not tell it from the same tokens without).
@@ -439,6 +468,25 @@ public:
         return false;
       for (const host_unit u : t.units)
         if (unit_index(u) >= in_turn_end.size() || in_turn_end[unit_index(u)]++ != 0) return false;
+      // Its links: one per unit but the partial block's, the chain keys those of its tokens, the parts not
+      // reported yet exactly those a fetch into a unit is still pending for.
+      const std::uint32_t blocks = t.boundary / B - t.first;
+      const std::size_t links = c_.options.remote_turn_end_links ? t.units.size() - 1 : 0;
+      if (t.chain.size() != blocks || t.block_state.size() != links ||
+          t.block_origins.size() != t.block_state.size() || (blocks != 0 && t.chain.back() != turn_end_parent(t)))
+        return false;
+      std::uint32_t waiting = t.turn_end_state == 0 ? 1 : 0;
+      for (std::size_t j = 0; j < t.block_state.size(); ++j) {
+        const bool pending = turn_end_of_block[unit_index(t.units[j])] == i;
+        if (pending != (t.block_state[j] == 0)) return false;
+        waiting += pending ? 1 : 0;
+      }
+      if (waiting != t.waiting || waiting == 0) return false;
+    }
+    for (std::uint32_t u = 0; u < turn_end_of_block.size(); ++u) {
+      const std::uint32_t owner = turn_end_of_block[u];
+      if (owner != no_unit && (owner >= turn_end_pending.size() || !turn_end_pending[owner].active || in_turn_end[u] == 0))
+        return false;
     }
     for (std::uint32_t i = 0; i < l.blocks().size(); ++i) {
       const host_unit u{i};
@@ -575,18 +623,50 @@ private:
         ++c_.metrics.remote_turn_ends_lost;
         continue;
       }
+      // The links: each full block the store lacks, put before the turn end that names it. One fetched from
+      // the store or put by an earlier turn end is there already (`in_store`) and is not put again: this is
+      // what keeps a turn end's put flat in the conversation's length.
+      const std::uint32_t B = c_.geometry.block_size;
+      const bool links = c_.options.remote_turn_end_links;
+      const std::size_t full = links ? w.blocks.size() - 1 : 0;
+      link_keys.assign(full, content_key{});
+      for (std::size_t j = 0; same && j < full; ++j)
+        if (!gpu_block(w.blocks[j]).in_store) same = !is_zero(link_keys[j] = continuation_key(keyer, w.chain[j]));
+      if (!same) { // a key the source cannot compute: the turn end stays in this engine
+        ++c_.metrics.remote_turn_ends_lost;
+        continue;
+      }
+      for (std::size_t j = 0; j < full; ++j) {
+        block_keys& k = gpu_block_entry(w.blocks[j]);
+        if (k.in_store) continue;
+        const content_key& index = link_keys[j];
+        const std::size_t at = header_bytes.size();
+        append_remote_header(header_bytes, remote_item::block, exactness::decode_continuation,
+                             (c_.blocks.node(w.blocks[j]).depth + 1) * B, index, j == 0 ? w.anchor : w.chain[j - 1],
+                             std::span<const token_id>(w.tokens).subspan(j * B, B));
+        append_origin(header_bytes, w.origins[j]);
+        puts.push_back(gpu_block_put(w.blocks[j], index));
+        put_headers.emplace_back(at, header_bytes.size() - at);
+        put_parts.emplace_back(put_units.size(), 0);
+        k.in_store = true;
+        ++c_.metrics.remote_puts;
+        c_.metrics.remote_bytes_put += c_.geometry.bytes_per_kv_block;
+      }
       const std::size_t begin = header_bytes.size();
       append_remote_header(header_bytes, remote_item::turn_end, exactness::decode_continuation, w.position, w.key,
                            w.anchor, w.tokens);
       for (const block_origin& o : w.origins) append_origin(header_bytes, o);
       puts.push_back({remote_item::turn_end, static_cast<std::uint32_t>(w.slot), w.key, {}, true, {}});
       put_headers.emplace_back(begin, header_bytes.size() - begin);
-      put_parts.emplace_back(put_units.size(), w.blocks.size());
-      for (const block_id b : w.blocks) put_units.push_back(b == no_block ? no_unit : static_cast<std::uint32_t>(b));
+      // The payload: its partial block (with links), or every block of it (without), then its snapshot.
+      const std::size_t parts = links ? 1 : w.blocks.size();
+      put_parts.emplace_back(put_units.size(), parts);
+      for (std::size_t j = w.blocks.size() - parts; j < w.blocks.size(); ++j)
+        put_units.push_back(w.blocks[j] == no_block ? no_unit : static_cast<std::uint32_t>(w.blocks[j]));
       ++c_.metrics.remote_puts;
       ++c_.metrics.remote_turn_ends_put;
-      c_.metrics.remote_bytes_put += remote_payload_bytes(remote_item::turn_end, w.blocks.size(),
-                                                          c_.geometry.bytes_per_kv_block, c_.geometry.bytes_per_snapshot);
+      c_.metrics.remote_bytes_put += remote_payload_bytes(remote_item::turn_end, parts, c_.geometry.bytes_per_kv_block,
+                                                          c_.geometry.bytes_per_snapshot);
     }
     turn_end_writes.resize(kept);
   }
@@ -602,11 +682,15 @@ public:
   std::vector<pending_block_fetch> kv_pending;     ///< by host KV unit
   std::vector<pending_snapshot_fetch> snapshot_pending; ///< by host snapshot unit
   std::vector<pending_turn_end_fetch> turn_end_pending; ///< by host snapshot unit
+  /// By host KV unit: the snapshot unit of the pending turn end whose continuation block is being fetched
+  /// into it, until that fetch reports (no_unit: none).
+  std::vector<std::uint32_t> turn_end_of_block;
   std::vector<content_key> roots;             ///< by sequence record index: the chain's root content key
   /// Write-through: publications waiting for their step to complete, in publication order.
   std::vector<block_write> block_writes;
   std::vector<snapshot_write> snapshot_writes;
   std::vector<turn_end_write> turn_end_writes; ///< `remote_turn_ends`: captured, waiting for their step
+  std::vector<content_key> link_keys;          ///< scratch: the continuation keys of the turn end being put
   /// Puts planned since the last `take_puts`, their headers in one buffer (offset, size per put) and turn
   /// ends' KV units in another (offset, count per put; none for a block or a snapshot).
   std::vector<remote_put> puts, taken_puts;
