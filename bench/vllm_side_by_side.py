@@ -13,8 +13,12 @@ Run in the venv of scripts/fetch-vllm.sh with the package the C++ build assemble
 
     PYTHONPATH=build-ci/python/package .deps/vllm/venv/bin/python bench/vllm_side_by_side.py
 
-The checkpoint is Qwen3-Next (gated delta, bf16, written at start): with Mamba2 layers vLLM 0.32.0's own prefix
-caching crashes in its CPU chunk scan (IndexError at mamba_mixer2.py:880), so only a gated-delta hybrid runs all four.
+The checkpoint (`--model`, written at start, random weights): qwen3next-toy (the default: Qwen3-Next, gated delta,
+bf16, hidden 256, 4 layers), qwen35-0.8b (Qwen3.5 dense at Qwen3.5-0.8B's layer sizes, 8 of its 24 layers unless
+`--layers`), granite-350m (GraniteMoeHybrid at Granite-4.0-H-350M's shape, 32 layers) or granite-toy (the tests'
+GraniteMoeHybrid, hidden 256). With Mamba2 layers vLLM 0.32.0's own prefix caching crashes in its CPU chunk scan
+(IndexError at mamba_mixer2.py:880): on the Granite checkpoints the 'vllm' configuration is skipped with a printed
+reason, and only a gated-delta hybrid runs all four.
 """
 
 from __future__ import annotations
@@ -136,6 +140,15 @@ def breakdown(convs: list[harness.Conversation], concurrent: int, admitted: dict
     return out
 
 
+#: --model: (writer, its keyword arguments' default, has Mamba2 layers)
+MODELS = {
+    "qwen3next-toy": (models.write_qwen3_next, {}, False),
+    "qwen35-0.8b": (models.write_qwen3_5_0_8b, {"layers": 8}, False),
+    "granite-350m": (models.write_granite_4_h_350m, {"layers": 32}, True),
+    "granite-toy": (models.write_granite_hybrid, {}, True),
+}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--conversations", type=int, default=12)
@@ -148,13 +161,28 @@ def main() -> int:
                          "reprise.vllm.extra_args) and chat-unmarked (chat without them)")
     ap.add_argument("--rounds", type=int, default=3, help="the configurations run in turn, this many times over")
     ap.add_argument("--profile", action="store_true", help="print the connector's time per hook")
+    ap.add_argument("--model", default="qwen3next-toy", choices=sorted(MODELS), help="the checkpoint (see above)")
+    ap.add_argument("--layers", type=int, default=None, help="layer count of qwen35-0.8b / granite-350m")
+    ap.add_argument("--model-dir", default=None, help="where the checkpoint is written (kept); a temporary folder "
+                                                      "if not given")
     args = ap.parse_args()
 
     from reprise.vllm import connector as rc
 
-    model = models.write_qwen3_next(os.path.join(tempfile.mkdtemp(prefix="reprise-bench-"), "qwen3next"))
+    write, kw, mamba2 = MODELS[args.model]
+    kw = dict(kw)
+    if args.layers is not None:
+        if not kw:
+            ap.error(f"--layers does not apply to {args.model}")
+        kw["layers"] = args.layers
+    name = args.model + (f"-{kw['layers']}l" if kw else "")
+    model = write(os.path.join(args.model_dir or tempfile.mkdtemp(prefix="reprise-bench-"), name), **kw)
     convs = harness.conversations(args.conversations, args.turns, args.system_prompts, args.seed)
     modes = args.configs.split(",")
+    if mamba2 and "vllm" in modes:
+        print(f"vllm: skipped on {args.model}: vLLM 0.32.0's own prefix caching crashes on Mamba2 layers in its CPU "
+              f"chunk scan (IndexError at mamba_mixer2.py:880)", flush=True)
+        modes.remove("vllm")
     runs: dict[str, list[dict]] = {m: [] for m in modes}
     counts = {}
     for r in range(args.rounds):
@@ -179,6 +207,9 @@ def main() -> int:
                   f"connector {hooks:.2f} s, load {load0} -> {load1}", flush=True)
             if admitted:
                 print(f"    above the floor: {breakdown(run, args.concurrent, admitted)}", flush=True)
+                metrics = harness.connector(llm).metrics()
+                print("    connector: " + ", ".join(f"{k} {v}" for k, v in sorted(metrics.items())
+                                                   if isinstance(v, (int, float))), flush=True)
             if args.profile and prof:
                 for k in sorted(k for k in prof if not k.endswith(".calls")):
                     print(f"    {k}: {prof[k]:.3f} s in {int(prof[k + '.calls'])} calls", flush=True)
@@ -187,7 +218,8 @@ def main() -> int:
 
     names = {"off": "vLLM, caching off", "vllm": "vLLM prefix caching (align)", "strict": "Reprise strict",
              "chat": "Reprise chat, system prompts' ends marked", "chat-unmarked": "Reprise chat, unmarked"}
-    print(f"\n{args.conversations} conversations x {args.turns} turns over {args.system_prompts} system prompts, "
+    print(f"\n{args.model} ({name}); {args.conversations} conversations x {args.turns} turns over "
+          f"{args.system_prompts} system prompts, "
           f"{args.concurrent} concurrent requests, seed {args.seed}; {os.cpu_count()} CPUs; {args.rounds} rounds "
           f"of {', '.join(modes)} in turn, medians\n")
     print("| configuration | prompt tokens | computed | floor | computed / floor | wall s (median) | prefill s | "

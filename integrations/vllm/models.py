@@ -221,3 +221,50 @@ def write_jamba(path: str, seed: int = 0) -> str:
         expert_layer_period=4, expert_layer_offset=1, num_experts=1, num_experts_per_tok=1, mamba_d_state=16,
         mamba_d_conv=4, mamba_expand=2, bos_token_id=1, eos_token_id=2, pad_token_id=0,
         dtype="float32")).to(torch.float32))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Realistic layer shapes (bench/vllm_side_by_side.py --model), random weights, the vocabulary cut to REAL_VOCAB
+
+#: The vocabulary of the realistic-shape checkpoints: the published ones have 100,352 (Granite-4.0-H) and 248,320
+#: (Qwen3.5) ids, whose embedding and LM head would dominate load time and memory and change no cached token count.
+REAL_VOCAB = 4096
+
+#: Granite-4.0-H-350M's layer types: 32 layers, attention at 10, 13, 17 and 27, Mamba2 elsewhere.
+GRANITE_350M_LAYERS = ["attention" if i in (10, 13, 17, 27) else "mamba" for i in range(32)]
+
+
+def write_granite_4_h_350m(path: str, seed: int = 0, layers: int = 32) -> str:
+    """GraniteMoeHybrid at Granite-4.0-H-350M's shape: hidden 768, 32 layers (Mamba2 x28, attention at 10, 13, 17,
+    27), dense MLP (no experts; shared MLP 2048 wide), attention 12 heads of 64 with 4 KV heads, Mamba2 48 heads of 32,
+    state 128, one group, conv width 4, expand 2, chunk 256; bf16 (the published dtype), vocab REAL_VOCAB. `layers` < 32
+    keeps the first `layers` layer types."""
+    import torch
+    from transformers import GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM
+
+    types = GRANITE_350M_LAYERS[:layers]
+    return _write(path, seed, lambda: GraniteMoeHybridForCausalLM(GraniteMoeHybridConfig(
+        vocab_size=REAL_VOCAB, hidden_size=768, intermediate_size=2048, num_hidden_layers=len(types),
+        num_attention_heads=12, num_key_value_heads=4, max_position_embeddings=32768, num_local_experts=0,
+        num_experts_per_tok=0, shared_intermediate_size=2048, layer_types=types,
+        mamba_n_heads=48, mamba_n_groups=1, mamba_d_state=128, mamba_d_head=32, mamba_d_conv=4, mamba_expand=2,
+        mamba_chunk_size=256, position_embedding_type="rope", rope_theta=10000000.0, embedding_multiplier=12.0,
+        logits_scaling=3.0, attention_multiplier=0.015625, residual_multiplier=0.246, tie_word_embeddings=True,
+        bos_token_id=1, eos_token_id=2, pad_token_id=0, dtype="bfloat16")).to(torch.bfloat16))
+
+
+def write_qwen3_5_0_8b(path: str, seed: int = 0, layers: int = 8) -> str:
+    """Qwen3.5 dense text model at Qwen3.5-0.8B's layer sizes: hidden 1024, MLP 3584, gated delta 16 key and 16
+    value heads of 128 (conv width 4), attention 8 heads of 256 with 2 KV heads, every fourth layer attention; bf16,
+    vocab REAL_VOCAB. The published model has 24 layers; `layers` (a multiple of 4) keeps the first of them (default
+    8: gated delta x3, attention, twice), so that a run of every configuration fits a 2-core CPU."""
+    import torch
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    types = ["full_attention" if i % 4 == 3 else "linear_attention" for i in range(layers)]
+    return _write(path, seed, lambda: Qwen3_5ForCausalLM(Qwen3_5TextConfig(
+        vocab_size=REAL_VOCAB, hidden_size=1024, intermediate_size=3584, num_hidden_layers=layers,
+        num_attention_heads=8, num_key_value_heads=2, head_dim=256, max_position_embeddings=32768,
+        linear_conv_kernel_dim=4, linear_key_head_dim=128, linear_value_head_dim=128, linear_num_key_heads=16,
+        linear_num_value_heads=16, layer_types=types, tie_word_embeddings=True,
+        bos_token_id=1, eos_token_id=2, pad_token_id=0, dtype="bfloat16")).to(torch.bfloat16))

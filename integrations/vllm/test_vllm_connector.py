@@ -627,15 +627,20 @@ def test_kv_is_moved_by_indexing_whatever_the_tensor_s_layout(layout):
 
 def test_budgets_default_from_vllm_s_cache_and_the_model(granite):
     """Without budgets the KV pool holds as many tokens as vLLM's own cache has slots and the snapshot pool two
-    snapshots per sequence vLLM runs at once (at least 16), whatever the model's sizes; given budgets are kept; a
-    budget that is not a byte count is refused at start."""
+    snapshots per sequence vLLM runs at once (at least 16), whatever the model's sizes, each at least 256 MiB; given
+    budgets are kept; a budget that is not a byte count is refused at start."""
     llm = harness.engine(granite, "strict", max_num_seqs=12)
     c = harness.connector(llm)
     g, kv = c.geometry, c._kv_cache_config
-    assert g.slots == 24 and c.cache.snapshot_slots == 24
-    assert g.kv_blocks == kv.num_blocks * g.vllm_block_size // g.config.block_size and g.kv_blocks > 0
-    figures = c.figures()
-    assert figures["snapshot_pool_bytes"] == 24 * g.config.bytes_per_snapshot
+    slots = max(24, (256 << 20) // g.config.bytes_per_snapshot)
+    assert g.slots == slots and c.cache.snapshot_slots == slots
+    assert g.kv_blocks == max(kv.num_blocks * g.vllm_block_size // g.config.block_size,
+                              (256 << 20) // g.config.bytes_per_kv_block)
+    assert c.figures()["snapshot_pool_bytes"] == slots * g.config.bytes_per_snapshot
+    del llm
+    gc.collect()
+    llm = harness.engine(granite, "strict", max_num_seqs=400)   # many sequences: slots by sequence count
+    assert harness.connector(llm).geometry.slots == max(800, (256 << 20) // g.config.bytes_per_snapshot)
     del llm
     gc.collect()
     llm = harness.engine(granite, "strict", kv_budget_bytes=64 * g.config.bytes_per_kv_block,

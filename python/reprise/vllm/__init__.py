@@ -26,10 +26,11 @@ VLLM_VERSION = "0.32.0"
 DEFAULTS: dict[str, Any] = {
     "policy": "strict",               # 'strict' or 'chat' (any PrefixCache policy that restores snapshots)
     # Reprise's KV pool, in bytes of the model's attention KV. None: as many tokens as vLLM's own KV cache has slots
-    # (vLLM's blocks x its block size), so that Reprise can keep what vLLM's cache can hold at once.
+    # (vLLM's blocks x its block size), so that Reprise can keep what vLLM's cache can hold at once; at least 256 MiB.
     "kv_budget_bytes": None,
     # Reprise's snapshot slots, in bytes of whole-model recurrent state. None: two snapshots per sequence vLLM runs at
-    # once (max_num_seqs; a turn end and a branch point each), at least 16, whatever the model's snapshot size.
+    # once (max_num_seqs; a turn end and a branch point each), at least 16 whatever the model's snapshot size, and at
+    # least 256 MiB.
     "snapshot_budget_bytes": None,
     "block_size": 16,                 # Reprise's block size (8..256); vLLM's own block size is unrelated
     "max_sequences": 256,

@@ -67,6 +67,10 @@ if TYPE_CHECKING:
 
 _DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
 
+#: The least a pool takes when its budget is derived (Reprise's KV pool, its snapshot slots): small models keep as
+#: many snapshots as they would under a fixed budget.
+_MIN_POOL_BYTES = 256 << 20
+
 #: The named PrefixCache policies that take capture offsets (policy::caller_offsets).
 _READS_CAPTURE_OFFSETS = frozenset({"chat"})
 
@@ -168,7 +172,7 @@ class Geometry:
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
                 raise ValueError(f"reprise.vllm: {name} must be a number of bytes (an int >= 0) or None, not {v!r}")
         if options["snapshot_budget_bytes"] is None:
-            slots = max(16, 2 * vllm_config.scheduler_config.max_num_seqs)
+            slots = max(16, 2 * vllm_config.scheduler_config.max_num_seqs, _MIN_POOL_BYTES // config.bytes_per_snapshot)
         else:
             slots = options["snapshot_budget_bytes"] // config.bytes_per_snapshot
         # An attention-free model (pure Mamba2) keeps no KV: its Reprise blocks are keys without pool memory, as
@@ -176,7 +180,8 @@ class Geometry:
         if not config.bytes_per_kv_block:
             kv_blocks = max(1, slots) * -(-vllm_config.model_config.max_model_len // config.block_size)
         elif options["kv_budget_bytes"] is None:
-            kv_blocks = kv_cache_config.num_blocks * (vllm_block or 0) // config.block_size
+            kv_blocks = max(kv_cache_config.num_blocks * (vllm_block or 0) // config.block_size,
+                            _MIN_POOL_BYTES // config.bytes_per_kv_block)
         else:
             kv_blocks = options["kv_budget_bytes"] // config.bytes_per_kv_block
         return Geometry(config, options, kv_blocks, slots, tuple(attention), tuple(state), vllm_block or 0)
