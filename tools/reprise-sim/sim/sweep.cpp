@@ -224,27 +224,36 @@ bool write_file(const std::string& path, const std::string& text, std::string& e
   return true;
 }
 
+/// Writes a CSV at `path`: `leading` columns, then the report's; `rows(w)` writes the rows.
+template <class Rows>
+bool write_report_csv(const std::string& path, const std::vector<std::string>& leading, Rows&& rows,
+                      std::string& error) {
+  std::ofstream out(path, std::ios::binary);
+  std::vector<std::string> columns = report_columns();
+  columns.insert(columns.begin(), leading.begin(), leading.end());
+  csv_writer w(out, columns);
+  rows(w);
+  if (!out) {
+    error = "cannot write " + path;
+    return false;
+  }
+  return true;
+}
+
 } // namespace
 
 std::vector<std::string> write_sweep(const sweep_result& s, const std::string& dir, const std::string& stem,
                                      const std::string& title, std::string& error) {
   std::vector<std::string> written;
   const std::string base = (std::filesystem::path(dir.empty() ? "." : dir) / stem).string();
-  {
-    std::ofstream out(base + ".csv", std::ios::binary);
-    std::vector<std::string> columns = report_columns();
-    columns.insert(columns.begin(), std::string(to_string(s.axis)));
-    csv_writer w(out, columns);
+  const auto rows = [&](csv_writer& w) {
     for (const sweep_point& pt : s.points) {
       w.cell(pt.value);
       write_report_row(w, pt.report);
     }
-    if (!out) {
-      error = "cannot write " + base + ".csv";
-      return {};
-    }
-    written.push_back(base + ".csv");
-  }
+  };
+  if (!write_report_csv(base + ".csv", {std::string(to_string(s.axis))}, rows, error)) return {};
+  written.push_back(base + ".csv");
   const std::string suffix = " vs " + std::string(axis_of(s.axis).label);
   const struct {
     const char* file;
@@ -357,11 +366,7 @@ std::vector<std::string> write_eviction_sweep(const eviction_sweep_result& s, co
                                               const std::string& stem, const std::string& title, std::string& error) {
   std::vector<std::string> written;
   const std::string base = (std::filesystem::path(dir.empty() ? "." : dir) / stem).string();
-  {
-    std::ofstream out(base + ".csv", std::ios::binary);
-    std::vector<std::string> columns = report_columns();
-    columns.insert(columns.begin(), {"snapshot_eviction", "working_set_fraction", "working_set_bytes"});
-    csv_writer w(out, columns);
+  const auto rows = [&](csv_writer& w) {
     std::size_t k = 0;
     for (eviction_kind e : s.evictions) {
       for (std::uint64_t d : s.denominators) {
@@ -372,12 +377,11 @@ std::vector<std::string> write_eviction_sweep(const eviction_sweep_result& s, co
         write_report_row(w, pt.report);
       }
     }
-    if (!out) {
-      error = "cannot write " + base + ".csv";
-      return {};
-    }
-    written.push_back(base + ".csv");
-  }
+  };
+  if (!write_report_csv(base + ".csv", {"snapshot_eviction", "working_set_fraction", "working_set_bytes"}, rows,
+                        error))
+    return {};
+  written.push_back(base + ".csv");
   line_chart c{.title = "Prefill computed over the floor vs snapshot budget",
                .subtitle = title + "; working set " + format_bytes(static_cast<double>(s.working_set_bytes)) +
                            ", budgets 1/" + std::to_string(s.denominators.front()) + " .. 1/" +
