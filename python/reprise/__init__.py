@@ -12,8 +12,9 @@ The package is a thin layer over the C++ library (the compiled module ``reprise.
 - With a ``remote_fleet_seed`` it has a remote tier below the host tier, a store the fleet shares:
   :meth:`PrefixCache.take_transfers` lists :class:`RemotePut` values for it, and :meth:`PrefixCache.probe`,
   :meth:`PrefixCache.prefetch` (a :class:`FetchPlan` of :class:`RemoteFetch`) and :meth:`PrefixCache.fetched` bring
-  values back. With ``remote_turn_ends=True`` a conversation's turn end is one ``'turn_end'`` value of several
-  units (``kv_units``, where :data:`NO_UNIT` marks a part with no unit).
+  values back. With ``remote_turn_ends=True`` a conversation's turn end is a ``'turn_end'`` value (its partial
+  block, ``kv_units``, where :data:`NO_UNIT` marks none at a block boundary, and its snapshot) linked to
+  ``'block'`` values of the blocks decoded before it, each put once.
 - :class:`StateRouter` routes a fleet's requests by state (docs/routing.md): caches built with
   ``state_events=FleetKeys(...)`` report what they hold (:meth:`PrefixCache.take_state_events`, a list of
   :class:`StateEvent`), the router indexes those reports per engine (:meth:`StateRouter.apply`) and sends a prompt

@@ -294,6 +294,13 @@ void check_snapshot_budget(const model_config& m, const std::string& policy, boo
                     "policy='memory_only' to share KV blocks without snapshots)");
 }
 
+/// `snapshot_eviction=`: the names of policy::snapshot_eviction a caller may choose.
+policy::snapshot_eviction eviction_of(const std::string& name) {
+  if (name == "lru") return policy::snapshot_eviction::lru;
+  if (name == "cost_aware") return policy::snapshot_eviction::cost_aware;
+  throw nb::value_error(("PrefixCache: unknown snapshot_eviction '" + name + "' ('lru' or 'cost_aware')").c_str());
+}
+
 class py_cache {
 public:
   py_cache(const model_config& m, const std::string& policy, std::uint32_t kv_blocks, std::uint32_t max_sequences,
@@ -303,7 +310,8 @@ public:
            std::size_t host_kv_budget_bytes, std::size_t host_snapshot_budget_bytes,
            std::optional<std::uint64_t> remote_fleet_seed, const std::string& remote_revision,
            bool remote_write_through, std::uint32_t remote_snapshot_candidates, bool remote_turn_ends,
-           std::uint64_t remote_writer_id, const py_fleet_keys* state_events) {
+           std::uint64_t remote_writer_id, const py_fleet_keys* state_events, const std::string& snapshot_eviction,
+           std::uint32_t eviction_window) {
     cache_options o{.kv_blocks = kv_blocks,
                           .max_sequences = max_sequences,
                           .snapshot_budget_bytes = snapshot_budget_bytes.value_or(0),
@@ -319,7 +327,9 @@ public:
                           .remote_snapshot_candidates = remote_snapshot_candidates,
                           .remote_write_through = remote_write_through,
                           .remote_turn_ends = remote_turn_ends,
-                          .remote_writer_id = remote_writer_id};
+                          .remote_writer_id = remote_writer_id,
+                          .snapshot_eviction = eviction_of(snapshot_eviction),
+                          .eviction_window = eviction_window};
     if (state_events) {
       state_events->check_model(m, "PrefixCache: state_events");
       o.state_events = state_events->ref();
@@ -680,12 +690,12 @@ void bind_cache(nb::module_& m) {
   nb::class_<py_remote_put>(m, "RemotePut",
                             "A value for the fleet's store (remote tier): store `header` and the unit's bytes under "
                             "`key`, reading the unit before the offloads that follow overwrite it. A 'turn_end' "
-                            "(remote_turn_ends) is one value of several units: its payload is the GPU KV blocks "
-                            "`kv_units` in order (a NO_UNIT part: one block of zeros, the place of a partial block "
-                            "the turn end does not have) followed by GPU snapshot slot `unit`, len(kv_units) * "
-                            "bytes_per_kv_block + bytes_per_snapshot bytes.")
+                            "(remote_turn_ends) is one value of two units: its payload is its partial GPU KV block "
+                            "`kv_units[0]` (NO_UNIT: one block of zeros, a turn end at a block boundary) followed "
+                            "by GPU snapshot slot `unit`, bytes_per_kv_block + bytes_per_snapshot bytes; the full "
+                            "blocks it links to are 'block' puts from GPU memory (`device`), each put once.")
       .def_ro("item", &py_remote_put::item,
-              "'block' (a KV unit), 'snapshot' (a snapshot unit) or 'turn_end' (KV blocks and a snapshot slot).")
+              "'block' (a KV unit), 'snapshot' (a snapshot unit) or 'turn_end' (a partial KV block and a snapshot slot).")
       .def_ro("unit", &py_remote_put::unit,
               "The unit to read: a host unit, or with `device` a GPU block / snapshot slot whose step completed; "
               "a turn end's snapshot slot.")
@@ -693,8 +703,7 @@ void bind_cache(nb::module_& m) {
       .def_ro("key", &py_remote_put::key, "The 32-byte content key to store it under.")
       .def_ro("header", &py_remote_put::header, "The header to store with it, returned to fetched() on a hit.")
       .def_ro("kv_units", &py_remote_put::kv_units,
-              "A turn end's GPU KV blocks, in payload order (NO_UNIT: a block of zeros); empty for a block or a "
-              "snapshot.")
+              "A turn end's partial GPU KV block (NO_UNIT: a block of zeros); empty for a block or a snapshot.")
       .def("__repr__", [](const py_remote_put& p) {
         return "RemotePut(item='" + p.item + "', unit=" + std::to_string(p.unit) +
                ", device=" + (p.device ? "True" : "False") + kv_units_repr(p.kv_units) + ")";
@@ -703,9 +712,9 @@ void bind_cache(nb::module_& m) {
   nb::class_<py_remote_fetch>(m, "RemoteFetch",
                               "A fetch prefetch() planned: get `key` from the store into host unit `unit`, then "
                               "report fetched(item, unit, header). A 'turn_end' is fetched only by a prefetch given "
-                              "in_store: its payload is len(kv_units) KV units, each written into host KV unit "
-                              "kv_units[i] (a NO_UNIT part is discarded: this engine holds that block already), "
-                              "then one snapshot unit, written into host snapshot unit `unit`.")
+                              "in_store, with a 'block' fetch for each block it links to: its payload is one KV "
+                              "unit, written into host KV unit kv_units[0], then one snapshot unit, written into "
+                              "host snapshot unit `unit`; it is kept once it and all its links were reported.")
       .def_ro("item", &py_remote_fetch::item,
               "'block' (host KV pools), 'snapshot' (host snapshot pools) or 'turn_end' (both).")
       .def_ro("unit", &py_remote_fetch::unit, "The reserved host unit (a turn end's: its snapshot unit).")
@@ -810,17 +819,22 @@ void bind_cache(nb::module_& m) {
       "bring values back through host units. `remote_write_through`: put every value once its step "
       "completed, from GPU memory; otherwise when the host tier evicts it. `remote_turn_ends` (a policy that "
       "captures turn ends and accepts decode continuations: " + turn_end_policies + "): every turn end also goes "
-      "to the store, as one 'turn_end' value (its snapshot, the decode-filled blocks before it and its partial "
-      "block) put from GPU memory once its step completed, whatever the write mode; a prefetch given in_store "
-      "then fetches the deepest turn end under the prompt, and another engine continues the conversation from it "
-      "bitwise as the writer would have. `remote_writer_id` names this engine's computations in the turn ends "
+      "to the store, as a 'turn_end' value (its snapshot and its partial block) linked to the decode-filled "
+      "blocks before it, each put once as a 'block' value by the first turn end that holds it, so a "
+      "conversation's puts stay flat in its length; all put from GPU memory once their step completed, whatever "
+      "the write mode; a prefetch given in_store then fetches the deepest turn end under the prompt whose links "
+      "the store has, and another engine continues the conversation from it bitwise as the writer would have. `remote_writer_id` names this engine's computations in the turn ends "
       "it writes (unique in the fleet; 0: drawn at random). Raises UnsupportedConfig (no host tier, "
       "'memory_only', a module built without OpenSSL; remote_write_through or remote_turn_ends without the "
       "remote tier, remote_turn_ends with another policy). "
       "`state_events` (a FleetKeys made from the same config): the cache reports what its GPU pools hold for a "
       "fleet router (StateRouter), every full KV block published or evicted and every snapshot published or "
       "dropped, named by those keys; take_state_events() hands the reports out. Raises InvalidArgument (keys "
-      "made for another model).";
+      "made for another model). "
+      "`snapshot_eviction`: which idle snapshot goes when a capture needs a slot and none is free: 'lru' (the "
+      "least recently published or restored) or 'cost_aware' (of the `eviction_window` oldest idle snapshots, "
+      "0 = 8, at most 64, the one whose loss costs the fewest prefill FLOPs per step held, from the model's "
+      "layer shapes; cache_options::snapshot_eviction). Raises ValueError (another name).";
 
   const std::string class_doc =
       "A prefix cache over a runtime model (reprise::runtime_prefix_cache<Policy>). Drive it from one thread: "
@@ -833,7 +847,7 @@ void bind_cache(nb::module_& m) {
                     std::uint64_t,
                     std::uint32_t, std::uint32_t, std::optional<std::uint64_t>, bool, std::uint32_t,
                     std::uint32_t, std::size_t, std::size_t, std::optional<std::uint64_t>, const std::string&, bool,
-                    std::uint32_t, bool, std::uint64_t, const py_fleet_keys*>(),
+                    std::uint32_t, bool, std::uint64_t, const py_fleet_keys*, const std::string&, std::uint32_t>(),
            nb::arg("config"), nb::arg("policy") = "snapshot_turns", nb::kw_only(), nb::arg("kv_blocks"),
            nb::arg("max_sequences") = 256, nb::arg("snapshot_budget_bytes") = nb::none(), nb::arg("snapshot_ttl_steps") = 0,
            nb::arg("max_snapshots_per_path") = 0, nb::arg("capture_interval") = 0,
@@ -843,7 +857,8 @@ void bind_cache(nb::module_& m) {
            nb::arg("remote_fleet_seed") = nb::none(), nb::arg("remote_revision") = "",
            nb::arg("remote_write_through") = false, nb::arg("remote_snapshot_candidates") = 2,
            nb::arg("remote_turn_ends") = false, nb::arg("remote_writer_id") = 0,
-           nb::arg("state_events").none() = nb::none(), init_doc.c_str())
+           nb::arg("state_events").none() = nb::none(), nb::arg("snapshot_eviction") = "lru",
+           nb::arg("eviction_window") = 0, init_doc.c_str())
       .def("admit", &py_cache::admit, nb::arg("seq_id"), nb::arg("tokens"), nb::arg("extra_keys") = nb::none(),
            nb::arg("capture_offsets") = nb::none(),
            nb::sig("def admit(self, seq_id: int, tokens: numpy.typing.ArrayLike, extra_keys: ExtraKeys | None = None, "
@@ -892,7 +907,7 @@ void bind_cache(nb::module_& m) {
                    "list[tuple[str, bytes]]"),
            "Remote tier: the content keys a prefetch of `tokens` could fetch now, as (item, 32-byte key) pairs, "
            "'block' keys in chain order, 'snapshot' keys deepest first, then (remote_turn_ends) 'turn_end' keys "
-           "deepest first. Reserves and changes nothing: ask the store which it has, then prefetch(tokens, "
+           "deepest first and the 'block' keys of the blocks they may link to past the local match. Reserves and changes nothing: ask the store which it has, then prefetch(tokens, "
            "in_store=those). Empty without a remote tier. Raises InvalidArgument, OutOfRange.")
       .def("prefetch", &py_cache::prefetch, nb::arg("tokens"), nb::arg("extra_keys") = nb::none(),
            nb::arg("in_store") = nb::none(),

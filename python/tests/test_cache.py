@@ -503,3 +503,35 @@ def test_chat_keeps_a_conversations_turn_ends_when_another_repeats_its_opening(r
         captured.append(position if slot >= 0 else 0)
     assert restored == [127, 173, 198, 213]
     assert captured == [173, 198, 213, 233]
+
+
+def test_cost_aware_eviction_keeps_the_snapshot_that_saves_more_prefill_where_lru_evicts_it():
+    deep, shallow = np.arange(1, 1101, dtype=np.int32), np.arange(100000, 100200, dtype=np.int32)
+
+    def restored_after_a_third_capture(**kw):
+        # Two slots: a deep snapshot (1024, published first: LRU's victim) and a shallow one (64), then a third.
+        cache = make("chat", snapshot_budget_bytes=2 * hybrid_config().bytes_per_snapshot, **kw)
+        for seq, prompt, at in ((1, deep, 1024), (2, shallow, 64)):
+            plan = cache.admit(seq, prompt, capture_offsets=[at])
+            cache.commit(seq, len(prompt), plan.captures[:, 0])
+            cache.release(seq)
+        cache.step_complete(cache.current_epoch())
+        third = np.arange(200000, 200300, dtype=np.int32)
+        plan = cache.admit(3, third, capture_offsets=[256])
+        cache.commit(3, len(third), plan.captures[:, 0])
+        cache.release(3)
+        cache.step_complete(cache.current_epoch())
+        usable = []
+        for seq, prompt in ((4, deep), (5, shallow)):
+            usable.append(cache.admit(seq, prompt).usable_tokens)
+            cache.release(seq)
+        cache.check_invariants()
+        assert cache.metrics()["snapshot_evictions_capacity"] == 1
+        return usable
+
+    assert restored_after_a_third_capture() == [0, 64]
+    assert restored_after_a_third_capture(snapshot_eviction="lru") == [0, 64]
+    assert restored_after_a_third_capture(snapshot_eviction="cost_aware") == [1024, 0]
+    assert restored_after_a_third_capture(snapshot_eviction="cost_aware", eviction_window=1) == [0, 64]
+    with pytest.raises(ValueError, match="snapshot_eviction 'marconi'"):
+        make("chat", snapshot_eviction="marconi")

@@ -178,13 +178,12 @@ def test_a_turn_end_one_engine_wrote_is_continued_by_another_bitwise():
     assert t1.turn_end is not None and len(t1.kv) == 15
     [put] = writer.turn_end_puts
     assert put.item == "turn_end" and put.device and len(put.key) == 32
-    assert len(put.kv_units) == 3 and reprise.NO_UNIT not in put.kv_units  # blocks 12, 13 and the partial one
-    assert repr(put) == (f"RemotePut(item='turn_end', unit={put.unit}, device=True, "
-                         f"kv_units=[{', '.join(map(str, put.kv_units))}])")
+    assert len(put.kv_units) == 1 and reprise.NO_UNIT not in put.kv_units  # the partial block 14
+    assert repr(put) == f"RemotePut(item='turn_end', unit={put.unit}, device=True, kv_units=[{put.kv_units[0]}])"
     m = writer.cache.metrics()
     assert m["remote_turn_ends_put"] == 1 and m["remote_turn_ends_lost"] == 0
     config = hybrid_config()
-    assert len(store[put.key][1]) == 4 * U  # three KV blocks and the snapshot
+    assert len(store[put.key][1]) == 2 * U  # the partial KV block and the snapshot; blocks 12 and 13 are links
     # The session kept alive: the same turn on its own engine.
     alive_toks, a1 = first_turn(alive, alive_store)
     assert same(a1.kv, t1.kv) and (a1.turn_end == t1.turn_end).all()
@@ -194,10 +193,11 @@ def test_a_turn_end_one_engine_wrote_is_continued_by_another_bitwise():
     following = toks + user
     plan = reader.prefetch(following, store)
     assert reader.probed_turn_ends > 0
-    assert plan.blocks == 12  # the prefill-exact chain; then the turn end with its own blocks
+    assert plan.blocks == 12  # the prefill-exact chain; then the turn end with its links
     [turn_end] = [f for f in plan.fetches if f.item == "turn_end"]
-    assert len(turn_end.kv_units) == 3 and repr(turn_end).startswith("RemoteFetch(item='turn_end', unit=")
+    assert len(turn_end.kv_units) == 1 and repr(turn_end).startswith("RemoteFetch(item='turn_end', unit=")
     assert all(f.kv_units == [] for f in plan.fetches if f.item != "turn_end")
+    assert sum(f.item == "block" for f in plan.fetches) == 12 + 2  # the chain and the links to blocks 12, 13
     m = reader.cache.metrics()
     assert m["remote_turn_end_hits"] == 1 and m["remote_rejected"] == 0
     assert m["remote_bytes_fetched"] == 12 * config.bytes_per_kv_block + (
@@ -269,11 +269,11 @@ def test_a_short_follow_up_finds_the_turn_end_at_the_block_boundary_its_own_matc
 
 def test_a_conversation_continues_across_three_engines():
     """Each turn from the last writer's turn end; engine a, back at turn 4, holds its own turn-1 blocks and
-    fetches only the parts it lacks (NO_UNIT in the fetch's kv_units for those it holds)."""
+    fetches only the links it lacks."""
     store, alive_store = {}, {}
     a, b, c, alive = Process(writer_id=1), Process(writer_id=2), Process(writer_id=3), Process()
     toks, alive_toks = tokens(150, 1), tokens(150, 1)
-    skipped = []
+    fetched = []
     for turn, engine in enumerate((a, b, c, a)):
         reply = tokens(11 + 7 * turn, 70000 + 1000 * turn)
         if turn:
@@ -282,7 +282,7 @@ def test_a_conversation_continues_across_three_engines():
             alive_toks += user
             plan = engine.prefetch(toks, store)
             [fetch] = [f for f in plan.fetches if f.item == "turn_end"]
-            skipped.append(fetch.kv_units.count(reprise.NO_UNIT))
+            fetched.append((plan.blocks, sum(f.item == "block" for f in plan.fetches)))
         before = len(toks)
         t = engine.turn(turn + 1, toks, reply, store)
         k = alive.turn(turn + 1, alive_toks, reply, alive_store)
@@ -290,7 +290,10 @@ def test_a_conversation_continues_across_three_engines():
         if turn:
             assert t.plan.usable_tokens + 14 + turn == before
         assert same(t.kv, k.kv) and (t.turn_end == k.turn_end).all()
-    assert skipped[:2] == [0, 0] and skipped[2] > 0  # a holds the blocks of its own turn 1
+    # (prefill-exact chain blocks, all block fetches): b and c fetch the chain's 9 and the links from block 9 (the
+    # first decode-filled one) to the last turn end, 1 and 3; a holds the chain and its own block 9 and fetches
+    # the links to blocks 10-13 only.
+    assert fetched == [(9, 9 + 1), (9, 9 + 3), (0, 4)]
     for engine in (a, b, c):
         engine.cache.check_invariants()
 
@@ -345,13 +348,16 @@ def test_fetched_turn_end_without_a_pending_fetch_raises_and_changes_nothing():
     keys = reader.cache.probe(toks + tokens(20, 90000))
     plan = reader.cache.prefetch(toks + tokens(20, 90000), in_store=[k for _, k in keys if k in store])
     [turn_end] = [f for f in plan.fetches if f.item == "turn_end"]
+    for f in plan.fetches:  # the chain's blocks and the turn end's links arrive
+        if f.item == "block":
+            reader.cache.fetched(f.item, f.unit, store[f.key][0])
     before = reader.cache.metrics()
     with pytest.raises(reprise.InvalidArgument):
         reader.cache.fetched("snapshot", turn_end.unit, store[turn_end.key][0])
     assert reader.cache.metrics() == before
-    reader.cache.fetched("turn_end", turn_end.unit, None)  # a miss
+    reader.cache.fetched("turn_end", turn_end.unit, None)  # a miss: the turn end and its links, counted once
     after = reader.cache.metrics()
-    assert after["remote_misses"] == before["remote_misses"] + 1
+    assert after["remote_misses"] == before["remote_misses"] + 1 and after["remote_turn_end_hits"] == 0
     with pytest.raises(reprise.InvalidArgument):
         reader.cache.fetched("turn_end", turn_end.unit, store[turn_end.key][0])
     assert reader.cache.metrics() == after

@@ -32,11 +32,16 @@
 //     another conversation repeated its opening and decoded the same reply (with `repeat_openings`, the
 //     driver replays an ended conversation's prompt and reply);
 //   - with cache_options::remote_turn_ends the store holds turn ends too, shared by two caches (shared_fleet),
-//     and every write of a unit carries a stamp that copies keep (equal stamps, equal bytes): each turn end's
-//     payload is gathered from GPU units whose writing step completed and must be one prefix under an item-2,
-//     class-1 header, every prefetch is probed, turn-end fetches are answered (some after later operations) as
-//     stored, as a miss or with a corrupted header that must be rejected, and a restore from a fetched turn end
-//     must use exactly its writer's bytes (the snapshot and the stamps of every block past the writer's lead).
+//     and every write of a unit carries a stamp that copies keep (equal stamps, equal bytes): a turn end's
+//     value (an item-2, class-1 header, its partial block and its snapshot) is gathered from GPU units whose
+//     writing step completed and must be one prefix; the full blocks past the writer's prefill-exact lead are
+//     continuation blocks (item-0, class-1 headers with an origin), values of their own, each computation put
+//     once, and every block a turn end lists must be one of them holding its snapshot's prefix. Every
+//     prefetch is probed; a turn end and its links (the continuation blocks the reader lacks) are answered,
+//     in any order and some after later operations, as stored, as a miss or with a corrupted header; the
+//     turn end is kept only once every part reported, never with a part missing or corrupted, and a restore
+//     from it must use exactly its writer's bytes (the snapshot and the stamps of every block past the
+//     writer's lead).
 // The same driver serves the randomized model-based test, the libFuzzer target and its corpus replay.
 
 #include <reprise/reprise.hpp>
@@ -49,6 +54,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -95,6 +101,9 @@ struct driver_stats {
   /// fetched turn ends rejected as stored: another prefill-exact lead than the reader's, tokens past or off
   /// the prompt's, blocks of another computation than those the reader holds
   std::uint64_t remote_turn_ends_refused = 0;
+  std::uint64_t remote_links_put = 0;          ///< continuation blocks written to the store (turn ends' links)
+  std::uint64_t remote_links_kept = 0;         ///< links fetched beside a turn end the cache kept
+  std::uint64_t remote_turn_ends_link_lost = 0; ///< fetched turn ends with a link answered as a miss (all dropped)
   std::uint64_t restores_fetched_turn_end = 0; ///< restores of a fetched turn end, checked against its writer's bytes
   std::uint64_t repeated_openings = 0;         ///< prompts repeating an ended conversation's, decoding its reply again
   std::uint64_t own_turn_end_checks = 0;       ///< next turns whose own last turn end was still held (then restored)
@@ -109,7 +118,8 @@ struct driver_stats {
         &driver_stats::remote_puts, &driver_stats::remote_puts_through, &driver_stats::remote_hits,
         &driver_stats::remote_probed, &driver_stats::remote_rejected, &driver_stats::remote_turn_ends_put,
         &driver_stats::remote_turn_end_hits, &driver_stats::remote_turn_ends_corrupted,
-        &driver_stats::remote_turn_ends_refused, &driver_stats::restores_fetched_turn_end,
+        &driver_stats::remote_turn_ends_refused, &driver_stats::remote_links_put, &driver_stats::remote_links_kept,
+        &driver_stats::remote_turn_ends_link_lost, &driver_stats::restores_fetched_turn_end,
         &driver_stats::repeated_openings, &driver_stats::own_turn_end_checks,
         &driver_stats::own_turn_end_checks_repeated,
     };
@@ -134,7 +144,7 @@ struct shared_fleet {
   struct value {
     std::vector<std::byte> header;
     part unit;            ///< a block's or a snapshot's unit; a turn end's snapshot
-    std::vector<part> kv; ///< a turn end's KV blocks, in payload order (its partial block last)
+    std::vector<part> kv; ///< a turn end's KV part: its partial block (empty contents: zeros)
   };
   struct conversation {
     token_id tenant = 0;
@@ -157,9 +167,12 @@ struct shared_fleet {
   std::map<content_key, value> store;
   std::vector<conversation> history; ///< recently ended sequences, whose tokens later prompts may continue
   std::uint64_t stamps = 0;          ///< stamps drawn
-  /// The stamp of the block each origin (writer, serial) in a turn end's header named: one origin must
-  /// never name two writes, or a reader would take another computation's block for its own.
-  std::map<std::pair<std::uint64_t, std::uint64_t>, std::uint64_t> origins;
+  /// The block each origin (writer, serial) of a continuation block or a turn end's partial block named
+  /// when it was put (its contents and stamp): one origin must never name two writes, or a reader would
+  /// take another computation's block for its own.
+  std::map<std::pair<std::uint64_t, std::uint64_t>, part> origins;
+  /// The stamps of the continuation blocks put: each computation goes to the store once.
+  std::set<std::uint64_t> links_put;
 };
 
 template <class Cache>
@@ -259,6 +272,7 @@ public:
     host_block_stamp_.assign(cache_.host_kv_units(), 0);
     host_slot_stamp_.assign(cache_.host_snapshot_units(), 0);
     host_turn_end_.resize(cache_.host_snapshot_units());
+    link_owner_.assign(cache_.host_kv_units(), no_unit);
     filling_kv_.assign(cache_.host_kv_units(), 0);
     filling_snapshot_.assign(cache_.host_snapshot_units(), 0);
     planned_.resize(cache_.kv_blocks());
@@ -991,6 +1005,11 @@ private:
       }
       expect(p.item == remote_item::block || p.item == remote_item::snapshot, "put: an item of no kind");
       expect(p.kv_units.empty(), "put: a block or snapshot put lists KV units");
+      if (p.item == remote_item::block && p.header.size() > 9 && p.header[9] == std::byte{1}) {
+        put_continuation_block(p);
+        if (!failure.empty()) return;
+        continue;
+      }
       const bool block = p.item == remote_item::block;
       if (p.device) { // write-through, from GPU memory: written in a step that completed
         expect(p.unit < (block ? blocks_.size() : slots_.size()), "put: GPU unit out of range");
@@ -1040,11 +1059,45 @@ private:
     return header_u32(h, at) | std::uint64_t{header_u32(h, at + 4)} << 32;
   }
 
-  /// `remote_turn_ends`: gathers turn end `p`'s payload from GPU memory as the engine does (its KV blocks
-  /// `kv_units` in order, zeros for `no_unit`, then slot `unit`) into the store, checking that every unit
-  /// was written in a step that completed, that the slot holds a published decode-continuation snapshot at
-  /// the position the header (item 2, class 1) names, and that the header's tokens and every block hold
-  /// the prefix of that snapshot's tokens: parts d .. floor(p/B) - 1 full, then the partial block.
+  /// `remote_turn_ends`: a turn end's continuation block `p` (item 0, class 1), put from GPU memory into the
+  /// store: a full decode-filled block whose writing step completed, at its header's position, its header's
+  /// tokens its own, then an origin that names no other computation; never a computation put before (a turn
+  /// end puts only the blocks the store lacks).
+  void put_continuation_block(const remote_put& p) {
+    expect(p.device, "put: a continuation block from a host unit (they are put from GPU memory)");
+    expect(p.unit < blocks_.size(), "put: continuation block out of range");
+    expect(p.header.size() == header_fixed + 4 * std::size_t{B} + origin_bytes && header_u32(p.header, 16) == B,
+           "put: a continuation block's header is not a block header of B tokens and an origin");
+    if (!failure.empty()) return;
+    const content& c = blocks_[p.unit];
+    const std::uint32_t position = header_u32(p.header, 12);
+    expect(reusable(block_written_[p.unit]), "put: a continuation block whose writing step has not completed");
+    expect(block_continuation_[p.unit] && position >= B && position % B == 0 && c.size() == std::size_t{position} + 1,
+           "put: a continuation block that is not a full decode-filled block at its header's position");
+    for (std::uint32_t k = 0; k < B && failure.empty(); ++k)
+      expect(static_cast<token_id>(header_u32(p.header, header_fixed + 4 * std::size_t{k})) ==
+                 c[1 + std::size_t{position} - B + k],
+             "put: a continuation block's header tokens are not its own");
+    if (!failure.empty()) return;
+    const std::size_t at = header_fixed + 4 * std::size_t{B};
+    const std::pair origin{header_u64(p.header, at), header_u64(p.header, at + 8)};
+    expect(origin.first != 0, "put: a continuation block without an origin");
+    const auto [named, fresh] = fleet_->origins.emplace(origin, shared_fleet::part{c, block_stamp_[p.unit]});
+    expect(fresh || named->second.stamp == block_stamp_[p.unit], "put: one origin names blocks of two computations");
+    expect(fleet_->links_put.insert(block_stamp_[p.unit]).second,
+           "put: a continuation block put twice (a turn end puts only the blocks the store lacks)");
+    if (!failure.empty()) return;
+    fleet_->store[p.key] = {{p.header.begin(), p.header.end()}, {c, block_stamp_[p.unit]}, {}};
+    ++stats.remote_puts;
+    ++stats.remote_links_put;
+  }
+
+  /// `remote_turn_ends`: gathers turn end `p`'s payload from GPU memory as the engine does (its one KV part
+  /// `kv_units`, the partial block or zeros for `no_unit`, then slot `unit`) into the store, checking that
+  /// every unit was written in a step that completed, that the slot holds a published decode-continuation
+  /// snapshot at the position the header (item 2, class 1) names, that the header's tokens and the partial
+  /// block hold the prefix of that snapshot's tokens, and that each full block d .. floor(p/B) - 1 the header
+  /// lists is a continuation block put before it (by this turn end or an earlier one) holding that prefix.
   void put_turn_end(const remote_put& p) {
     expect(p.device, "put: a turn end from a host unit (turn ends are put from GPU memory)");
     expect(p.header.size() >= header_fixed && p.header[8] == std::byte{2} && p.header[9] == std::byte{1},
@@ -1060,35 +1113,43 @@ private:
            "put: a turn end's tokens do not start on a block boundary");
     if (!failure.empty()) return;
     const std::uint32_t first = (position - tokens) / B, parts = position / B - first + 1;
-    expect(p.kv_units.size() == parts &&
+    expect(p.kv_units.size() == 1 &&
                p.header.size() == header_fixed + 4 * std::size_t{tokens} + origin_bytes * std::size_t{parts},
-           "put: a turn end's KV parts disagree with its header");
+           "put: a turn end's payload is not its partial block, or its origins disagree with its header");
     for (std::uint32_t k = 0; k < tokens && failure.empty(); ++k)
       expect(static_cast<token_id>(header_u32(p.header, header_fixed + 4 * std::size_t{k})) ==
                  snapshot[1 + std::size_t{first} * B + k],
              "put: a turn end's header tokens are not its snapshot's");
     if (!failure.empty()) return;
+    auto origin_of = [&](std::uint32_t j) {
+      const std::size_t at = header_fixed + 4 * std::size_t{tokens} + origin_bytes * j;
+      return std::pair{header_u64(p.header, at), header_u64(p.header, at + 8)};
+    };
+    for (std::uint32_t j = 0; j + 1 < parts && failure.empty(); ++j) { // its links
+      const auto origin = origin_of(j);
+      const auto it = fleet_->origins.find(origin);
+      const std::size_t holds_tokens = std::size_t{first + j + 1} * B;
+      expect(origin.first != 0 && it != fleet_->origins.end() && it->second.contents.size() == holds_tokens + 1 &&
+                 std::equal(it->second.contents.begin(), it->second.contents.end(), snapshot.begin()),
+             "put: a turn end lists a block that no continuation block put holds with its snapshot's prefix");
+    }
+    if (!failure.empty()) return;
     shared_fleet::value v{{p.header.begin(), p.header.end()}, {snapshot, slot_stamp_[p.unit]}, {}};
-    for (std::uint32_t j = 0; j < parts; ++j) {
-      const std::uint32_t u = p.kv_units[j];
-      const bool partial = j + 1 == parts;
-      if (u == no_unit) {
-        expect(partial && position % B == 0, "put: a turn end without one of its blocks (no_unit stands for no partial block)");
-        v.kv.push_back({}); // zeros
-        continue;
-      }
-      expect(!partial || position % B != 0, "put: a turn end at a block boundary with a partial block");
+    const std::uint32_t u = p.kv_units[0];
+    if (u == no_unit) {
+      expect(position % B == 0, "put: a turn end without its partial block (no_unit stands for none)");
+      v.kv.push_back({}); // zeros
+    } else {
+      expect(position % B != 0, "put: a turn end at a block boundary with a partial block");
       expect(u < blocks_.size(), "put: turn end block out of range");
       if (!failure.empty()) return;
       expect(reusable(block_written_[u]), "put: a turn end's GPU block whose writing step has not completed");
-      const std::size_t holds_tokens = std::min((first + j + 1) * B, position);
-      expect(blocks_[u].size() == holds_tokens + 1 && std::equal(blocks_[u].begin(), blocks_[u].end(), snapshot.begin()),
-             "put: a turn end's block holds another prefix than its snapshot");
-      const std::size_t at = header_fixed + 4 * std::size_t{tokens} + origin_bytes * j;
-      const std::pair origin{header_u64(p.header, at), header_u64(p.header, at + 8)};
-      expect(origin.first != 0, "put: a turn end's block without an origin");
-      const auto [named, fresh] = fleet_->origins.emplace(origin, block_stamp_[u]);
-      expect(fresh || named->second == block_stamp_[u], "put: one origin names blocks of two computations");
+      expect(blocks_[u].size() == std::size_t{position} + 1 && std::equal(blocks_[u].begin(), blocks_[u].end(), snapshot.begin()),
+             "put: a turn end's partial block holds another prefix than its snapshot");
+      const auto origin = origin_of(parts - 1);
+      expect(origin.first != 0, "put: a turn end's partial block without an origin");
+      const auto [named, fresh] = fleet_->origins.emplace(origin, shared_fleet::part{blocks_[u], block_stamp_[u]});
+      expect(fresh || named->second.stamp == block_stamp_[u], "put: one origin names blocks of two computations");
       if (!failure.empty()) return;
       v.kv.push_back({blocks_[u], block_stamp_[u]});
     }
@@ -1194,6 +1255,8 @@ private:
       for (const remote_fetch& f : fetches)
         expect(std::find(present.begin(), present.end(), f.key) != present.end(),
                "prefetch: a key the probe did not find in the store is fetched");
+    plan_turn_end(s, fetches);
+    if (!failure.empty()) return;
     apply_transfers();
     for (std::size_t i = 0; i < fetches.size(); ++i) {
       const remote_fetch& f = fetches[i];
@@ -1224,6 +1287,43 @@ private:
       answer(in, s, f, fetch_units[i]);
       if (!failure.empty()) return;
     }
+  }
+
+  /// A continuation block's fetch (a turn end's link): a block fetch whose header holds B tokens and an
+  /// origin, beside a prefill-exact block's B tokens alone.
+  bool is_link(const remote_fetch& f) const noexcept {
+    return f.item == remote_item::block && f.header_bytes == header_fixed + 4 * std::size_t{B} + origin_bytes;
+  }
+
+  /// `remote_turn_ends`: the turn end a plan fetches (one at most) and its links, the continuation blocks of
+  /// the blocks the reader lacks, in block order (`turn_end_group`); no link without a turn end.
+  void plan_turn_end(const oracle_seq& s, const std::vector<remote_fetch>& fetches) {
+    const remote_fetch* te = nullptr;
+    std::vector<std::uint32_t> links;
+    for (const remote_fetch& f : fetches) {
+      if (f.item == remote_item::turn_end) {
+        expect(te == nullptr, "prefetch: two turn ends in one plan");
+        te = &f;
+      } else if (is_link(f)) {
+        links.push_back(f.unit);
+      }
+    }
+    expect(te != nullptr || links.empty(), "prefetch: a continuation block fetched without its turn end");
+    if (te == nullptr || !failure.empty()) return;
+    expect(te->kv_units.size() == 1, "prefetch: a turn end's fetch lists other KV units than its partial block's");
+    expect(!groups_.contains(te->unit), "prefetch: a turn end fetched into a unit another turn end still fills");
+    for (const std::uint32_t u : links)
+      expect(u < link_owner_.size() && link_owner_[u] == no_unit, "prefetch: a link fetched into a unit another one fills");
+    if (!failure.empty()) return;
+    turn_end_group& g = groups_[te->unit];
+    g.prompt.tenant = s.tenant;
+    g.prompt.tokens = s.tokens;
+    g.prompt.media_at = s.media_at;
+    g.prompt.media_digest = s.media_digest;
+    g.links = links;
+    g.link_stamps.assign(links.size(), 0);
+    g.waiting = static_cast<std::uint32_t>(links.size()) + 1;
+    for (const std::uint32_t u : links) link_owner_[u] = te->unit;
   }
 
   /// `remote_turn_ends`, after a probe and a prefetch that changed nothing: the positions of the turn ends in
@@ -1286,7 +1386,9 @@ private:
     auto it = fleet_->store.find(f.key);
     const std::uint32_t roll = in.below(8);
     if (f.item == remote_item::turn_end) {
-      fetch_turn_end(in, s, f, kv, it == fleet_->store.end() ? nullptr : &it->second, roll);
+      fetch_turn_end(in, f, kv, it == fleet_->store.end() ? nullptr : &it->second, roll);
+    } else if (block && f.unit < link_owner_.size() && link_owner_[f.unit] != no_unit) {
+      fetch_link(in, f, it == fleet_->store.end() ? nullptr : &it->second, roll);
     } else if (it == fleet_->store.end() || roll == 0) {
       if (!block) host_turn_end_[f.unit].valid = false;
       expect(cache_.fetched(f.item, f.unit, {}).has_value(), "fetched (miss) failed");
@@ -1315,82 +1417,150 @@ private:
     stats.remote_rejected += after.remote_rejected - before.remote_rejected;
   }
 
-  /// `remote_turn_ends`: answers turn-end fetch `f` (`kv`: its host KV units) from `stored` (null: absent),
-  /// scattering the payload as the engine does (the KV parts into `kv` in order, skipping `no_unit`, then
-  /// the snapshot into `f.unit`): as a miss when `roll` is 0; when it is 1, with a header corrupted where
-  /// the reader can check it (not the origins of blocks it fetches) and contents that hold no prompt's
-  /// prefix, which the cache must reject; otherwise as stored. A value of another number of parts than the
-  /// fetch's (a writer whose prefill-exact lead differs) cannot be scattered: the units get contents that
-  /// hold no prefix, and the cache must reject its header. A turn end kept must be the prompt's own prefix
-  /// up to a position below its length; the host snapshot unit then remembers the writer's stamps, which a
-  /// restore from it must meet (`check_fetched_turn_end`).
-  void fetch_turn_end(byte_source& in, const oracle_seq& s, const remote_fetch& f, const std::vector<std::uint32_t>& kv,
+  /// `remote_turn_ends`: answers turn-end fetch `f` (`kv`: its host KV unit, the partial block's) from
+  /// `stored` (null: absent), scattering the payload as the engine does (the partial block into `kv`, then
+  /// the snapshot into `f.unit`): as a miss when `roll` is 0; when it is 1, with a header corrupted where the
+  /// reader can check it (the fixed fields, the tokens, the writer id in the origin of a full block: each is
+  /// compared with the reader's own block or with the link's) and contents that hold no prompt's prefix,
+  /// which the cache must reject; otherwise as stored (`report_part`).
+  void fetch_turn_end(byte_source& in, const remote_fetch& f, const std::vector<std::uint32_t>& kv,
                       const shared_fleet::value* stored, std::uint32_t roll) {
     const auto now = static_cast<std::int64_t>(cache_.current_epoch());
-    for (const std::uint32_t u : kv) {
-      if (u == no_unit) continue;
-      expect(u < host_blocks_.size(), "prefetch: turn end KV unit out of range");
-      if (!failure.empty()) return;
-      expect(reusable(host_block_read_[u]), "prefetch: a KV unit read in a step not yet complete is written by a turn-end fetch");
-    }
-    expect(!kv.empty() && kv.back() != no_unit, "prefetch: a turn end's partial block gets no unit");
+    expect(kv.size() == 1 && kv[0] != no_unit, "prefetch: a turn end's partial block gets no unit");
+    expect(groups_.contains(f.unit), "fetched: a turn end no plan listed");
+    if (!failure.empty()) return;
+    const std::uint32_t partial = kv[0];
+    expect(partial < host_blocks_.size(), "prefetch: turn end KV unit out of range");
+    if (!failure.empty()) return;
+    expect(reusable(host_block_read_[partial]), "prefetch: a KV unit read in a step not yet complete is written by a turn-end fetch");
     if (!failure.empty()) return;
     host_turn_end_[f.unit].valid = false;
-    if (stored == nullptr || roll == 0) {
-      expect(cache_.fetched(remote_item::turn_end, f.unit, {}).has_value(), "fetched (turn end miss) failed");
+    turn_end_group& g = groups_[f.unit];
+    std::vector<std::byte> header;
+    if (stored == nullptr || roll == 0 || stored->kv.size() != 1) {
+      g.missing = true;
+      report_part(remote_item::turn_end, f.unit, header, f.unit);
       return;
     }
-    const bool corrupt = roll == 1, fits = stored->kv.size() == kv.size();
-    const content elsewhere{s.tenant == 0 ? 1 : 0}; // contents that hold no prompt's prefix
-    const bool scattered = fits && !corrupt;
-    for (std::size_t j = 0; j < kv.size(); ++j) {
-      if (kv[j] == no_unit) continue; // a block the reader holds: its bytes are discarded
-      host_blocks_[kv[j]] = scattered ? stored->kv[j].contents : elsewhere;
-      host_block_stamp_[kv[j]] = scattered ? stored->kv[j].stamp : stamp();
-      host_block_continuation_[kv[j]] = 1;
-      host_block_read_[kv[j]] = now;
-    }
-    host_slots_[f.unit] = scattered ? stored->unit.contents : elsewhere;
-    host_slot_stamp_[f.unit] = scattered ? stored->unit.stamp : stamp();
+    const bool corrupt = roll == 1;
+    const content elsewhere{g.prompt.tenant == 0 ? 1 : 0}; // contents that hold no prompt's prefix
+    host_blocks_[partial] = corrupt ? elsewhere : stored->kv[0].contents;
+    host_block_stamp_[partial] = corrupt ? stamp() : stored->kv[0].stamp;
+    host_block_continuation_[partial] = 1;
+    host_block_read_[partial] = now;
+    host_slots_[f.unit] = corrupt ? elsewhere : stored->unit.contents;
+    host_slot_stamp_[f.unit] = corrupt ? stamp() : stored->unit.stamp;
     host_slot_continuation_[f.unit] = 1;
     host_slot_valid_[f.unit] = 1;
     host_slot_read_[f.unit] = now;
-    std::vector<std::byte> header = stored->header;
+    header = stored->header;
+    g.header = stored->header;
+    g.snapshot = stored->unit;
+    g.partial = stored->kv[0];
     if (corrupt) {
-      // A byte of the fixed fields or the tokens, or of the writer id in the origin of a block the reader
-      // holds (`no_unit` parts lead the fetch): no cache of the fleet has the id it becomes. (A serial could
-      // become that of another block of the same writer, which the reader might hold: the header would
-      // then be one the reader cannot tell from a true one.)
-      const auto own = static_cast<std::size_t>(
-          std::find_if(kv.begin(), kv.end(), [](std::uint32_t u) { return u != no_unit; }) - kv.begin());
-      const std::size_t origins = header.size() - origin_bytes * stored->kv.size();
-      const std::size_t at = 8 + in.below(static_cast<std::uint32_t>(origins - 8 + 8 * std::min(own, stored->kv.size())));
+      // A byte of the fixed fields or the tokens, or of the writer id in the origin of a full block: no cache
+      // of the fleet has the id it becomes. (A serial could become that of another block of the same writer,
+      // which the reader might hold or fetch: the header would then be one the reader cannot tell from a true
+      // one.) The partial block's origin is the one nothing checks.
+      const std::uint32_t position = header_u32(header, 12), tokens = header_u32(header, 16);
+      const std::size_t origins = header_fixed + 4 * std::size_t{tokens};
+      const std::size_t full = position / B >= (position - tokens) / B ? position / B - (position - tokens) / B : 0;
+      const std::size_t at = 8 + in.below(static_cast<std::uint32_t>(origins - 8 + 8 * full));
       header[at < origins ? at : origins + (at - origins) / 8 * origin_bytes + (at - origins) % 8] ^= std::byte{0x40};
+      g.corrupt = true;
     }
+    report_part(remote_item::turn_end, f.unit, header, f.unit);
+  }
+
+  /// `remote_turn_ends`: answers link fetch `f` (a continuation block of a planned turn end) from `stored`
+  /// (null: absent) into its KV unit: as a miss when `roll` is 0; when it is 1, with a header corrupted in
+  /// its fixed fields or tokens and contents that hold no prompt's prefix; otherwise as stored, which may be
+  /// another computation of the same tokens than the one the turn end lists (then the turn end is refused).
+  void fetch_link(byte_source& in, const remote_fetch& f, const shared_fleet::value* stored, std::uint32_t roll) {
+    const auto now = static_cast<std::int64_t>(cache_.current_epoch());
+    const std::uint32_t owner = std::exchange(link_owner_[f.unit], no_unit);
+    turn_end_group& g = groups_[owner];
+    const auto j = static_cast<std::size_t>(std::find(g.links.begin(), g.links.end(), f.unit) - g.links.begin());
+    expect(j < g.links.size(), "fetched: a link its turn end does not list");
+    if (!failure.empty()) return;
+    std::vector<std::byte> header;
+    if (stored == nullptr || roll == 0 || stored->header.size() <= 8 + origin_bytes) {
+      g.missing = true;
+      g.link_missing = true;
+    } else {
+      const bool corrupt = roll == 1;
+      header = stored->header;
+      host_blocks_[f.unit] = corrupt ? content{g.prompt.tenant == 0 ? 1 : 0} : stored->unit.contents;
+      host_block_stamp_[f.unit] = corrupt ? stamp() : stored->unit.stamp;
+      host_block_continuation_[f.unit] = 1;
+      host_block_read_[f.unit] = now;
+      g.link_stamps[j] = host_block_stamp_[f.unit];
+      if (corrupt) {
+        header[8 + in.below(static_cast<std::uint32_t>(header.size() - 8 - origin_bytes))] ^= std::byte{0x40};
+        g.corrupt = true;
+      }
+    }
+    report_part(remote_item::block, f.unit, header, owner);
+  }
+
+  /// Reports a part of turn end `owner` (its own value, or a link into KV unit `unit`). The cache counts the
+  /// turn end once, when its last part reports: kept, rejected or a miss; never kept with a part missing or
+  /// corrupted, and kept only as the prompt's own prefix below its length, over links of the computation
+  /// its header lists. The host snapshot unit then remembers the writer's stamps, which a restore from it
+  /// must meet (`check_fetched_turn_end`).
+  void report_part(remote_item item, std::uint32_t unit, std::span<const std::byte> header, std::uint32_t owner) {
     const cache_metrics before = cache_.metrics();
-    expect(cache_.fetched(remote_item::turn_end, f.unit, header).has_value(), "fetched (turn end) failed");
+    expect(cache_.fetched(item, unit, header).has_value(), "fetched (a turn end's part) failed");
     const cache_metrics& after = cache_.metrics();
-    const bool kept = after.remote_turn_end_hits != before.remote_turn_end_hits;
-    expect(kept || after.remote_rejected == before.remote_rejected + 1, "fetched: a turn end neither kept nor rejected");
-    if (corrupt) {
-      expect(!kept, "fetched: KEPT a turn end whose header was corrupted");
-      ++stats.remote_turn_ends_corrupted;
+    const std::uint64_t hits = after.remote_turn_end_hits - before.remote_turn_end_hits,
+                        rejected = after.remote_rejected - before.remote_rejected,
+                        misses = after.remote_misses - before.remote_misses;
+    turn_end_group& g = groups_[owner];
+    if (--g.waiting != 0) {
+      expect(hits + rejected + misses == 0, "fetched: a turn end counted before every part of it reported");
       return;
     }
-    expect(fits || !kept, "fetched: KEPT a turn end of another number of KV parts than the fetch planned");
+    const turn_end_group done = std::move(g);
+    groups_.erase(owner);
+    expect(hits + rejected + misses == 1, "fetched: a turn end neither kept, rejected nor missed once, all its parts reported");
+    const bool kept = hits != 0;
+    if (done.corrupt || done.missing) {
+      expect(!kept, done.corrupt ? "fetched: KEPT a turn end with a corrupted part" : "fetched: KEPT a turn end with a part missing");
+      expect(!done.corrupt || done.missing || rejected == 1, "fetched: a turn end with a corrupted part not counted rejected");
+      stats.remote_turn_ends_corrupted += done.corrupt;
+      stats.remote_turn_ends_link_lost += done.link_missing;
+      return;
+    }
     stats.remote_turn_ends_refused += !kept;
     if (!kept || !failure.empty()) return;
     ++stats.remote_turn_end_hits;
-    const std::uint32_t position = header_u32(header, 12), first = (position - header_u32(header, 16)) / B;
-    expect(position < s.tokens.size() && holds(stored->unit.contents, s, position),
+    const std::uint32_t position = header_u32(done.header, 12), first = (position - header_u32(done.header, 16)) / B;
+    expect(position < done.prompt.tokens.size() && holds(done.snapshot.contents, done.prompt, position),
            "fetched: KEPT a turn end that is not the prompt's own prefix below its length");
-    fetched_turn_end& t = host_turn_end_[f.unit];
+    const std::size_t parts = position / B - first + 1;
+    expect(parts >= done.links.size() + 1 && done.header.size() >= origin_bytes * parts,
+           "fetched: KEPT a turn end of fewer blocks than its links");
+    if (!failure.empty()) return;
+    const std::size_t own = parts - 1 - done.links.size(), origins = done.header.size() - origin_bytes * parts;
+    fetched_turn_end& t = host_turn_end_[owner];
+    t.kv.clear();
+    for (std::size_t j = 0; j + 1 < parts && failure.empty(); ++j) {
+      const std::size_t at = origins + origin_bytes * j;
+      const auto it = fleet_->origins.find({header_u64(done.header, at), header_u64(done.header, at + 8)});
+      expect(it != fleet_->origins.end(), "fetched: KEPT a turn end listing a block no put named");
+      if (!failure.empty()) return;
+      if (j >= own)
+        expect(done.link_stamps[j - own] == it->second.stamp,
+               "fetched: KEPT a turn end over a continuation block of another computation than the one it lists");
+      t.kv.push_back(it->second.stamp);
+    }
+    if (!failure.empty()) return;
+    t.kv.push_back(done.partial.stamp);
     t.valid = true;
     t.first = first;
     t.position = position;
-    t.kv.clear();
-    for (const shared_fleet::part& part : stored->kv) t.kv.push_back(part.stamp);
-    t.snapshot = stored->unit.stamp;
+    t.snapshot = done.snapshot.stamp;
+    stats.remote_links_kept += done.links.size();
   }
 
   /// A restore from host snapshot unit `u`, which a fetched turn end filled: exactly the bytes its writer
@@ -1424,8 +1594,8 @@ private:
     ++stats.restores_fetched_turn_end;
   }
 
-  /// `s`'s prompt followed by 2^18 more tokens: a probe lists no more blocks than the host tier has units,
-  /// whatever the prompt's length (it once hashed every block of it and sized a key memo to it), and neither
+  /// `s`'s prompt followed by 2^18 more tokens: a probe lists no more blocks than the host tier has units
+  /// (of the chain; with turn ends as many continuation blocks again), whatever the prompt's length (it once hashed every block of it and sized a key memo to it), and neither
   /// it nor a prefetch given that the store has none of them changes anything.
   void long_prompt(const oracle_seq& s, const extra_keys& keys) {
     std::vector<token_id> prompt = s.tokens;
@@ -1436,7 +1606,10 @@ private:
     if (!listed.has_value()) return;
     const auto blocks_listed = std::count_if(listed->keys.begin(), listed->keys.end(),
                                              [](const remote_probe& k) { return k.item == remote_item::block; });
-    expect(static_cast<std::size_t>(blocks_listed) <= cache_.host_kv_units(), "long probe: more blocks than host units");
+    // The chain's blocks, and with turn ends the continuation blocks of the same positions, each at most as
+    // many as the host tier has units.
+    expect(static_cast<std::size_t>(blocks_listed) <= (turn_ends_ ? 2 : 1) * std::size_t{cache_.host_kv_units()},
+           "long probe: more blocks than host units");
     const std::vector<content_key> none;
     auto plan = cache_.prefetch(prompt, keys, none);
     expect(plan.has_value() && plan->fetches.empty(), "long prefetch of nothing the store has fetched something");
@@ -1508,6 +1681,19 @@ private:
     std::uint64_t snapshot = 0;          // the snapshot's stamp
   };
   std::vector<fetched_turn_end> host_turn_end_;
+  // `remote_turn_ends`: a planned turn end and its links, until its last part reports.
+  struct turn_end_group {
+    oracle_seq prompt;                       // the tenant, tokens and media item of the prompt it was planned for
+    std::vector<std::uint32_t> links;        // the links' host KV units, in block order
+    std::vector<std::uint64_t> link_stamps;  // the stamp each link's unit was given (0: not filled)
+    std::uint32_t waiting = 0;               // parts not reported yet
+    bool missing = false, corrupt = false;   // a part answered as a miss, or corrupted
+    bool link_missing = false;               // of them, a link
+    std::vector<std::byte> header;           // the turn end's value as stored when answered
+    shared_fleet::part snapshot, partial;
+  };
+  std::map<std::uint32_t, turn_end_group> groups_; // by the turn end's host snapshot unit
+  std::vector<std::uint32_t> link_owner_;          // by host KV unit: the turn end a link fetch fills it for
   // `remote_turn_ends`: the turn ends of the store the last probe left out (`note_unlisted_turn_ends`).
   std::vector<std::uint32_t> unlisted_turn_ends_;
   // `remote_turn_ends`: fetches answered later, and the host units they fill meanwhile.

@@ -53,7 +53,7 @@ TEST_CASE("random operation streams keep every oracle check and invariant") {
       total.snapshot_hits += out.metrics.snapshot_hits;
       total.partial_blocks_copied += out.metrics.partial_blocks_copied;
       total.captures_written += out.metrics.captures_written;
-      total.snapshot_evictions_lru += out.metrics.snapshot_evictions_lru;
+      total.snapshot_evictions_capacity += out.metrics.snapshot_evictions_capacity;
       total.snapshot_evictions_invalidated += out.metrics.snapshot_evictions_invalidated;
       total.snapshot_evictions_ttl += out.metrics.snapshot_evictions_ttl;
       total.duplicate_blocks += out.metrics.duplicate_blocks;
@@ -62,8 +62,8 @@ TEST_CASE("random operation streams keep every oracle check and invariant") {
     const std::string label = std::string(names[policy]) + (runtime ? " (runtime)" : " (typed)");
     MESSAGE(label, ": lookups ", total.lookups, ", blocks shared ", total.blocks_shared, ", KV evictions ",
             total.kv_evictions, ", skipped ", total.usable_tokens, ", snapshot hits ", total.snapshot_hits,
-            ", captures ", total.captures_written, ", partial blocks copied ", total.partial_blocks_copied, ", snapshot LRU/invalidated evictions ",
-            total.snapshot_evictions_lru, "/", total.snapshot_evictions_invalidated, ", TTL evictions ",
+            ", captures ", total.captures_written, ", partial blocks copied ", total.partial_blocks_copied, ", snapshot capacity/invalidated evictions ",
+            total.snapshot_evictions_capacity, "/", total.snapshot_evictions_invalidated, ", TTL evictions ",
             total.snapshot_evictions_ttl, ", duplicates ",
             total.duplicate_blocks, "; off-grid captures written ", stats.off_grid_captures_written,
             ", decode checkpoints planned/written/published/dropped ", stats.checkpoints_planned, "/",
@@ -85,7 +85,7 @@ TEST_CASE("random operation streams keep every oracle check and invariant") {
     if (policy >= 3 && policy != 6) {
       CHECK(total.snapshot_hits > 10);
       CHECK(total.captures_written > 10);
-      CHECK(total.snapshot_evictions_invalidated + total.snapshot_evictions_lru > 0);
+      CHECK(total.snapshot_evictions_invalidated + total.snapshot_evictions_capacity > 0);
     }
     if (policy == 4) CHECK(total.snapshot_evictions_ttl > 0);
     // turn ends in the store (9 with write-through, 10 without), two caches sharing it

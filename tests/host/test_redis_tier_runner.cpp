@@ -596,7 +596,8 @@ TEST_CASE("a replicated Redis Cluster: a prefix is restored by another process, 
 }
 
 // Turn ends (cache_options::remote_turn_ends) through the runner: a chat conversation's turn end, one value of
-// several units (its decode-filled blocks, its partial block, its snapshot), written by one process and
+// two units (its partial block, its snapshot) linked to its decode-filled blocks (continuation blocks, a value
+// each), written by one process and
 // continued by another at that turn end, bitwise. The pools' bytes are a function of how they were computed
 // (the state restored, the tokens since, and whether a prefill, a decode step or the turn-end capture wrote
 // them), as in test_remote_turn_ends.cpp, so a reader that used other bytes or recomputed shows it.
@@ -871,8 +872,8 @@ TEST_CASE("turn ends through redis: another process continues a conversation at 
   raw_connection c = server.connect();
   REQUIRE(c);
   const std::string name = store.manifest_key(turn_end);
-  const std::string value = raw_string(c.get(), {"GET", name}); // one inline value: 3 KV units and a snapshot
-  REQUIRE(value.size() > 4 * unit_bytes);
+  const std::string value = raw_string(c.get(), {"GET", name}); // one inline value: its partial block and a snapshot
+  REQUIRE(value.size() > 2 * unit_bytes);
 
   // Reads turn 2's prompt through a fresh engine: probe, fetch what was found, admit. `rejected`: whether
   // the turn end's header is expected to be refused (else it is a miss).
@@ -880,11 +881,14 @@ TEST_CASE("turn ends through redis: another process continues a conversation at 
     chat_engine reader(keys, store);
     const std::vector<content_key> found = reader.probe(conv.next);
     CHECK(std::count(found.begin(), found.end(), turn_end) == 1);
-    CHECK(found.size() == 12 + 1); // the prefill-exact blocks written through, and the turn end
+    CHECK(found.size() == 12 + 1 + 2); // the prefill-exact blocks written through, the turn end, its 2 links
     const chat_engine::planned f = reader.fetch(conv.next, found);
     CHECK(f.turn_ends == 1);
+    CHECK(f.fetches == 12 + 2 + 1);
     const cache_metrics& m = reader.cache.metrics();
-    CHECK(m.remote_hits + m.remote_misses + m.remote_rejected == f.fetches);
+    // The turn end and its links count as one fetch, and once: kept, missed or rejected.
+    CHECK(m.remote_fetches == f.fetches - 2);
+    CHECK(m.remote_hits + m.remote_misses + m.remote_rejected == m.remote_fetches);
     CHECK(m.remote_rejected == (rejected ? 1u : 0u));
     check(reader, m);
     CHECK(reader.cache.check_invariants().has_value());
@@ -913,7 +917,7 @@ TEST_CASE("turn ends through redis: another process continues a conversation at 
   completion got;
   REQUIRE(store.wait(std::span(&got, 1), 5s) == 1);
   REQUIRE(got.status == store_status::hit);
-  REQUIRE(got.payload.size() == 4 * unit_bytes);
+  REQUIRE(got.payload.size() == 2 * unit_bytes);
 
   // Three damages in turn, then the value as it was. A payload byte flipped in redis: the store's digest
   // refuses it, a miss.
@@ -927,7 +931,7 @@ TEST_CASE("turn ends through redis: another process continues a conversation at 
   put_sync(header, got.payload);
   read(not_used, /*rejected=*/true);
   // A whole, valid value one KV unit short: the runner's staging buffer is of another size, a miss.
-  put_sync(got.header, std::span(got.payload).first(3 * unit_bytes));
+  put_sync(got.header, std::span(got.payload).first(unit_bytes));
   read(not_used);
   raw(c.get(), {"SET", name, value});
   read(continued);
@@ -945,7 +949,7 @@ TEST_CASE("turn ends through redis: another process continues a conversation at 
     reader.runner.abandon(reader.cache);
     CHECK(reader.runner.in_flight() == 0);
     CHECK(reader.runner.stats().fetches_dropped == fetches);
-    CHECK(reader.cache.metrics().remote_misses == fetches);
+    CHECK(reader.cache.metrics().remote_misses == fetches - 2); // the turn end and its 2 links: one miss
     CHECK(reader.cache.metrics().remote_turn_end_hits == 0);
     const auto deadline = std::chrono::steady_clock::now() + 5s;
     while (store.in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
@@ -959,17 +963,16 @@ TEST_CASE("turn ends through redis: another process continues a conversation at 
     check_restored_nothing(reader, reader.admit(2, conv.next), w);
   }
 
-  // A turn end at a block boundary (224) travels with zeros in place of a partial block, and is continued.
+  // A turn end at a block boundary (224) travels with zeros in place of a partial block (its blocks 12 and 13
+  // are its links), and is continued.
   const conversation boundary(40001, 25);
   const turn_bytes wb = write_turn(writer, boundary);
   REQUIRE(store.get(boundary.turn_end(keys)).has_value());
   REQUIRE(store.wait(std::span(&got, 1), 5s) == 1);
   REQUIRE(got.status == store_status::hit);
-  REQUIRE(got.payload.size() == 4 * unit_bytes);
+  REQUIRE(got.payload.size() == 2 * unit_bytes);
   const std::span<const std::byte> payload(got.payload);
-  CHECK(std::ranges::equal(payload.first(unit_bytes), wb.kv[12]));
-  CHECK(std::ranges::equal(payload.subspan(unit_bytes, unit_bytes), wb.kv[13]));
-  CHECK(std::ranges::all_of(payload.subspan(2 * unit_bytes, unit_bytes), [](std::byte x) { return x == std::byte{0}; }));
+  CHECK(std::ranges::all_of(payload.first(unit_bytes), [](std::byte x) { return x == std::byte{0}; }));
   CHECK(std::ranges::equal(payload.last(unit_bytes), wb.turn_end));
   chat_engine reader(keys, store);
   const std::vector<content_key> found = reader.probe(boundary.next);
@@ -1024,7 +1027,8 @@ TEST_CASE("turn ends on a replicated Redis Cluster: continued bitwise across pro
     const cache_metrics& m = reader.cache.metrics();
     CHECK(m.remote_turn_end_hits == 0);
     CHECK(m.remote_rejected == 0);
-    CHECK(m.remote_hits + m.remote_misses == f.fetches); // the turn end among the misses: an empty header
+    // The turn end among the misses (an empty header), counted once with its links.
+    CHECK(m.remote_hits + m.remote_misses == m.remote_fetches);
     CHECK(m.remote_misses >= 1);
     check_restored_nothing(reader, reader.admit(2, lost.next), wl);
   }

@@ -53,12 +53,11 @@ struct turn_bytes {
 
 /// One process: a chat cache with host and remote tiers, and the pools an engine would own.
 struct process {
-  /// `links`: `cache_options::remote_turn_end_links`.
-  explicit process(const content_keyer& keys, bool turn_ends = true, std::uint32_t kv_blocks = 48, bool links = false)
-      : cache(make(keys, turn_ends, kv_blocks, links)), gpu_kv(kv_blocks), gpu_slots(cache.snapshot_slots()),
+  explicit process(const content_keyer& keys, bool turn_ends = true, std::uint32_t kv_blocks = 48)
+      : cache(make(keys, turn_ends, kv_blocks)), gpu_kv(kv_blocks), gpu_slots(cache.snapshot_slots()),
         host_kv(cache.host_kv_units()), host_slots(cache.host_snapshot_units()) {}
 
-  static cache_type make(const content_keyer& keys, bool turn_ends, std::uint32_t kv_blocks, bool links) {
+  static cache_type make(const content_keyer& keys, bool turn_ends, std::uint32_t kv_blocks) {
     auto c = cache_type::create({.kv_blocks = kv_blocks,
                                  .snapshot_budget_bytes = 4 * small_hybrid::bytes_per_snapshot,
                                  .hasher_seed = 5,
@@ -66,8 +65,7 @@ struct process {
                                  .host_snapshot_budget_bytes = 4 * small_hybrid::bytes_per_snapshot,
                                  .remote_keys = &keys,
                                  .remote_write_through = true,
-                                 .remote_turn_ends = turn_ends,
-                                 .remote_turn_end_links = links});
+                                 .remote_turn_ends = turn_ends});
     REQUIRE(c.has_value());
     return std::move(*c);
   }
@@ -88,6 +86,7 @@ struct process {
       } else {
         const bool block = p.item == remote_item::block;
         payload = p.device ? (block ? gpu_kv : gpu_slots)[p.unit] : (block ? host_kv : host_slots)[p.unit];
+        link_puts += block && p.header.size() > 9 && p.header[9] == std::byte{1}; // a continuation block
       }
       store[p.key] = {{p.header.begin(), p.header.end()}, payload};
     }
@@ -213,7 +212,7 @@ struct process {
 
   cache_type cache;
   std::vector<bytes> gpu_kv, gpu_slots, host_kv, host_slots;
-  std::uint64_t turn_end_puts = 0, probed_turn_ends = 0;
+  std::uint64_t turn_end_puts = 0, link_puts = 0, probed_turn_ends = 0;
 };
 
 std::vector<token_id> turn_tokens(std::size_t n, token_id first) { return iota_tokens(n, first); }
@@ -230,6 +229,7 @@ TEST_CASE("a turn end one engine wrote is continued by another bitwise as if the
   const turn_bytes t1 = writer.turn(1, tokens, turn_tokens(37, 70000), store);
   REQUIRE(!t1.turn_end.empty());
   CHECK(writer.turn_end_puts == 1);
+  CHECK(writer.link_puts == 2); // blocks 12 and 13, each a continuation block of its own
   CHECK(writer.cache.metrics().remote_turn_ends_put == 1);
   CHECK(writer.cache.metrics().remote_turn_ends_lost == 0);
   // The session kept alive: the same turn on its own engine, then turn 2 there.
@@ -243,7 +243,7 @@ TEST_CASE("a turn end one engine wrote is continued by another bitwise as if the
   const std::vector<token_id> user = turn_tokens(20, 90000), reply = turn_tokens(9, 95000);
   next.insert(next.end(), user.begin(), user.end());
   const fetch_plan f = reader.prefetch(next, store);
-  CHECK(f.blocks == 12); // the prefill-exact chain, then the turn end's own blocks
+  CHECK(f.blocks == 12); // the prefill-exact chain; the turn end's own blocks 12 and 13 are its links
   CHECK(reader.probed_turn_ends > 0);
   CHECK(reader.cache.metrics().remote_turn_end_hits == 1);
   CHECK(reader.cache.metrics().remote_rejected == 0);
@@ -671,12 +671,12 @@ flat_run alternate(process& a, process& b, process& alive, store_map& store, int
 } // namespace
 
 TEST_CASE("a turn end puts and fetches only what the previous one lacks: flat in the conversation's length") {
-  // Each turn adds 50 tokens (3 or 4 blocks). Without links, turn t's value held every block since the first
-  // prompt's end (3 t blocks and more); with them it holds the turn's own blocks, and a reader that served
-  // the turn before last fetches the blocks of the last turn only.
+  // Each turn adds 50 tokens (3 or 4 blocks). A turn end puts the blocks its own turn computed (those of
+  // earlier turns are in the store as continuation blocks already), not the 3 t blocks and more since the
+  // first prompt's end, and a reader that served the turn before last fetches the blocks of the last turn only.
   const content_keyer keys = make_keyer();
   store_map store;
-  process a(keys, true, 64, true), b(keys, true, 64, true), alive(keys, true, 64, true);
+  process a(keys, true, 64), b(keys, true, 64), alive(keys, true, 64);
   const flat_run r = alternate(a, b, alive, store, 8);
   const std::uint64_t block = small_hybrid::bytes_per_kv_block, snapshot = small_hybrid::bytes_per_snapshot;
   for (int turn = 1; turn < 8; ++turn) {
@@ -695,10 +695,12 @@ TEST_CASE("a turn end puts and fetches only what the previous one lacks: flat in
   }
   CHECK(b.cache.metrics().remote_turn_end_hits == 4);
   CHECK(a.cache.metrics().remote_turn_end_hits == 3);
-  // Every continuation block was put once: as many as the conversation's decode-continuation full blocks.
+  // Every continuation block was put once: as many puts as the store holds of them, one per decode-continuation
+  // full block of the conversation.
   std::size_t links = 0;
   for (const auto& [key, v] : store) links += is_link(v) ? 1 : 0;
   CHECK(links >= 7 * 3);
+  CHECK(a.link_puts + b.link_puts == links);
 }
 
 TEST_CASE("a turn end with a missing, corrupt or foreign link is a miss, never wrong data") {
@@ -706,7 +708,7 @@ TEST_CASE("a turn end with a missing, corrupt or foreign link is a miss, never w
   // the links of both turns.
   const content_keyer keys = make_keyer();
   store_map store;
-  process a(keys, true, 64, true), b(keys, true, 64, true), alive(keys, true, 64, true);
+  process a(keys, true, 64), b(keys, true, 64), alive(keys, true, 64);
   (void)alternate(a, b, alive, store, 2);
   std::vector<token_id> tokens = turn_tokens(150, 1);
   for (int turn = 0; turn < 2; ++turn) {
@@ -718,7 +720,7 @@ TEST_CASE("a turn end with a missing, corrupt or foreign link is a miss, never w
 
   SUBCASE("every link present, reported in any order: the turn end is kept") {
     for (const bool reverse : {false, true}) {
-      process c(keys, true, 64, true);
+      process c(keys, true, 64);
       c.prefetch(next, store, nullptr, {}, reverse);
       CHECK(c.cache.metrics().remote_turn_end_hits == 1);
       CHECK(c.cache.check_invariants().has_value());
@@ -728,7 +730,7 @@ TEST_CASE("a turn end with a missing, corrupt or foreign link is a miss, never w
     }
   }
   auto refused = [&](store_map& damaged, void (*tamper)(bytes&), bool rejected) {
-    process c(keys, true, 64, true);
+    process c(keys, true, 64);
     c.prefetch(next, damaged, tamper);
     CHECK(c.cache.metrics().remote_turn_end_hits == 0);
     CHECK((rejected ? c.cache.metrics().remote_rejected : c.cache.metrics().remote_misses) == 1);
@@ -749,7 +751,7 @@ TEST_CASE("a turn end with a missing, corrupt or foreign link is a miss, never w
         break;
       }
     REQUIRE(erased == 1);
-    process c(keys, true, 64, true);
+    process c(keys, true, 64);
     c.prefetch(next, damaged);
     CHECK(c.cache.metrics().remote_rejected == 0);
     CHECK(c.cache.check_invariants().has_value());

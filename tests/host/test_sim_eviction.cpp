@@ -52,7 +52,7 @@ TEST_CASE("every eviction rule replays a chat trace under pressure without an er
     const replay_report r = simulate(t, c);
     CAPTURE(std::string(name_of(k)));
     CHECK(r.error.empty());
-    CHECK(r.metrics.snapshot_evictions_lru > 0);
+    CHECK(r.metrics.snapshot_evictions_capacity > 0);
     computed[k] = r.prompt_tokens - r.usable_tokens;
   }
   // The oracle knows the future: it computes no more than LRU here.

@@ -71,7 +71,7 @@ void check_same(const replay_report& a, const replay_report& b) {
   CHECK(a.metrics.captures_planned == b.metrics.captures_planned);
   CHECK(a.metrics.captures_written == b.metrics.captures_written);
   CHECK(a.metrics.captures_refused == b.metrics.captures_refused);
-  CHECK(a.metrics.snapshot_evictions_lru == b.metrics.snapshot_evictions_lru);
+  CHECK(a.metrics.snapshot_evictions_capacity == b.metrics.snapshot_evictions_capacity);
   CHECK(a.metrics.snapshot_evictions_invalidated == b.metrics.snapshot_evictions_invalidated);
   CHECK(a.snapshot_slots == b.snapshot_slots);
 }
@@ -152,7 +152,7 @@ TEST_CASE("the policies on Nemotron-H-8B (B = 16, A = 128): hand-computed hits")
     CHECK(r.peak_snapshot_bytes == doctest::Approx(static_cast<double>(c.model.config.bytes_per_snapshot())));
     CHECK(r.metrics.captures_planned == 4);
     CHECK(r.metrics.captures_refused == 4);
-    CHECK(r.metrics.snapshot_evictions_lru == 3);
+    CHECK(r.metrics.snapshot_evictions_capacity == 3);
   }
 }
 

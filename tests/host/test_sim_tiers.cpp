@@ -286,7 +286,7 @@ TEST_CASE("a fleet of one engine replays as the single-engine replay did before 
       CHECK(r.metrics.captures_planned == want.planned);
       CHECK(r.metrics.captures_written == want.written);
       CHECK(r.metrics.captures_refused == want.refused);
-      CHECK(r.metrics.snapshot_evictions_lru == want.lru);
+      CHECK(r.metrics.snapshot_evictions_capacity == want.lru);
       CHECK(r.metrics.snapshot_evictions_invalidated == want.invalidated);
       CHECK(r.peak_kv_bytes == 201326592.0);
       CHECK(r.mean_kv_bytes == doctest::Approx(want.mean_kv).epsilon(1e-12));
@@ -441,7 +441,7 @@ TEST_CASE("a sweep along host_scale writes the host columns and a from-host char
       "hits", "hit_rate", "kv_hits", "kv_hit_rate", "prompt_tokens", "kv_matched_tokens", "usable_tokens",
       "tokens_lost", "prefill_tokens", "floor_tokens", "output_tokens", "flops_saved", "peak_kv_bytes", "mean_kv_bytes",
       "peak_snapshot_bytes", "mean_snapshot_bytes", "blocks_shared", "kv_evictions", "snapshot_hits",
-      "snapshot_misses", "captures_planned", "captures_written", "captures_refused", "snapshot_evictions_lru",
+      "snapshot_misses", "captures_planned", "captures_written", "captures_refused", "snapshot_evictions_capacity",
       "snapshot_evictions_ttl", "snapshot_evictions_invalidated", "cache_ns_per_request", "error", "warnings"};
   const std::vector<std::string> columns = report_columns();
   REQUIRE(columns.size() > older.size());

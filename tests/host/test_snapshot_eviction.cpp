@@ -85,12 +85,12 @@ TEST_CASE("cost-aware eviction keeps the snapshot that saves more prefill where 
   SUBCASE("LRU (the default) evicts the oldest: the deep one") {
     auto c = make<lru_cache>({}, 2);
     CHECK(deep_then_shallow(c) == std::array<std::uint32_t, 2>{0, 64});
-    CHECK(c.metrics().snapshot_evictions_lru == 1);
+    CHECK(c.metrics().snapshot_evictions_capacity == 1);
   }
   SUBCASE("compile-time cost_aware_eviction evicts the shallow one") {
     auto c = make<cost_cache>({}, 2);
     CHECK(deep_then_shallow(c) == std::array<std::uint32_t, 2>{1024, 0});
-    CHECK(c.metrics().snapshot_evictions_lru == 1); // counted with the budget's evictions
+    CHECK(c.metrics().snapshot_evictions_capacity == 1); // counted with the budget's evictions
   }
   SUBCASE("the runtime option does the same under an LRU policy") {
     cache_options o;
@@ -291,7 +291,7 @@ TEST_CASE("random operation streams keep every oracle check and invariant under 
         CAPTURE(seed);
         const stream_outcome out = run_cache_operation_stream(bytes.data(), bytes.size());
         CHECK_MESSAGE(out.failure.empty(), out.failure);
-        evictions += out.metrics.snapshot_evictions_lru;
+        evictions += out.metrics.snapshot_evictions_capacity;
         hits += out.metrics.snapshot_hits;
       }
     }

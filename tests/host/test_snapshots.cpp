@@ -301,7 +301,7 @@ TEST_CASE("snapshot budget, LRU and TTL") {
     REQUIRE(c.release(3).has_value());
     REQUIRE(c.step_complete(c.current_epoch()));
     run_prompt(c, 4, p3, {64}, {64});
-    CHECK(c.metrics().snapshot_evictions_lru == 1);
+    CHECK(c.metrics().snapshot_evictions_capacity == 1);
     CHECK(c.admit(5, p1)->usable_tokens == 64);
     CHECK(c.admit(6, p2)->usable_tokens == 0);
     CHECK(c.admit(7, p3)->usable_tokens == 64);
@@ -353,7 +353,7 @@ TEST_CASE("snapshot budget, LRU and TTL") {
     auto q = c.admit(2, b, {}, std::vector<std::uint32_t>{64});
     REQUIRE(q.has_value());
     CHECK(q->captures.size() == 1);
-    CHECK(c.metrics().snapshot_evictions_lru == 1);
+    CHECK(c.metrics().snapshot_evictions_capacity == 1);
     CHECK(c.metrics().kv_evictions == 0);
     CHECK(c.metrics().blocks_cached == cached_before);
     REQUIRE(c.release(2).has_value());

@@ -37,7 +37,7 @@
   X(captures_planned, counter, std::uint64_t, "captures handed to the engine")                                    \
   X(captures_written, counter, std::uint64_t, "captures published as snapshots")                                  \
   X(captures_refused, counter, std::uint64_t, "captures not planned (no slot, path cap) or dropped at commit")     \
-  X(snapshot_evictions_lru, counter, std::uint64_t, "snapshots evicted as least recently used")                   \
+  X(snapshot_evictions_capacity, counter, std::uint64_t, "snapshots evicted for a capture by the eviction rule")  \
   X(snapshot_evictions_ttl, counter, std::uint64_t, "snapshots evicted past snapshot_ttl_steps")                  \
   X(snapshot_evictions_invalidated, counter, std::uint64_t, "snapshots dropped because their KV block was evicted") \
   /* --- gauges --- */                                                                                            \
@@ -64,7 +64,7 @@
   /* --- remote tier (policy::remote_tier) --- */                                                                 \
   X(remote_puts, counter, std::uint64_t, "values handed to the engine for the store")                             \
   X(remote_bytes_put, counter, std::uint64_t, "their payload bytes")                                              \
-  X(remote_fetches, counter, std::uint64_t, "fetches planned by prefetch")                                        \
+  X(remote_fetches, counter, std::uint64_t, "fetches planned by prefetch (a turn end and its links: one)")        \
   X(remote_hits, counter, std::uint64_t, "fetched values verified and kept in the host tier")                     \
   X(remote_misses, counter, std::uint64_t, "fetches reported absent")                                             \
   X(remote_rejected, counter, std::uint64_t, "fetched values whose header differed: dropped, never used")         \

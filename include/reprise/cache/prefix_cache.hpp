@@ -317,7 +317,8 @@ public:
   }
 
   /// `policy::remote_tier`: the content keys a `prefetch` of `prompt` could fetch now (blocks in chain
-  /// order, then snapshots deepest first), for the engine to ask the store which it has (`redis_store::probe`)
+  /// order, then snapshots deepest first, then with `remote_turn_ends` turn ends and the continuation blocks
+  /// they link to), for the engine to ask the store which it has (`redis_store::probe`)
   /// before `prefetch(prompt, keys, in_store)`. Reserves and changes nothing. The span stays valid until the
   /// next `probe`. Without a remote tier: empty. Errors: as `prefetch`'s.
   result<probe_plan> probe(std::span<const token_id> prompt, const extra_keys& keys = {}) {

@@ -66,10 +66,12 @@ public:
   }
 
   /// The content keys a `prefetch` of `prompt` could ask the store for now, blocks in chain order then
-  /// snapshots deepest first, with nothing reserved and nothing changed. An engine asks the store which of
-  /// them it has (one pipelined round trip: `redis_store::probe`) and passes those to `prefetch`, so that
-  /// a prompt's new content, which no engine computed yet, reserves no host unit. Lists at most as many
-  /// blocks as the host tier has KV units past the prompt's local match (no more could be fetched).
+  /// snapshots deepest first, then (`remote_turn_ends`) turn ends deepest first and the continuation blocks
+  /// they may link to, with nothing reserved and nothing changed. An engine asks the store which of them it
+  /// has (one pipelined round trip: `redis_store::probe`) and passes those to `prefetch`, so that a prompt's
+  /// new content, which no engine computed yet, reserves no host unit. Lists at most as many blocks of a
+  /// chain, and as many continuation blocks, as the host tier has KV units past the prompt's local match (no
+  /// more could be fetched).
   /// Complexity: as `prefetch`'s. Precondition: the prompt passed the core's checks.
   template <class Core>
   result<probe_plan> probe(Core& c, std::span<const token_id> prompt, const extra_keys& keys) {
@@ -161,8 +163,9 @@ private:
   /// per block past those this engine matched (`turn_end_own`), one for a partial block and one for the
   /// snapshot, and lists the fetches: the continuation block of each block it reserved a unit for (its links),
   /// then the turn end itself (its partial block and snapshot). Reserves nothing when a unit is missing.
+  /// Returns the number of links listed.
   template <class Core, class HoldBlock, class HoldSnapshot>
-  void reserve_turn_end(Core& c, std::span<const token_id> prompt, const stored_extra_keys& extras,
+  std::size_t reserve_turn_end(Core& c, std::span<const token_id> prompt, const stored_extra_keys& extras,
                         const turn_end_start& at, std::span<const content_key> chain_keys,
                         HoldBlock&& store_can_hold_block, HoldSnapshot&& store_can_hold_snapshot) {
     auto& remote = c.tiers.below;
@@ -170,7 +173,7 @@ private:
     const std::uint32_t B = c.geometry.block_size;
     const std::uint32_t k = turn_end_boundary;
     const auto own = static_cast<std::uint32_t>(turn_end_own.size());
-    if (at.first + own != 0 && at.parent_serial == 0) return;
+    if (at.first + own != 0 && at.parent_serial == 0) return 0;
     std::vector<host_unit>& units = turn_end_reserved;
     units.clear();
     for (std::uint32_t i = at.first + own; i <= k; ++i) { // the blocks, and one for the partial block
@@ -182,7 +185,7 @@ private:
         units.size() == k - at.first - own + 1 ? ledger.reserve_snapshot(store_can_hold_snapshot) : no_host_unit;
     if (snapshot == no_host_unit) {
       for (const host_unit u : units) ledger.release_reserved_block(u);
-      return;
+      return 0;
     }
     pending_turn_end_fetch& t = remote.turn_end_pending[unit_index(snapshot)];
     t.active = true;
@@ -214,8 +217,7 @@ private:
     t.chain.assign(chain_keys.begin(), chain_keys.end());
     // The links: the continuation block of every block past those this engine holds, fetched beside the turn
     // end (which carries only its partial block and its snapshot) and kept only together with it.
-    const bool linked = c.options.remote_turn_end_links;
-    const std::size_t links = linked ? units.size() - 1 : 0;
+    const std::size_t links = units.size() - 1;
     t.block_state.assign(links, 0);
     t.block_origins.assign(links, block_origin{});
     t.header.clear();
@@ -229,16 +231,12 @@ private:
       fetches.push_back({remote_item::block, unit_index(units[j]), continuation_key(remote.keyer, t.chain[i]),
                          link_header + 4 * B});
     }
-    if (linked) {
-      turn_end_units.assign(1, unit_index(units.back()));
-    } else { // one value: the blocks this engine holds (bytes it discards), those it lacks, the partial block
-      turn_end_units.assign(own, no_unit);
-      for (const host_unit u : units) turn_end_units.push_back(unit_index(u));
-    }
+    turn_end_units.assign(1, unit_index(units.back()));
     const std::size_t header =
         remote_header_fixed_bytes + 4 * t.tokens.size() + block_origin_bytes * (k - at.first + 1);
     fetches.push_back({remote_item::turn_end, unit_index(snapshot), turn_end_key, static_cast<std::uint32_t>(header),
                        std::span<const std::uint32_t>(turn_end_units)});
+    return links;
   }
 
   /// A host KV unit a fetched turn end filled: no content key (its block is not prefill-exact), the origin
@@ -331,7 +329,6 @@ private:
     auto origin = [&](std::uint32_t j) {
       return read_origin(std::span<const std::byte>(t.header).subspan(origins_at + block_origin_bytes * j));
     };
-    const bool linked = c.options.remote_turn_end_links;
     bool ok = t.turn_end_state == 1, other_computation = false;
     for (std::size_t j = 0; ok && j < t.block_state.size(); ++j) {
       ok = t.block_state[j] == 1 && t.block_origins[j] == origin(t.own + static_cast<std::uint32_t>(j));
@@ -362,7 +359,7 @@ private:
                                        .tokens = tokens,
                                        .extras = &t.extras,
                                        .media = media});
-      mark_from_store(remote.host_block(u), origin(j), linked);
+      mark_from_store(remote.host_block(u), origin(j), true);
       key = next;
       parent = t.serials[j - t.own];
     }
@@ -385,11 +382,10 @@ private:
     remote.host_snapshot(snapshot) = {};
     ++c.metrics.remote_hits;
     ++c.metrics.remote_turn_end_hits;
-    // The bytes kept: the links fetched, then the turn end's payload (its partial block, or every part).
+    // The bytes kept: the links fetched, then the turn end's payload (its partial block and its snapshot).
     c.metrics.remote_bytes_fetched +=
         t.block_state.size() * c.geometry.bytes_per_kv_block +
-        remote_payload_bytes(remote_item::turn_end, linked ? 1 : parts, c.geometry.bytes_per_kv_block,
-                             c.geometry.bytes_per_snapshot);
+        remote_payload_bytes(remote_item::turn_end, 1, c.geometry.bytes_per_kv_block, c.geometry.bytes_per_snapshot);
   }
 
   /// A snapshot `prefetch` may fetch: its position, its block's content key and its own.
@@ -545,7 +541,6 @@ private:
           if (is_zero(named)) continue;
           // The links a turn end at k needs: the continuation blocks of [reach, k), which the store must have too.
           auto links_present = [&] {
-            if (!c.options.remote_turn_end_links) return true;
             for (std::uint32_t i = reach; i < k; ++i)
               if (!in_store(continuation_key(remote.keyer, chained[i - lead]))) return false;
             return true;
@@ -579,7 +574,7 @@ private:
         for (const snapshot_candidate& s : candidates) probes.push_back({remote_item::snapshot, s.key});
         for (const content_key& k : turn_end_keys) probes.push_back({remote_item::turn_end, k});
         // The continuation blocks past the local match that a listed turn end may link to.
-        if (!turn_end_keys.empty() && c.options.remote_turn_end_links)
+        if (!turn_end_keys.empty())
           for (std::uint32_t i = matched; i < turn_end_lead_index + chained.size(); ++i)
             if (const content_key k = continuation_key(remote.keyer, chained[i - turn_end_lead_index]); !is_zero(k))
               probes.push_back({remote_item::block, k});
@@ -662,6 +657,7 @@ private:
           ++asked;
         }
       }
+      std::size_t links = 0; // the links listed with the turn end
       if (turn_end_chosen && fetched_blocks == wanted) {
         // Its blocks continue the chain fetched (or matched) so far, or hang under the matched ones.
         const turn_end_start at = turn_end_own.empty() ? turn_end_start{matched + fetched_blocks, key, serial, chain}
@@ -669,10 +665,11 @@ private:
         // The chain keys of blocks at.first .. boundary - 1, for their continuation blocks.
         const std::span<const content_key> chain_keys =
             std::span<const content_key>(chained).subspan(at.first - turn_end_lead_index, turn_end_boundary - at.first);
-        reserve_turn_end(c, prompt, r.extras, at, chain_keys, store_can_hold_block, store_can_hold_snapshot);
+        links = reserve_turn_end(c, prompt, r.extras, at, chain_keys, store_can_hold_block, store_can_hold_snapshot);
       }
       for (const host_unit u : tiers.hit_units) ledger.unhold_block(u);
-      c.metrics.remote_fetches += fetches.size();
+      // A turn end and its links are one fetch, as the cache counts its outcome once (kept, missed or rejected).
+      c.metrics.remote_fetches += fetches.size() - links;
       return fetch_plan{fetches, fetched_blocks};
     });
   }

@@ -471,7 +471,7 @@ public:
       // Its links: one per unit but the partial block's, the chain keys those of its tokens, the parts not
       // reported yet exactly those a fetch into a unit is still pending for.
       const std::uint32_t blocks = t.boundary / B - t.first;
-      const std::size_t links = c_.options.remote_turn_end_links ? t.units.size() - 1 : 0;
+      const std::size_t links = t.units.size() - 1;
       if (t.chain.size() != blocks || t.block_state.size() != links ||
           t.block_origins.size() != t.block_state.size() || (blocks != 0 && t.chain.back() != turn_end_parent(t)))
         return false;
@@ -627,8 +627,7 @@ private:
       // the store or put by an earlier turn end is there already (`in_store`) and is not put again: this is
       // what keeps a turn end's put flat in the conversation's length.
       const std::uint32_t B = c_.geometry.block_size;
-      const bool links = c_.options.remote_turn_end_links;
-      const std::size_t full = links ? w.blocks.size() - 1 : 0;
+      const std::size_t full = w.blocks.size() - 1;
       link_keys.assign(full, content_key{});
       for (std::size_t j = 0; same && j < full; ++j)
         if (!gpu_block(w.blocks[j]).in_store) same = !is_zero(link_keys[j] = continuation_key(keyer, w.chain[j]));
@@ -658,14 +657,12 @@ private:
       for (const block_origin& o : w.origins) append_origin(header_bytes, o);
       puts.push_back({remote_item::turn_end, static_cast<std::uint32_t>(w.slot), w.key, {}, true, {}});
       put_headers.emplace_back(begin, header_bytes.size() - begin);
-      // The payload: its partial block (with links), or every block of it (without), then its snapshot.
-      const std::size_t parts = links ? 1 : w.blocks.size();
-      put_parts.emplace_back(put_units.size(), parts);
-      for (std::size_t j = w.blocks.size() - parts; j < w.blocks.size(); ++j)
-        put_units.push_back(w.blocks[j] == no_block ? no_unit : static_cast<std::uint32_t>(w.blocks[j]));
+      // The payload: its partial block (no_unit: zeros), then its snapshot.
+      put_parts.emplace_back(put_units.size(), 1);
+      put_units.push_back(w.blocks.back() == no_block ? no_unit : static_cast<std::uint32_t>(w.blocks.back()));
       ++c_.metrics.remote_puts;
       ++c_.metrics.remote_turn_ends_put;
-      c_.metrics.remote_bytes_put += remote_payload_bytes(remote_item::turn_end, parts, c_.geometry.bytes_per_kv_block,
+      c_.metrics.remote_bytes_put += remote_payload_bytes(remote_item::turn_end, 1, c_.geometry.bytes_per_kv_block,
                                                           c_.geometry.bytes_per_snapshot);
     }
     turn_end_writes.resize(kept);

@@ -64,7 +64,7 @@ public:
     } else {
       n = victim();
       if (n == nullptr) return nullptr;
-      ++metrics_->snapshot_evictions_lru;
+      ++metrics_->snapshot_evictions_capacity;
       if (evict_hook_ != nullptr) evict_hook_(evict_context_, *n);
       detach(*n);
       pool_.lru().erase(*n, clock_->safe_before);

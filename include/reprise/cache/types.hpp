@@ -128,10 +128,11 @@ struct cache_options {
   /// tier evicts them. Without a remote tier, `true` is `unsupported_config`.
   bool remote_write_through = false;
   /// `policy::remote_tier` with a policy that captures turn ends and accepts decode continuations
-  /// (`policy::chat`): every turn end also goes to the store, as one value (`remote_item::turn_end`: the
-  /// decode-continuation snapshot, the blocks of the chain past its last prefill-exact one and the partial
-  /// block), put from GPU memory once the step that captured it completed, whatever the write mode; and
-  /// `prefetch`, given what a `probe` found, fetches the deepest turn end under the prompt (docs/tiers.md).
+  /// (`policy::chat`): every turn end also goes to the store (`remote_item::turn_end`: the decode-continuation
+  /// snapshot and the partial block, linked to the blocks of the chain past its last prefill-exact one, which
+  /// are values of their own, each put once: remote_tier.hpp), put from GPU memory once the step that
+  /// captured it completed, whatever the write mode; and `prefetch`, given what a `probe` found, fetches the
+  /// deepest turn end under the prompt whose links the store holds, with those links (docs/tiers.md).
   /// Another engine then restores the conversation where its writer left it, bitwise as if the session had
   /// stayed alive there. Off, turn ends never leave the engine. `unsupported_config` with another policy or
   /// without a remote tier.
@@ -141,10 +142,6 @@ struct cache_options {
   /// uses a turn end only if those blocks are the same computation as the turn end's. Unique within a fleet;
   /// 0 (the default): drawn at random when the cache is created.
   std::uint64_t remote_writer_id = 0;
-  /// `remote_turn_ends`: a turn end's value holds its partial block and snapshot only, linked to continuation
-  /// blocks each put once (remote_tier.hpp), so a conversation's store traffic stays flat in its length.
-  /// False (the default): one value with every decode-filled block past the chain's prefill-exact lead.
-  bool remote_turn_end_links = false;
   /// Which idle snapshot goes when a capture needs a slot and none is free (cache/snapshot_eviction.hpp):
   /// `policy_default` keeps the policy's eviction option (`policy::lru_eviction` unless it names another).
   policy::snapshot_eviction snapshot_eviction = policy::snapshot_eviction::policy_default;
@@ -164,14 +161,14 @@ struct cache_options {
   state_keys_ref state_events{};
 };
 
-/// What a remote value holds: a KV block (a host KV unit) or a snapshot (a host snapshot unit).
-///   or a conversation's turn end: its snapshot (a host snapshot unit) with the KV blocks it needs (host KV
-///   units), in one value (`cache_options::remote_turn_ends`).
+/// What a remote value holds: a KV block (a host KV unit; a prefill-exact block, or a turn end's continuation
+/// block), a snapshot (a host snapshot unit), or a conversation's turn end: its snapshot (a host snapshot
+/// unit) with its partial block (a host KV unit), in one value (`cache_options::remote_turn_ends`).
 enum class remote_item : std::uint8_t { block = 0, snapshot = 1, turn_end = 2 };
 
 /// In a turn end's `kv_units`: a part of the payload with no unit. In a put, zero bytes (a turn end at a block
 /// boundary has no partial block, and its value keeps the place of one, so that its size follows from its
-/// key); in a fetch, bytes the engine discards (blocks this engine holds already).
+/// key); in a fetch, bytes the engine discards.
 inline constexpr std::uint32_t no_unit = 0xffffffffu;
 
 /// A value for the remote store (`policy::remote_tier`): host unit `unit` (of the KV pool for a block, the
@@ -180,7 +177,8 @@ inline constexpr std::uint32_t no_unit = 0xffffffffu;
 /// until the next `take_transfers`.
 ///
 /// A turn end (`remote_item::turn_end`, always `device`): the payload is the GPU KV blocks `kv_units` in
-/// order (the last one its partial block, or `no_unit`: zero bytes) followed by GPU snapshot slot `unit`.
+/// order (one: its partial block, or `no_unit`: zero bytes) followed by GPU snapshot slot `unit`. Its
+/// continuation blocks are puts of their own (`remote_item::block`, from GPU memory), listed before it.
 struct remote_put {
   remote_item item = remote_item::block;
   std::uint32_t unit = 0;
@@ -197,11 +195,12 @@ struct remote_put {
 /// block, snapshot pool for a snapshot) and reports `fetched(item, unit, header)` with the header the store
 /// returned, or an empty one for a miss. `header_bytes` is its expected size (the payload is one unit).
 ///
-/// A turn end (`remote_item::turn_end`): the payload is `kv_units.size()` KV units then one snapshot unit;
-/// the engine scatters it into host KV units `kv_units` in order (skipping `no_unit` parts) and host snapshot
-/// unit `unit`, and reports
-/// `fetched(remote_item::turn_end, unit, header)`. `header_bytes` is then the most it can be (the partial
-/// block's length is in the header).
+/// A turn end (`remote_item::turn_end`): the payload is `kv_units.size()` KV units (one: its partial block)
+/// then one snapshot unit; the engine scatters it into host KV units `kv_units` in order (skipping `no_unit`
+/// parts) and host snapshot unit `unit`, and reports `fetched(remote_item::turn_end, unit, header)`.
+/// `header_bytes` is then the most it can be (the partial block's length is in the header). Its links, the
+/// continuation blocks this engine lacks, are block fetches of their own in the same plan, reported in any
+/// order; the turn end is kept only once every one has reported well formed.
 struct remote_fetch {
   remote_item item = remote_item::block;
   std::uint32_t unit = 0;
@@ -212,7 +211,7 @@ struct remote_fetch {
 };
 
 /// Bytes of the payload of a value of `item` with `kv_units` KV blocks: one unit for a block or a snapshot;
-/// a turn end's blocks and its snapshot.
+/// a turn end's `kv_units` KV units (its partial block) and its snapshot.
 constexpr std::uint64_t remote_payload_bytes(remote_item item, std::size_t kv_units, std::uint64_t bytes_per_kv_block,
                                              std::uint64_t bytes_per_snapshot) noexcept {
   return item == remote_item::block      ? bytes_per_kv_block
@@ -223,7 +222,8 @@ constexpr std::uint64_t remote_payload_bytes(remote_item item, std::size_t kv_un
 /// What `prefetch` planned: the spans stay valid until the next `prefetch`.
 struct fetch_plan {
   std::span<const remote_fetch> fetches{};
-  /// Blocks past the prompt's match in GPU and host memory that are fetched (the first fetches).
+  /// Blocks past the prompt's match in GPU and host memory that are fetched (the first fetches): the
+  /// prefill-exact chain, not a turn end's continuation blocks.
   std::uint32_t blocks = 0;
 };
 
@@ -233,8 +233,9 @@ struct remote_probe {
   content_key key{};
 };
 
-/// What `probe` listed: block keys in chain order, then snapshot keys deepest first. The span stays valid
-/// until the next `probe` or `prefetch`.
+/// What `probe` listed: block keys in chain order, then snapshot keys deepest first, then
+/// (`cache_options::remote_turn_ends`) turn-end keys deepest first and the continuation blocks they may link
+/// to (`remote_item::block`). The span stays valid until the next `probe` or `prefetch`.
 struct probe_plan {
   std::span<const remote_probe> keys{};
 };

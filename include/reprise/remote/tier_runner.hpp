@@ -43,8 +43,9 @@
 /// lay a payload out (a `cudaMemcpy` from each layer's pool; the bytes are complete, their step completed).
 /// Without one, such puts are dropped and counted in `puts_dropped`.
 ///
-/// Turn ends (`cache_options::remote_turn_ends`, `remote_item::turn_end`) are one value of several units:
-/// a put, always from GPU memory, reads its KV blocks `kv_units` in order as block units (zeros for a
+/// Turn ends (`cache_options::remote_turn_ends`, `remote_item::turn_end`) are one value of two units, its
+/// partial block and its snapshot, linked to continuation blocks that are block values of their own: a
+/// put, always from GPU memory, reads its KV blocks `kv_units` in order as block units (zeros for a
 /// `no_unit` part) and then its snapshot slot `unit`; a fetch stages `kv_units.size()` KV units and one
 /// snapshot unit, and a hit is scattered into host KV units `kv_units` (skipping `no_unit` parts) and host
 /// snapshot unit `unit` before `fetched(turn_end, unit, header)`. A turn end is fetched only by a prefetch

@@ -794,7 +794,7 @@ class RepriseConnector(KVConnectorBase_V1, SupportsHMA):
             "tokens_lost_to_missing_snapshot": m["tokens_lost_to_missing_snapshot"],
             "snapshot_restores": m["snapshot_hits"], "snapshots_captured": m["captures_written"],
             "captures_refused": m["captures_refused"], "kv_evictions": m["kv_evictions"],
-            "snapshot_evictions": m["snapshot_evictions_lru"] + m["snapshot_evictions_ttl"]
+            "snapshot_evictions": m["snapshot_evictions_capacity"] + m["snapshot_evictions_ttl"]
             + m["snapshot_evictions_invalidated"],
             "untracked_requests": self.untracked, "cache_resets": self.resets,
             "stop_string_holds": self.stop_strings.holds,

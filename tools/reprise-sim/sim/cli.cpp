@@ -187,9 +187,9 @@ cli_parse parse_command_line(int argc, const char* const* argv) {
         ->check(CLI::IsMember({"on", "off"}))
         ->needs(remote);
     c->add_option("--remote-turn-ends", remote_turn_ends,
-                  "on: every turn end also goes to the store, one value with the blocks it needs, and a prefetch "
-                  "fetches the deepest one under its prompt (policy chat; needs --remote-probe on); off: turn ends "
-                  "stay in their engine (default)")
+                  "on: every turn end also goes to the store, one value linked to the blocks it needs (each put "
+                  "once), and a prefetch fetches the deepest one under its prompt (policy chat; needs --remote-probe "
+                  "on); off: turn ends stay in their engine (default)")
         ->check(CLI::IsMember({"on", "off"}))
         ->needs(remote);
     c->add_option("--remote-candidates", o.cache.remote_snapshot_candidates,

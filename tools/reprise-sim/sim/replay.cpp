@@ -368,7 +368,7 @@ std::string format_report(const replay_report& r) {
     line("snapshot hits / misses", count(m.snapshot_hits) + " / " + count(m.snapshot_misses));
     line("captures planned / written / refused",
          count(m.captures_planned) + " / " + count(m.captures_written) + " / " + count(m.captures_refused));
-    line("snapshot evictions LRU / TTL / KV", count(m.snapshot_evictions_lru) + " / " + count(m.snapshot_evictions_ttl) +
+    line("snapshot evictions LRU / TTL / KV", count(m.snapshot_evictions_capacity) + " / " + count(m.snapshot_evictions_ttl) +
                                                   " / " + count(m.snapshot_evictions_invalidated));
   }
   if (host) {
@@ -528,7 +528,7 @@ constexpr column columns[] = {
     metric_column<metric::captures_planned>(),
     metric_column<metric::captures_written>(),
     metric_column<metric::captures_refused>(),
-    metric_column<metric::snapshot_evictions_lru>(),
+    metric_column<metric::snapshot_evictions_capacity>(),
     metric_column<metric::snapshot_evictions_ttl>(),
     metric_column<metric::snapshot_evictions_invalidated>(),
     {"cache_ns_per_request", [](csv_writer& w, const replay_report& r) { w.cell(r.cache_ns_per_request()); }},
