@@ -309,6 +309,33 @@ def granite_key_cold(granite):
     return out
 
 
+def test_a_request_for_prompt_log_probabilities_computes_its_prompt_and_keeps_captures(granite, granite_key_cold):
+    """vLLM reads no cache for a request asking for prompt log-probabilities (SamplingParams.prompt_logprobs sets
+    skip_reading_prefix_cache): it takes none of the connector's hit, so the request computes its whole prompt; its
+    output equals caching off and what it captures serves the next request of that prompt."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    llm = harness.engine(granite, "strict")
+    warm = harness.generate_one(llm, KEY_PROMPT, 8)[0]
+    with_prompt_logprobs = SamplingParams(max_tokens=8, temperature=0, logprobs=0, prompt_logprobs=0, ignore_eos=True,
+                                          detokenize=False)
+    assert with_prompt_logprobs.skip_reading_prefix_cache
+    out = llm.generate([TokensPrompt(prompt_token_ids=KEY_PROMPT)], [with_prompt_logprobs], use_tqdm=False)[0]
+    asked = harness._turn(out, len(KEY_PROMPT))
+    again = harness.generate_one(llm, KEY_PROMPT, 8)
+    c = harness.connector(llm)
+    c.cache.check_invariants()
+    live = c.cache.metrics()["live_sequences"]
+    del llm
+    gc.collect()
+    print(f"\nprompt log-probabilities: cached {warm.cached_tokens}, {asked.cached_tokens} (asked), then "
+          f"{again[0].cached_tokens}; {len(out.prompt_logprobs or [])} prompt positions")
+    assert warm.cached_tokens == 0 and asked.cached_tokens == 0 and again[0].cached_tokens > 0
+    assert len(out.prompt_logprobs) == len(KEY_PROMPT) and live == 0
+    assert (asked.tokens, asked.logprobs) == granite_key_cold and again[1] == granite_key_cold
+
+
 def test_reset_cache_restores_nothing_cached_before(granite, granite_key_cold):
     """vLLM resets its caches on weight updates, sleep / wake-up and cache clears, connector included: the prompt
     that hit before the reset computes everything after it, then hits again."""
