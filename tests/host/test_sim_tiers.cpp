@@ -230,7 +230,9 @@ TEST_CASE("a fleet of one engine replays as the single-engine replay did before 
   // snapshot_all rows were pinned again once decode-filled blocks of equal tokens stopped merging (each keeps
   // the computation that wrote it): no snapshot is refused over another conversation's blocks any more (chat:
   // 67 refused -> 0), and the prefill skipped grows (chat 188,554 -> 195,046 tokens, snapshot_all 224,006 ->
-  // 233,600).
+  // 233,600). The snapshot_all row was pinned again when a snapshot restored twice became a branch point that
+  // no next turn supersedes (snapshot_eviction.hpp): one hit fewer here (a kept branch point outlived a turn end
+  // that a later turn would have restored: 233,600 -> 232,832 tokens skipped).
   auto layout_then = reprise::model_config::make(
       {{reprise::kv_shape{.kv_heads = 8, .head_dim = 128, .block_size = 16}, 4},
        {reprise::mamba2_shape{.heads = 128, .head_dim = 64, .state_dim = 128, .groups = 8, .conv_width = 4, .chunk = 256},
@@ -247,8 +249,8 @@ TEST_CASE("a fleet of one engine replays as the single-engine replay did before 
   const pinned before[] = {
       {policy_kind::chat, 6, 160, 250, 314054, 195046, 119008, 135093, 19591, 44786, 160, 90, 474, 474, 0, 36, 431,
        197846616.42643923, 473231473.53518122},
-      {policy_kind::snapshot_all, 6, 154, 253, 350976, 233600, 117376, 135093, 21914, 42463, 154, 99, 1180, 1180, 94,
-       833, 337, 197828150.9356223, 879130773.42489266},
+      {policy_kind::snapshot_all, 6, 153, 253, 350976, 232832, 118144, 135093, 21914, 42463, 153, 100, 1181, 1181, 94,
+       834, 337, 197828150.9356223, 879130773.42489266},
       {policy_kind::memory_only, 7, 0, 253, 339216, 0, 0, 134882, 21201, 42786, 0, 0, 0, 0, 0, 0, 0,
        197792167.72413793, 0},
   };

@@ -7,6 +7,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <array>
 #include <random>
 #include <string>
@@ -162,6 +163,63 @@ TEST_CASE("a candidate's value is the prefill its fallback on the same chain wou
   REQUIRE(b.has_value());
   CHECK(b->usable_tokens == 448);
   REQUIRE(c.release(5).has_value());
+  CHECK(c.check_invariants().has_value());
+}
+
+TEST_CASE("with no other snapshot within the walk a candidate is valued by its whole prefix") {
+  auto c = make<cost_cache>({}, 4);
+  // 1536 lies 80 blocks past 256 (B = 16): beyond the 64 blocks walked, so it falls back to 0, not to a
+  // snapshot assumed just past the walk (1536 - 64 x 16 = 512), which would undervalue it.
+  run_prompt(c, 1, prompt_of(1600, 0), {256, 1536});
+  REQUIRE(c.step_complete(c.current_epoch()).has_value());
+  std::array<policy::snapshot_candidate, 8> out{};
+  REQUIRE(c.snapshot_eviction_candidates(out) == 2);
+  const policy::prefill_cost cost = prefill_cost_of(model_config::of<small_hybrid>());
+  CHECK(out[1].position == 1536);
+  CHECK(out[1].fallback == 0);
+  CHECK(out[1].saved_flops == doctest::Approx(cost.flops(1536)));
+  // Within the walk the neighbour is found (1024 lies 32 blocks above 1536).
+  run_prompt(c, 2, prompt_of(1100, 0), {1024}); // restores at 256, captures at 1024
+  REQUIRE(c.step_complete(c.current_epoch()).has_value());
+  REQUIRE(c.snapshot_eviction_candidates(out) == 3);
+  const auto deep = std::find_if(out.begin(), out.begin() + 3, [](const auto& x) { return x.position == 1536; });
+  REQUIRE(deep != out.begin() + 3);
+  CHECK(deep->fallback == 1024);
+  CHECK(c.check_invariants().has_value());
+}
+
+TEST_CASE("a snapshot restored more often is worth more per step held") {
+  auto c = make<cost_cache>({}, 2);
+  const auto x = prompt_of(300, 0), y = prompt_of(300, 100000);
+  run_prompt(c, 1, x, {256});
+  run_prompt(c, 2, y, {256});
+  REQUIRE(c.step_complete(c.current_epoch()).has_value());
+  seq_id s = 10;
+  auto restore = [&](const std::vector<token_id>& p) {
+    auto a = c.admit(s, p);
+    REQUIRE(a.has_value());
+    CHECK(a->usable_tokens == 256);
+    REQUIRE(c.release(s++).has_value());
+    REQUIRE(c.step_complete(c.current_epoch()).has_value());
+  };
+  for (int i = 0; i < 3; ++i) restore(x);
+  restore(y); // y is the more recent, x the more often restored
+  std::array<policy::snapshot_candidate, 8> out{};
+  REQUIRE(c.snapshot_eviction_candidates(out) == 2);
+  CHECK(out[0].restores == 3); // x, the older
+  CHECK(out[1].restores == 1);
+  // Equal savings: x scores 4 / (1 + its age), y 2 / (1 + its age); x's age is one step more, so y goes
+  // (LRU, and a score without the restores, would evict x).
+  run_prompt(c, 20, prompt_of(300, 200000), {256});
+  REQUIRE(c.step_complete(c.current_epoch()).has_value());
+  auto a = c.admit(21, x);
+  REQUIRE(a.has_value());
+  CHECK(a->usable_tokens == 256);
+  auto b = c.admit(22, y);
+  REQUIRE(b.has_value());
+  CHECK(b->usable_tokens == 0);
+  REQUIRE(c.release(21).has_value());
+  REQUIRE(c.release(22).has_value());
   CHECK(c.check_invariants().has_value());
 }
 

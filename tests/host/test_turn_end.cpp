@@ -238,6 +238,40 @@ TEST_CASE("with the pool full, a turn end reuses the slot of the turn end it sup
   CHECK(c.check_invariants().has_value());
 }
 
+TEST_CASE("a turn end restored a second time is a branch point: no later turn end supersedes it") {
+  auto c = make<chat>(256, 3); // three snapshot slots
+  std::vector<token_id> a = iota_tokens(40, 1), b = iota_tokens(40, 5000);
+  const finish_plan a1 = run_turn(c, 1, a, iota_tokens(5, 70000)); // a's turn end at 44
+  const finish_plan b1 = run_turn(c, 2, b, iota_tokens(5, 71000));
+  REQUIRE(a1.capture.slot != no_slot);
+  REQUIRE(b1.capture.slot != no_slot);
+  const std::vector<token_id> turn1 = a;
+  // Turn 2 restores a1 and supersedes it with its own end (a linear conversation so far).
+  a.insert(a.end(), {11, 12, 13});
+  const finish_plan a2 = run_turn(c, 3, a, iota_tokens(6, 72000));
+  REQUIRE(a2.capture.slot != no_slot);
+  REQUIRE(a2.capture.slot != a1.capture.slot);
+  // A sibling of turn 2 (a fanned-out step, a regeneration) restores a1 again: a1 is now a branch point, so
+  // the sibling's own end takes another slot (the least recently used: b1) and a1 stays.
+  std::vector<token_id> sibling = concat(turn1, std::vector<token_id>{31, 32});
+  auto ps = c.admit(4, sibling);
+  REQUIRE(ps.has_value());
+  CHECK(ps->restore_slot == a1.capture.slot);
+  c.release(4).value();
+  REQUIRE(c.step_complete(c.current_epoch()).has_value());
+  std::vector<token_id> sibling2 = concat(turn1, std::vector<token_id>{41, 42});
+  const finish_plan s2 = run_turn(c, 5, sibling2, iota_tokens(3, 73000)); // restores a1, a third time
+  REQUIRE(s2.capture.slot != no_slot);
+  CHECK(s2.capture.slot != a1.capture.slot);
+  CHECK(s2.capture.slot == b1.capture.slot);
+  // A third sibling still finds a1.
+  auto p3 = c.admit(6, concat(turn1, std::vector<token_id>{51}));
+  REQUIRE(p3.has_value());
+  CHECK(p3->restore_slot == a1.capture.slot);
+  CHECK(p3->usable_tokens == 44);
+  CHECK(c.check_invariants().has_value());
+}
+
 // ----- policy::chat: the branch block of a shared system prompt -----
 
 TEST_CASE("chat: a second conversation captures at the last block it shares with the first, off the grid") {

@@ -14,11 +14,14 @@
 ///
 /// The value of candidate i is its marginal saving: cost(p) - cost(p'), where p' is the deepest other
 /// snapshot at or before p on the same chain (a prompt through p would restore at p' instead), found by
-/// walking at most `fallback_walk_blocks` parent blocks; beyond the walk p' is taken as the start of the
-/// last block walked, so a far neighbour yields a lower bound of the value. The score divides it by
+/// walking at most `fallback_walk_blocks` parent blocks; with none within the walk p' is taken as 0 (its
+/// whole prefix: the deep snapshots whose older neighbours went are the ones a short walk misses, and a
+/// lower bound would undervalue exactly them). The score multiplies it by 1 + the restores since its
+/// publication (a shared prefix's or a fanned-out step's snapshot is restored again) and divides it by
 /// 1 + the steps since its last use: FLOPs saved per step the slot is held, if it is reused about as often
 /// as it has been. The victim is the candidate with the lowest score (the oldest of equal ones).
-/// Superseded snapshots (a conversation moved past them) are worth nothing and go first under every rule.
+/// Superseded snapshots (a conversation moved past them) are worth nothing and go first under every rule;
+/// a snapshot restored twice is a branch point, which no one conversation's next turn supersedes.
 
 #include <reprise/ids.hpp>
 #include <reprise/policy/policies.hpp>
@@ -121,7 +124,7 @@ inline std::size_t cost_aware_choice(std::span<const policy::snapshot_candidate>
   for (std::size_t i = 0; i < c.size(); ++i) {
     if (c[i].superseded) return i;
     const epoch_t age = now > c[i].last_use ? now - c[i].last_use : 0;
-    const double score = c[i].saved_flops / (1.0 + static_cast<double>(age));
+    const double score = c[i].saved_flops * (1.0 + c[i].restores) / (1.0 + static_cast<double>(age));
     if (i == 0 || score < best_score) {
       best = i;
       best_score = score;

@@ -89,6 +89,7 @@ public:
     n.state = slot_state::published;
     n.from_decode = from_decode;
     n.superseded = false;
+    n.restores = 0;
     n.block = blocks_->id_of(b);
     n.kind = kind;
     n.ready_tag = ready;
@@ -108,9 +109,13 @@ public:
     pool_.free().push_back(n, clock_->release_tag(), clock_->safe_before);
   }
 
-  /// Holds published snapshot `s` for a restore (out of the LRU queue while held).
+  /// Holds published snapshot `s` for a restore (out of the LRU queue while held). A snapshot restored a
+  /// second time (a sibling of a fanned-out step, a regeneration, a fork) is a branch point: no one
+  /// session's next turn supersedes it any more, and if a session already had, it is no longer first to go.
   void hold(slot_id s) noexcept {
     slot_node& n = pool_.node(s);
+    if (n.restores != UINT32_MAX) ++n.restores; // saturates: only "more than one" is read
+    if (n.restores > 1) n.superseded = false;
     if (n.refcount++ == 0) pool_.lru().erase(n, clock_->safe_before);
   }
   void unhold(slot_id s) noexcept {
@@ -134,8 +139,9 @@ public:
 
   /// Drops snapshot `s` if it is still the idle from-decode snapshot of block `b` (a sequence's checkpoint
   /// beyond its bound); its slot is reusable once the current step completes. Complexity: O(1).
+  /// A checkpoint restored twice is dropped too: the bound on a sequence's checkpoints is a memory bound.
   void discard(slot_id s, block_id b) noexcept {
-    if (supersedable(s, b)) drop(pool_.node(s));
+    if (idle_from_decode(s, b)) drop(pool_.node(s));
   }
 
   /// Drops the snapshots attached to block `b` (it is being evicted). Precondition: none is held (a
@@ -189,6 +195,7 @@ private:
     c.slot = pool_.id_of(n);
     c.last_use = n.last_use;
     c.superseded = n.superseded;
+    c.restores = n.restores;
     const block_node& own = blocks_->node(n.block);
     c.position = position_of(own);
     const slot_id other = own.snapshot[1 - static_cast<int>(n.kind)];
@@ -198,14 +205,20 @@ private:
       // A tail's parent ends at the tail's start; a full block's parent ends one block before it.
       block_id b = own.parent;
       std::uint64_t end = std::uint64_t{own.depth} * blocks_->block_size();
-      std::uint32_t walked = 0;
-      for (; b != no_block && walked < fallback_walk_blocks; ++walked) {
+      bool found = false;
+      for (std::uint32_t walked = 0; b != no_block && walked < fallback_walk_blocks; ++walked) {
         const block_node& p = blocks_->node(b);
-        if (p.snapshot[0] != no_slot || p.snapshot[1] != no_slot) break;
+        if (p.snapshot[0] != no_slot || p.snapshot[1] != no_slot) {
+          found = true;
+          break;
+        }
         b = p.parent;
         end -= blocks_->block_size();
       }
-      c.fallback = b == no_block ? 0 : end; // past the walk: as if one sat just above it (a lower bound)
+      // None within the walk: valued as if none sat above it (its whole prefix, as Marconi values a state).
+      // Deep chains whose older snapshots went are what the walk misses, and a lower bound there (one just
+      // past the walk) undervalues exactly the snapshots that save the most.
+      c.fallback = found ? end : 0;
     }
     c.saved_flops = rule_.cost.flops(c.position) - rule_.cost.flops(c.fallback);
     return c;
@@ -231,10 +244,12 @@ private:
   }
 
   /// Still the idle from-decode snapshot of block `b` (not evicted and reused since).
-  bool supersedable(slot_id s, block_id b) const noexcept {
+  bool idle_from_decode(slot_id s, block_id b) const noexcept {
     const slot_node& n = pool_.node(s);
     return n.state == slot_state::published && n.block == b && n.from_decode && n.refcount == 0;
   }
+  /// ... and no branch point.
+  bool supersedable(slot_id s, block_id b) const noexcept { return idle_from_decode(s, b) && !pool_.node(s).forked(); }
 
   void detach(slot_node& n) noexcept {
     if (detach_hook_ != nullptr) detach_hook_(detach_context_, n);

@@ -29,10 +29,14 @@ struct slot_node {
   epoch_t last_use = 0;         ///< epoch of publication or last restore, for the TTL
   block_id block = no_block;    ///< published: the block ending at the snapshot's position
   std::uint32_t refcount = 0;   ///< sequences restoring from it
+  bool forked() const noexcept { return restores > 1; }
   exactness kind = exactness::prefill_exact;
   slot_state state = slot_state::free;
   bool from_decode = false;     ///< a turn end or decode checkpoint: superseded once the session moves on
   bool superseded = false;      ///< demoted: its session moved on, so a lower tier does not keep it
+  /// Restores since its publication; from the second on it is a branch point (a fork, a sibling step, a
+  /// regeneration), which no one session's next turn supersedes.
+  std::uint32_t restores = 0;
 };
 
 class snapshot_pool {
