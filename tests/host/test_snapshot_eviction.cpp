@@ -195,16 +195,21 @@ TEST_CASE("a snapshot restored more often is worth more per step held") {
   run_prompt(c, 2, y, {256});
   REQUIRE(c.step_complete(c.current_epoch()).has_value());
   seq_id s = 10;
-  auto restore = [&](const std::vector<token_id>& p) {
+  auto restore = [&](const std::vector<token_id>& p, bool commits) {
     auto a = c.admit(s, p);
     REQUIRE(a.has_value());
     CHECK(a->usable_tokens == 256);
+    if (commits) REQUIRE(c.commit(s, static_cast<std::uint32_t>(p.size())).has_value());
     REQUIRE(c.release(s++).has_value());
     REQUIRE(c.step_complete(c.current_epoch()).has_value());
   };
-  for (int i = 0; i < 3; ++i) restore(x);
-  restore(y); // y is the more recent, x the more often restored
+  restore(y, false); // released before it commits (a query): no restore ran, none counts
   std::array<policy::snapshot_candidate, 8> out{};
+  REQUIRE(c.snapshot_eviction_candidates(out) == 2);
+  CHECK(out[0].restores == 0); // x
+  CHECK(out[1].restores == 0); // y
+  for (int i = 0; i < 3; ++i) restore(x, true);
+  restore(y, true); // y is the more recent, x the more often restored
   REQUIRE(c.snapshot_eviction_candidates(out) == 2);
   CHECK(out[0].restores == 3); // x, the older
   CHECK(out[1].restores == 1);

@@ -251,16 +251,18 @@ TEST_CASE("a turn end restored a second time is a branch point: no later turn en
   const finish_plan a2 = run_turn(c, 3, a, iota_tokens(6, 72000));
   REQUIRE(a2.capture.slot != no_slot);
   REQUIRE(a2.capture.slot != a1.capture.slot);
-  // A sibling of turn 2 (a fanned-out step, a regeneration) restores a1 again: a1 is now a branch point, so
-  // the sibling's own end takes another slot (the least recently used: b1) and a1 stays.
+  // An admission released before it commits (an engine's matched-token query, a request not scheduled)
+  // restores nothing, so it does not count.
   std::vector<token_id> sibling = concat(turn1, std::vector<token_id>{31, 32});
   auto ps = c.admit(4, sibling);
   REQUIRE(ps.has_value());
   CHECK(ps->restore_slot == a1.capture.slot);
   c.release(4).value();
   REQUIRE(c.step_complete(c.current_epoch()).has_value());
+  // A sibling of turn 2 (a fanned-out step, a regeneration) restores a1 again: a1 is now a branch point, so
+  // the sibling's own end takes another slot (the least recently used: b1) and a1 stays.
   std::vector<token_id> sibling2 = concat(turn1, std::vector<token_id>{41, 42});
-  const finish_plan s2 = run_turn(c, 5, sibling2, iota_tokens(3, 73000)); // restores a1, a third time
+  const finish_plan s2 = run_turn(c, 5, sibling2, iota_tokens(3, 73000));
   REQUIRE(s2.capture.slot != no_slot);
   CHECK(s2.capture.slot != a1.capture.slot);
   CHECK(s2.capture.slot == b1.capture.slot);

@@ -606,7 +606,7 @@ struct cache_core {
                          tiers.snapshot_published(slot, b, kind);
                          events.snapshot_published(slot, b, kind);
                        });
-      unhold_restore(*r);
+      unhold_restore(*r, true);
     }
     return {};
   }
@@ -817,10 +817,11 @@ struct cache_core {
     tiers.supersede(r);
   }
 
-  /// Lets go of what a sequence held until its restore and copy had run (its first commit, or its end).
-  void unhold_restore(sequence_record& r) noexcept {
+  /// Lets go of what a sequence held until its restore and copy had run (its first commit: `restored`, or
+  /// its end).
+  void unhold_restore(sequence_record& r, bool restored) noexcept {
     if (r.restore_slot != no_slot) {
-      slots.unhold(r.restore_slot);
+      slots.unhold(r.restore_slot, restored);
       r.restore_slot = no_slot;
     }
     if (r.copy_src != no_block) {
@@ -840,7 +841,7 @@ struct cache_core {
   void end(sequence_record& r) noexcept {
     if (share_in_step()) in_step.ended(r, blocks, sequences);
     if constexpr (restores) {
-      unhold_restore(r);
+      unhold_restore(r, false);
       for (const capture_point& c : r.captures) slots.release(slots.node(c.slot));
     }
     // Deepest first, so in the LRU queue every block precedes its parent (leaf-first eviction).

@@ -109,17 +109,19 @@ public:
     pool_.free().push_back(n, clock_->release_tag(), clock_->safe_before);
   }
 
-  /// Holds published snapshot `s` for a restore (out of the LRU queue while held). A snapshot restored a
-  /// second time (a sibling of a fanned-out step, a regeneration, a fork) is a branch point: no one
-  /// session's next turn supersedes it any more, and if a session already had, it is no longer first to go.
+  /// Holds published snapshot `s` for a restore (out of the LRU queue while held).
   void hold(slot_id s) noexcept {
     slot_node& n = pool_.node(s);
-    if (n.restores != UINT32_MAX) ++n.restores; // saturates: only "more than one" is read
-    if (n.restores > 1) n.superseded = false;
     if (n.refcount++ == 0) pool_.lru().erase(n, clock_->safe_before);
   }
-  void unhold(slot_id s) noexcept {
+  /// Ends a hold; `restored`: the restore ran (the holder committed), so it counts. A hold released before
+  /// that (an engine's matched-token query, a request not scheduled) counts nothing. A snapshot restored a
+  /// second time (a sibling of a fanned-out step, a regeneration, a fork) is a branch point: no one
+  /// session's next turn supersedes it any more, and if a session already had, it is no longer first to go.
+  void unhold(slot_id s, bool restored) noexcept {
     slot_node& n = pool_.node(s);
+    if (restored && n.restores != UINT32_MAX) ++n.restores; // saturates: only the ordering of counts is read
+    if (n.restores > 1) n.superseded = false;
     if (--n.refcount != 0) return;
     n.last_use = clock_->current;
     pool_.lru().push_back(n, clock_->release_tag(), clock_->safe_before);

@@ -34,8 +34,9 @@ struct slot_node {
   slot_state state = slot_state::free;
   bool from_decode = false;     ///< a turn end or decode checkpoint: superseded once the session moves on
   bool superseded = false;      ///< demoted: its session moved on, so a lower tier does not keep it
-  /// Restores since its publication; from the second on it is a branch point (a fork, a sibling step, a
-  /// regeneration), which no one session's next turn supersedes.
+  /// Restores run since its publication (holds released before their holder committed do not count); from
+  /// the second on it is a branch point (a fork, a sibling step, a regeneration), which no one session's next
+  /// turn supersedes.
   std::uint32_t restores = 0;
 };
 

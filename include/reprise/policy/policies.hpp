@@ -245,7 +245,7 @@ struct snapshot_candidate {
   std::uint64_t fallback = 0;
   double saved_flops = 0;         ///< cost.flops(position) - cost.flops(fallback)
   epoch_t last_use = 0;           ///< step of its publication or of its last restore
-  std::uint32_t restores = 0;     ///< restores since its publication
+  std::uint32_t restores = 0;     ///< restores run since its publication
   bool superseded = false;
 };
 
